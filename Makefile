@@ -1,0 +1,45 @@
+# PGXS build of the idempotency extension. The pure C++ core is also built and unit-tested
+# by CMake (CMakeLists.txt); here it is compiled without PostgreSQL's include paths, so an
+# #include of a PostgreSQL header in src/core fails the build.
+
+EXTENSION = idempotency
+MODULE_big = idempotency
+
+CORE_SRCS = $(sort $(wildcard src/core/*.cpp))
+GLUE_SRCS = $(sort $(wildcard src/pg/*.cpp))
+OBJS = $(CORE_SRCS:.cpp=.o) $(GLUE_SRCS:.cpp=.o)
+
+DATA = $(sort $(wildcard extension/idempotency--*.sql))
+PGFILEDESC = "idempotency - exactly-once processing inside PostgreSQL"
+
+REGRESS = $(basename $(notdir $(sort $(wildcard sql/*.sql))))
+REGRESS_OPTS = --inputdir=. --outputdir=. --load-extension=idempotency
+ISOLATION = $(basename $(notdir $(sort $(wildcard test/isolation/specs/*.spec))))
+ISOLATION_OPTS = --inputdir=test/isolation --outputdir=output_iso --load-extension=idempotency
+
+IDEM_WARNINGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+ifeq ($(IDEM_WERROR),1)
+IDEM_WARNINGS += -Werror
+endif
+
+PG_CXXFLAGS = -std=c++17 -Wno-register -fno-omit-frame-pointer $(IDEM_WARNINGS) -Isrc
+SHLIB_LINK = -lcrypto -lstdc++
+
+# No LLVM bitcode: PostgreSQL's JIT would only inline these functions, and clang would
+# need the same C++ flags.
+override with_llvm = no
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+CORE_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden $(IDEM_WARNINGS) -Isrc
+
+src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
+	$(CXX) $(CORE_CXXFLAGS) -c -o $@ $<
+
+$(GLUE_SRCS:.cpp=.o): $(wildcard src/core/*.hpp src/pg/*.hpp)
+
+.PHONY: format
+format:
+	clang-format -i src/core/*.cpp src/core/*.hpp src/pg/*.cpp src/pg/*.hpp test/unit/*.cpp

@@ -1,0 +1,471 @@
+// reserve, complete, fail, checkpoint, lookup, forget: the life of an idempotency key.
+//
+// Every call on (scope, key) first takes a transaction-scoped advisory lock on a 64-bit hash
+// of it, so calls on one key are serialised and calls on different keys never wait on each
+// other. Storage goes through key_store (SPI); keys new in this transaction stay in memory
+// until they are completed, failed or committed (pending_claims).
+
+#include "pg/guard.hpp"
+#include "pg/key_store.hpp"
+#include "pg/pending_claims.hpp"
+#include "pg/sql_errors.hpp"
+
+#include "core/key_rules.hpp"
+#include "core/key_time.hpp"
+
+extern "C" {
+#include "catalog/pg_enum.h"
+#include "utils/syscache.h"
+}
+
+namespace idem::pg {
+
+namespace {
+
+// field4 of our advisory lock tags: keeps them apart from pg_advisory_lock(bigint) (1) and
+// pg_advisory_lock(int, int) (2) taken by applications. Shown as objsubid in pg_locks.
+constexpr uint16 kKeyLockClass = 0x1DE;
+
+void key_lock_tag(LOCKTAG *tag, Datum scope, Datum key) {
+    uint64 hash = core::lock_hash(text_view(DatumGetTextPP(scope)), text_view(DatumGetTextPP(key)));
+    SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, uint32(hash >> 32), uint32(hash), kKeyLockClass);
+}
+
+void lock_key(Datum scope, Datum key) {
+    LOCKTAG tag;
+    key_lock_tag(&tag, scope, key);
+    (void)LockAcquire(&tag, ExclusiveLock, false, false);
+}
+
+void connect_spi() {
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+}
+
+// The calls below run between connect_spi() + become_key_owner() and their undoing.
+struct Storage {
+    SavedUser user;
+};
+
+Storage open_storage() {
+    connect_spi();
+    return Storage{become_key_owner()};
+}
+
+void close_storage(Storage storage) {
+    restore_user(storage.user);
+    SPI_finish();
+}
+
+bool attempt_is_stale(FunctionCallInfo fcinfo, int n, int32 current) {
+    return !PG_ARGISNULL(n) && PG_GETARG_INT32(n) != current;
+}
+
+[[noreturn]] void raise_stale(FunctionCallInfo fcinfo, int n, int32 current) {
+    throw SqlError(kStaleAttempt, "attempt is stale",
+                   psprintf("The call was made for attempt %d; the key is at attempt %d.",
+                            PG_GETARG_INT32(n), current),
+                   "Another holder took the key over after this holder's lock_ttl lapsed.");
+}
+
+[[noreturn]] void raise_no_claim(const char *call, const char *why) {
+    throw SqlError(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                   psprintf("%s requires a live claim on the key", call), why,
+                   "Call idempotency.reserve first and act only on the outcome 'new'.");
+}
+
+// The live record of (scope, key) as this transaction sees it: its own unwritten claim, or
+// the table's live row. *claim is set for the former.
+bool current_record(Datum scope, Datum key, TimestampTz now, KeyRecord *record,
+                    PendingClaim **claim) {
+    *claim = find_unwritten_claim(scope, key);
+    if (*claim != nullptr) {
+        *record = (*claim)->record;
+        return true;
+    }
+    return find_live_key(scope, key, now, record);
+}
+
+void check_snapshot_is_current(Datum scope, Datum key, TimestampTz now, bool found,
+                               const KeyRecord &seen);
+
+// current_record for a call that writes: refuses a stale snapshot.
+bool record_to_write(Datum scope, Datum key, TimestampTz now, KeyRecord *record,
+                     PendingClaim **claim) {
+    bool found = current_record(scope, key, now, record, claim);
+    if (*claim == nullptr) check_snapshot_is_current(scope, key, now, found, *record);
+    return found;
+}
+
+// Writes a finished record: the first write of a pending claim, or an update of the row.
+void store_record(const KeyRecord &record, PendingClaim *claim) {
+    if (claim != nullptr) {
+        insert_key(record);
+        mark_claim_written(claim);
+    } else {
+        update_key(record);
+    }
+}
+
+// --- reserve -------------------------------------------------------------------------------
+
+enum class Outcome { New, Replay, InProgress, Mismatch, TooOld };
+const char *const kOutcomeLabels[] = {"new", "replay", "in_progress", "mismatch", "too_old"};
+
+struct ReserveRequest {
+    Datum scope, key;
+    bytea *request_hash;  // nullptr: not checked
+    int64 lock_ttl, retention, wait;
+};
+
+struct Reservation {
+    Outcome outcome;
+    KeyRecord record;  // columns shown in the result; unset ones are NULL
+};
+
+bool hashes_differ(const KeyRecord &record, const bytea *request_hash) {
+    if (request_hash == nullptr || record.is_null(kRequestHash)) return false;
+    const bytea *stored = DatumGetByteaPP(record.values[kRequestHash]);
+    return VARSIZE_ANY_EXHDR(stored) != VARSIZE_ANY_EXHDR(request_hash) ||
+           memcmp(VARDATA_ANY(stored), VARDATA_ANY(request_hash), VARSIZE_ANY_EXHDR(stored)) != 0;
+}
+
+bool is_too_old(Datum key, TimestampTz now, int64 retention) {
+    std::optional<int64_t> unix_ms = core::key_time_ms(text_view(DatumGetTextPP(key)));
+    if (!unix_ms) return false;
+    // PostgreSQL timestamps count microseconds from 2000-01-01.
+    constexpr int64 kEpochShiftMs =
+        int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
+    return (*unix_ms - kEpochShiftMs) * 1000 < now - retention;
+}
+
+KeyRecord new_claim(const ReserveRequest &req, TimestampTz now, int32 attempt) {
+    KeyRecord record;
+    for (int c = 0; c < kKeyColumnCount; c++) record.set_null(static_cast<KeyColumn>(c));
+    record.set(kScope, req.scope);
+    record.set(kKey, req.key);
+    record.set_state("processing");
+    record.set(kAttempt, Int32GetDatum(attempt));
+    if (req.request_hash != nullptr) record.set(kRequestHash, PointerGetDatum(req.request_hash));
+    record.set(kFirstSeenAt, TimestampTzGetDatum(now));
+    record.set(kLockedUntil, TimestampTzGetDatum(now + req.lock_ttl));
+    record.set(kExpiresAt, TimestampTzGetDatum(now + req.retention));
+    return record;
+}
+
+// The next attempt on a record whose claim lapsed or failed.
+void take_over(KeyRecord *record, const ReserveRequest &req, TimestampTz now) {
+    record->set_state("processing");
+    record->set(kAttempt, Int32GetDatum(record->attempt() + 1));
+    if (req.request_hash != nullptr) record->set(kRequestHash, PointerGetDatum(req.request_hash));
+    record->set(kLockedUntil, TimestampTzGetDatum(now + req.lock_ttl));
+}
+
+bool lease_is_live(const KeyRecord &record, TimestampTz now) {
+    return record.state() == 'p' && !record.is_null(kLockedUntil) &&
+           record.timestamp(kLockedUntil) > now;
+}
+
+// Sleeps a little while waiting for another holder; false once the deadline has passed.
+bool pause_until(TimestampTz deadline, int *pause_ms) {
+    TimestampTz now = GetCurrentTimestamp();
+    if (now >= deadline) return false;
+    long left_ms = long((deadline - now + 999) / 1000);
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                    Min(long(*pause_ms), left_ms), PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    CHECK_FOR_INTERRUPTS();
+    *pause_ms = Min(*pause_ms * 2, 20);
+    return true;
+}
+
+// In REPEATABLE READ and SERIALIZABLE the transaction's snapshot may predate the last write
+// to the key (made by the holder we waited for): acting on it would claim the key twice.
+void check_snapshot_is_current(Datum scope, Datum key, TimestampTz now, bool found,
+                               const KeyRecord &seen) {
+    if (!IsolationUsesXactSnapshot()) return;
+    KeyRecord latest;
+    bool latest_found = find_live_key(scope, key, now, &latest, GetLatestSnapshot());
+    if (latest_found != found ||
+        (found && (latest.state() != seen.state() || latest.attempt() != seen.attempt())))
+        throw SqlError(ERRCODE_T_R_SERIALIZATION_FAILURE,
+                       "could not serialize access due to concurrent use of idempotency key",
+                       "The key changed after this transaction's snapshot was taken.",
+                       "Retry the transaction.");
+}
+
+Outcome finished_outcome(const KeyRecord &record, const ReserveRequest &req) {
+    return hashes_differ(record, req.request_hash) ? Outcome::Mismatch : Outcome::Replay;
+}
+
+void clear_record(KeyRecord *record) {
+    for (int c = 0; c < kKeyColumnCount; c++) record->set_null(static_cast<KeyColumn>(c));
+}
+
+Reservation reserve_key(const ReserveRequest &req) {
+    LOCKTAG tag;
+    key_lock_tag(&tag, req.scope, req.key);
+    TimestampTz deadline = GetCurrentTimestamp() + req.wait;
+    int pause_ms = 1;
+    Reservation result;
+    for (;;) {
+        LockAcquireResult lock = LockAcquire(&tag, ExclusiveLock, false, true);
+        TimestampTz now = GetCurrentTimestamp();
+        if (lock == LOCKACQUIRE_NOT_AVAIL) {
+            // Another transaction is working on the key right now. A completed record never
+            // changes, so it can be answered without the lock.
+            bool found = find_live_key(req.scope, req.key, now, &result.record);
+            if (found && result.record.state() == 'c') {
+                result.outcome = finished_outcome(result.record, req);
+                return result;
+            }
+            if (pause_until(deadline, &pause_ms)) continue;
+            result.outcome = found && hashes_differ(result.record, req.request_hash)
+                                 ? Outcome::Mismatch
+                                 : Outcome::InProgress;
+            if (!found) clear_record(&result.record);
+            return result;
+        }
+        PendingClaim *claim;
+        bool found = current_record(req.scope, req.key, now, &result.record, &claim);
+        if (claim == nullptr) check_snapshot_is_current(req.scope, req.key, now, found, result.record);
+        if (!found) {
+            if (is_too_old(req.key, now, req.retention)) {
+                clear_record(&result.record);
+                result.outcome = Outcome::TooOld;
+                return result;
+            }
+            result.outcome = Outcome::New;
+            result.record = new_claim(req, now, 1);
+            add_pending_claim(result.record);
+            return result;
+        }
+        if (hashes_differ(result.record, req.request_hash) || result.record.state() == 'c') {
+            result.outcome = finished_outcome(result.record, req);
+        } else if (claim != nullptr || lease_is_live(result.record, now)) {
+            // A committed claim of another holder: wait without blocking its complete.
+            if (claim == nullptr && lock == LOCKACQUIRE_OK && pause_until(deadline, &pause_ms)) {
+                LockRelease(&tag, ExclusiveLock, false);
+                continue;
+            }
+            result.outcome = Outcome::InProgress;
+        } else {
+            take_over(&result.record, req, now);
+            update_key(result.record);
+            result.outcome = Outcome::New;
+        }
+        return result;
+    }
+}
+
+Datum reservation_datum(FunctionCallInfo fcinfo, const Reservation &r) {
+    TupleDesc desc;
+    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+        elog(ERROR, "idempotency.reserve must return idempotency.reservation");
+    Oid outcome_type = TupleDescAttr(desc, 0)->atttypid;
+    Oid label = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid, ObjectIdGetDatum(outcome_type),
+                                CStringGetDatum(kOutcomeLabels[int(r.outcome)]));
+    const KeyRecord &rec = r.record;
+    bool shown = r.outcome != Outcome::TooOld;
+    bool replay = r.outcome == Outcome::Replay;
+    // outcome, status_code, response, attempt, recovery_point, first_seen_at, locked_until,
+    // expires_at
+    const KeyColumn columns[] = {kStatusCode,   kResponse,    kAttempt,    kRecoveryPoint,
+                                 kFirstSeenAt,  kLockedUntil, kExpiresAt};
+    Datum values[8] = {ObjectIdGetDatum(label)};
+    bool nulls[8] = {false};
+    for (int i = 0; i < 7; i++) {
+        KeyColumn c = columns[i];
+        bool hidden = !shown || ((c == kStatusCode || c == kResponse) && !replay) ||
+                      (c == kLockedUntil && rec.state() == 'c');
+        nulls[i + 1] = hidden || rec.is_null(c);
+        values[i + 1] = nulls[i + 1] ? (Datum)0 : rec.values[c];
+    }
+    return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
+}
+
+}  // namespace
+
+IDEM_FUNCTION(idem_reserve) {
+    ReserveRequest req;
+    req.scope = name_arg(fcinfo, 0, "scope");
+    req.key = name_arg(fcinfo, 1, "key");
+    req.request_hash = PG_ARGISNULL(2) ? nullptr : PG_GETARG_BYTEA_PP(2);
+    req.lock_ttl = interval_arg_usecs(fcinfo, 3, "lock_ttl", false);
+    req.retention = interval_arg_usecs(fcinfo, 4, "retention", false);
+    req.wait = interval_arg_usecs(fcinfo, 5, "wait", true);
+
+    Storage storage = open_storage();
+    Reservation reservation = reserve_key(req);
+    close_storage(storage);
+    return reservation_datum(fcinfo, reservation);
+}
+
+// --- complete, fail, checkpoint --------------------------------------------------------------
+
+namespace {
+
+bool same_result(const KeyRecord &record, int32 status_code, const Jsonb *response) {
+    if (DatumGetInt32(record.values[kStatusCode]) != status_code) return false;
+    if (record.is_null(kResponse) || response == nullptr)
+        return record.is_null(kResponse) && response == nullptr;
+    return DatumGetBool(DirectFunctionCall2(jsonb_eq, record.values[kResponse],
+                                            PointerGetDatum(response)));
+}
+
+Datum jsonb_arg(FunctionCallInfo fcinfo, int n, const char *what, bool *is_null) {
+    *is_null = PG_ARGISNULL(n);
+    if (*is_null) return (Datum)0;
+    Jsonb *value = PG_GETARG_JSONB_P(n);
+    if (VARSIZE(value) > core::kMaxResponseBytes)
+        throw SqlError(ERRCODE_PROGRAM_LIMIT_EXCEEDED, psprintf("%s is too large", what),
+                       psprintf("It takes %zu bytes as jsonb; the limit is %zu bytes.",
+                                size_t(VARSIZE(value)), core::kMaxResponseBytes),
+                       "Store a reference to the payload instead of the payload itself.");
+    return PointerGetDatum(value);
+}
+
+}  // namespace
+
+IDEM_FUNCTION(idem_complete) {
+    Datum scope = name_arg(fcinfo, 0, "scope");
+    Datum key = name_arg(fcinfo, 1, "key");
+    int32 status_code = DatumGetInt32(required_arg(fcinfo, 2, "status_code"));
+    core::check_status_code(status_code);
+    bool response_null;
+    Datum response = jsonb_arg(fcinfo, 3, "response", &response_null);
+
+    Storage storage = open_storage();
+    lock_key(scope, key);
+    TimestampTz now = GetCurrentTimestamp();
+    KeyRecord record;
+    PendingClaim *claim;
+    if (!record_to_write(scope, key, now, &record, &claim))
+        raise_no_claim("complete", "The key has no live record: it was never reserved, was "
+                                   "forgotten, or its retention window has ended.");
+    if (attempt_is_stale(fcinfo, 4, record.attempt())) raise_stale(fcinfo, 4, record.attempt());
+    if (record.state() == 'c') {
+        if (!same_result(record, status_code,
+                         response_null ? nullptr : DatumGetJsonbP(response)))
+            throw SqlError(kResultConflict, "key is already completed with a different result",
+                           psprintf("The stored status_code is %d.",
+                                    DatumGetInt32(record.values[kStatusCode])));
+    } else if (record.state() == 'f') {
+        raise_no_claim("complete", "The last attempt failed and released its claim.");
+    } else {
+        record.set_state("completed");
+        record.set(kStatusCode, Int32GetDatum(status_code));
+        if (response_null)
+            record.set_null(kResponse);
+        else
+            record.set(kResponse, response);
+        record.set(kCompletedAt, TimestampTzGetDatum(now));
+        record.set_null(kLockedUntil);
+        store_record(record, claim);
+    }
+    close_storage(storage);
+    PG_RETURN_VOID();
+}
+
+IDEM_FUNCTION(idem_fail) {
+    Datum scope = name_arg(fcinfo, 0, "scope");
+    Datum key = name_arg(fcinfo, 1, "key");
+    bool error_null;
+    Datum error = jsonb_arg(fcinfo, 2, "error", &error_null);
+
+    Storage storage = open_storage();
+    lock_key(scope, key);
+    TimestampTz now = GetCurrentTimestamp();
+    KeyRecord record;
+    PendingClaim *claim;
+    if (!record_to_write(scope, key, now, &record, &claim))
+        raise_no_claim("fail", "The key has no live record.");
+    if (attempt_is_stale(fcinfo, 3, record.attempt())) raise_stale(fcinfo, 3, record.attempt());
+    if (record.state() != 'p')
+        raise_no_claim("fail", record.state() == 'c' ? "The key is already completed."
+                                                      : "The claim was already released.");
+    record.set_state("failed");
+    if (error_null)
+        record.set_null(kLastError);
+    else
+        record.set(kLastError, error);
+    record.set_null(kLockedUntil);
+    store_record(record, claim);
+    close_storage(storage);
+    PG_RETURN_VOID();
+}
+
+IDEM_FUNCTION(idem_checkpoint) {
+    Datum scope = name_arg(fcinfo, 0, "scope");
+    Datum key = name_arg(fcinfo, 1, "key");
+    bool point_null = PG_ARGISNULL(2);
+
+    Storage storage = open_storage();
+    lock_key(scope, key);
+    TimestampTz now = GetCurrentTimestamp();
+    KeyRecord record;
+    PendingClaim *claim;
+    if (!record_to_write(scope, key, now, &record, &claim))
+        raise_no_claim("checkpoint", "The key has no live record.");
+    if (attempt_is_stale(fcinfo, 3, record.attempt())) raise_stale(fcinfo, 3, record.attempt());
+    if (record.state() != 'p')
+        raise_no_claim("checkpoint", "The key is not being processed.");
+    if (claim != nullptr) {
+        claim->record.nulls[kRecoveryPoint] = point_null;
+        claim->record.values[kRecoveryPoint] =
+            point_null ? (Datum)0 : copy_to_transaction(PG_GETARG_DATUM(2), kRecoveryPoint);
+    } else {
+        if (point_null)
+            record.set_null(kRecoveryPoint);
+        else
+            record.set(kRecoveryPoint, PG_GETARG_DATUM(2));
+        update_key(record);
+    }
+    close_storage(storage);
+    PG_RETURN_VOID();
+}
+
+// --- lookup, forget -------------------------------------------------------------------------
+
+IDEM_FUNCTION(idem_lookup) {
+    Datum scope = name_arg(fcinfo, 0, "scope");
+    Datum key = name_arg(fcinfo, 1, "key");
+
+    auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+    InitMaterializedSRF(fcinfo, 0);
+    Storage storage = open_storage();
+    KeyRecord record;
+    PendingClaim *claim;
+    bool found = current_record(scope, key, GetCurrentTimestamp(), &record, &claim);
+    close_storage(storage);
+    if (found) {
+        // state, status_code, response, request_hash, attempt, recovery_point, last_error,
+        // first_seen_at, completed_at, locked_until, expires_at
+        const KeyColumn columns[] = {kState,         kStatusCode, kResponse,    kRequestHash,
+                                     kAttempt,       kRecoveryPoint, kLastError, kFirstSeenAt,
+                                     kCompletedAt,   kLockedUntil, kExpiresAt};
+        Datum values[11];
+        bool nulls[11];
+        for (int i = 0; i < 11; i++) {
+            values[i] = record.values[columns[i]];
+            nulls[i] = record.nulls[columns[i]];
+        }
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+    return (Datum)0;
+}
+
+IDEM_FUNCTION(idem_forget) {
+    Datum scope = name_arg(fcinfo, 0, "scope");
+    Datum key = name_arg(fcinfo, 1, "key");
+
+    Storage storage = open_storage();
+    lock_key(scope, key);
+    KeyRecord record;
+    bool live = find_live_key(scope, key, GetCurrentTimestamp(), &record);
+    bool pending = drop_pending_claim(scope, key);
+    delete_key(scope, key);
+    close_storage(storage);
+    PG_RETURN_BOOL(live || pending);
+}
+
+}  // namespace idem::pg

@@ -1,0 +1,132 @@
+#include "pg/key_store.hpp"
+
+extern "C" {
+#include "utils/syscache.h"
+#include "catalog/pg_class.h"
+}
+
+namespace idem::pg {
+
+namespace {
+
+// Every object is schema-qualified, operators included: a caller's search_path cannot
+// redirect these statements.
+constexpr const char *kFindSql =
+    "SELECT scope, key, state, attempt, request_hash, status_code, response, recovery_point,"
+    " last_error, first_seen_at, completed_at, locked_until, expires_at"
+    " FROM idempotency.keys"
+    " WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
+    " AND expires_at OPERATOR(pg_catalog.>) $3 LIMIT 1";
+
+constexpr const char *kInsertSql =
+    "INSERT INTO idempotency.keys (scope, key, state, attempt, request_hash, status_code,"
+    " response, recovery_point, last_error, first_seen_at, completed_at, locked_until,"
+    " expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
+constexpr const char *kUpdateSql =
+    "UPDATE idempotency.keys SET state = $3, attempt = $4, request_hash = $5,"
+    " status_code = $6, response = $7, recovery_point = $8, last_error = $9,"
+    " completed_at = $11, locked_until = $12"
+    " WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
+    " AND expires_at OPERATOR(pg_catalog.=) $13";
+
+constexpr const char *kDeleteSql =
+    "DELETE FROM idempotency.keys"
+    " WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2";
+
+const Oid kRecordTypes[kKeyColumnCount] = {
+    TEXTOID,  TEXTOID,  TEXTOID,        INT4OID,        BYTEAOID,       INT4OID,        JSONBOID,
+    TEXTOID,  JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+};
+
+SPIPlanPtr find_plan, insert_plan, update_plan, delete_plan;
+
+SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *types) {
+    if (*slot == nullptr) {
+        SPIPlanPtr plan = SPI_prepare(sql, nargs, const_cast<Oid *>(types));
+        if (plan == nullptr)
+            elog(ERROR, "idempotency: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+        SPI_keepplan(plan);
+        *slot = plan;
+    }
+    return *slot;
+}
+
+char null_flags(const bool *nulls, int i) { return nulls[i] ? 'n' : ' '; }
+
+void execute(SPIPlanPtr plan, const Datum *values, const bool *nulls, int nargs,
+             bool read_only, int expected) {
+    char flags[kKeyColumnCount];
+    for (int i = 0; i < nargs; i++) flags[i] = null_flags(nulls, i);
+    int rc = SPI_execute_plan(plan, const_cast<Datum *>(values), flags, read_only, 0);
+    if (rc != expected)
+        elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+}
+
+Oid key_table_owner() {
+    Oid schema = get_namespace_oid("idempotency", false);
+    Oid table = get_relname_relid("keys", schema);
+    HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(table));
+    if (!HeapTupleIsValid(tuple)) elog(ERROR, "idempotency: table idempotency.keys is missing");
+    Oid owner = ((Form_pg_class)GETSTRUCT(tuple))->relowner;
+    ReleaseSysCache(tuple);
+    return owner;
+}
+
+}  // namespace
+
+SavedUser become_key_owner() {
+    SavedUser saved;
+    GetUserIdAndSecContext(&saved.user, &saved.security_context);
+    SetUserIdAndSecContext(key_table_owner(),
+                           saved.security_context | SECURITY_LOCAL_USERID_CHANGE);
+    return saved;
+}
+
+void restore_user(SavedUser saved) { SetUserIdAndSecContext(saved.user, saved.security_context); }
+
+bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record,
+                   Snapshot snapshot) {
+    const Oid types[] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
+    Datum args[] = {scope, key, TimestampTzGetDatum(now)};
+    char flags[] = "   ";
+    SPIPlanPtr plan = saved_plan(&find_plan, kFindSql, 3, types);
+    int rc = snapshot == InvalidSnapshot
+                 ? SPI_execute_plan(plan, args, flags, false, 1)
+                 : SPI_execute_snapshot(plan, args, flags, snapshot, InvalidSnapshot, false,
+                                        false, 1);
+    if (rc != SPI_OK_SELECT)
+        elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+    if (SPI_processed == 0) return false;
+    HeapTuple tuple = SPI_tuptable->vals[0];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    for (int i = 0; i < kKeyColumnCount; i++) {
+        Form_pg_attribute attr = TupleDescAttr(desc, i);
+        Datum value = SPI_getbinval(tuple, desc, i + 1, &record->nulls[i]);
+        record->values[i] =
+            record->nulls[i] ? (Datum)0 : SPI_datumTransfer(value, attr->attbyval, attr->attlen);
+    }
+    return true;
+}
+
+void insert_key(const KeyRecord &record) {
+    execute(saved_plan(&insert_plan, kInsertSql, kKeyColumnCount, kRecordTypes), record.values,
+            record.nulls, kKeyColumnCount, false, SPI_OK_INSERT);
+}
+
+void update_key(const KeyRecord &record) {
+    execute(saved_plan(&update_plan, kUpdateSql, kKeyColumnCount, kRecordTypes), record.values,
+            record.nulls, kKeyColumnCount, false, SPI_OK_UPDATE);
+    if (SPI_processed != 1) elog(ERROR, "idempotency: key record vanished during update");
+}
+
+uint64 delete_key(Datum scope, Datum key) {
+    const Oid types[] = {TEXTOID, TEXTOID};
+    Datum args[] = {scope, key};
+    bool nulls[] = {false, false};
+    execute(saved_plan(&delete_plan, kDeleteSql, 2, types), args, nulls, 2, false,
+            SPI_OK_DELETE);
+    return SPI_processed;
+}
+
+}  // namespace idem::pg

@@ -1,0 +1,62 @@
+// Storage of key records in idempotency.keys, through SPI with saved plans.
+// Every function here expects SPI to be connected and holds no C++ objects, so PostgreSQL
+// errors may pass through it.
+#pragma once
+
+#include "pg/postgres_headers.hpp"
+
+namespace idem::pg {
+
+// The columns of idempotency.keys, in the order of the saved statements' parameters.
+enum KeyColumn {
+    kScope,
+    kKey,
+    kState,
+    kAttempt,
+    kRequestHash,
+    kStatusCode,
+    kResponse,
+    kRecoveryPoint,
+    kLastError,
+    kFirstSeenAt,
+    kCompletedAt,
+    kLockedUntil,
+    kExpiresAt,
+    kKeyColumnCount
+};
+
+// One record; values are in the memory context that was current when SPI was connected.
+struct KeyRecord {
+    Datum values[kKeyColumnCount];
+    bool nulls[kKeyColumnCount];
+
+    bool is_null(KeyColumn c) const { return nulls[c]; }
+    void set(KeyColumn c, Datum value) { values[c] = value, nulls[c] = false; }
+    void set_null(KeyColumn c) { values[c] = (Datum)0, nulls[c] = true; }
+    // 'p'rocessing, 'c'ompleted or 'f'ailed.
+    char state() const { return VARDATA_ANY(DatumGetTextPP(values[kState]))[0]; }
+    void set_state(const char *state) { set(kState, CStringGetTextDatum(state)); }
+    int32 attempt() const { return DatumGetInt32(values[kAttempt]); }
+    TimestampTz timestamp(KeyColumn c) const { return DatumGetTimestampTz(values[c]); }
+};
+
+// Storage runs as the owner of idempotency.keys, whoever calls: switch to it and back.
+struct SavedUser {
+    Oid user;
+    int security_context;
+};
+SavedUser become_key_owner();
+void restore_user(SavedUser saved);
+
+// The live record of (scope, key) (expires_at > now), if any; fills record->values[kScope..].
+// Read with a fresh snapshot in READ COMMITTED (never the statement's, which may predate a
+// lock wait), or with `snapshot` when given.
+bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record,
+                   Snapshot snapshot = InvalidSnapshot);
+void insert_key(const KeyRecord &record);
+// Rewrites the mutable columns of the row identified by (scope, key, expires_at).
+void update_key(const KeyRecord &record);
+// Deletes every row of (scope, key), live or expired; returns how many.
+uint64 delete_key(Datum scope, Datum key);
+
+}  // namespace idem::pg

@@ -1,0 +1,135 @@
+#include "pg/pending_claims.hpp"
+
+namespace idem::pg {
+
+namespace {
+
+PendingClaim *claims = nullptr;  // lives in TopTransactionContext
+
+bool is_by_value(KeyColumn column) {
+    return column == kAttempt || column == kStatusCode || column >= kFirstSeenAt;
+}
+
+bool same_text(Datum a, Datum b) {
+    text *x = DatumGetTextPP(a);
+    text *y = DatumGetTextPP(b);
+    return VARSIZE_ANY_EXHDR(x) == VARSIZE_ANY_EXHDR(y) &&
+           memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
+}
+
+bool matches(const PendingClaim *claim, Datum scope, Datum key) {
+    return same_text(claim->record.values[kKey], key) &&
+           same_text(claim->record.values[kScope], scope);
+}
+
+void write_unwritten_claims() {
+    if (claims == nullptr) return;
+    bool connected = false;
+    SavedUser saved{};
+    for (PendingClaim *claim = claims; claim != nullptr; claim = claim->next) {
+        if (claim->written_in != InvalidSubTransactionId) continue;
+        if (!connected) {
+            // Portals are closed by now: the statements need a snapshot of their own.
+            PushActiveSnapshot(GetTransactionSnapshot());
+            if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+            saved = become_key_owner();
+            connected = true;
+        }
+        insert_key(claim->record);
+        claim->written_in = GetCurrentSubTransactionId();
+    }
+    if (connected) {
+        restore_user(saved);
+        SPI_finish();
+        PopActiveSnapshot();
+    }
+}
+
+void on_transaction_event(XactEvent event, void *) {
+    switch (event) {
+        case XACT_EVENT_PRE_COMMIT:
+        case XACT_EVENT_PRE_PREPARE:
+            write_unwritten_claims();
+            break;
+        case XACT_EVENT_COMMIT:
+        case XACT_EVENT_ABORT:
+        case XACT_EVENT_PREPARE:
+        case XACT_EVENT_PARALLEL_COMMIT:
+        case XACT_EVENT_PARALLEL_ABORT:
+            claims = nullptr;  // its memory goes with TopTransactionContext
+            break;
+        default:
+            break;
+    }
+}
+
+void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact,
+                             SubTransactionId parent, void *) {
+    PendingClaim **link = &claims;
+    while (*link != nullptr) {
+        PendingClaim *claim = *link;
+        if (event == SUBXACT_EVENT_ABORT_SUB) {
+            if (claim->created_in == subxact) {
+                *link = claim->next;
+                continue;
+            }
+            if (claim->written_in == subxact) claim->written_in = InvalidSubTransactionId;
+        } else if (event == SUBXACT_EVENT_COMMIT_SUB) {
+            if (claim->created_in == subxact) claim->created_in = parent;
+            if (claim->written_in == subxact) claim->written_in = parent;
+        }
+        link = &claim->next;
+    }
+}
+
+}  // namespace
+
+void register_pending_claim_callbacks() {
+    RegisterXactCallback(on_transaction_event, nullptr);
+    RegisterSubXactCallback(on_subtransaction_event, nullptr);
+}
+
+PendingClaim *find_unwritten_claim(Datum scope, Datum key) {
+    for (PendingClaim *claim = claims; claim != nullptr; claim = claim->next)
+        if (claim->written_in == InvalidSubTransactionId && matches(claim, scope, key))
+            return claim;
+    return nullptr;
+}
+
+Datum copy_to_transaction(Datum value, KeyColumn column) {
+    if (is_by_value(column)) return value;
+    MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+    Datum copy = datumCopy(value, false, -1);
+    MemoryContextSwitchTo(old);
+    return copy;
+}
+
+PendingClaim *add_pending_claim(const KeyRecord &record) {
+    auto *claim = static_cast<PendingClaim *>(
+        MemoryContextAllocZero(TopTransactionContext, sizeof(PendingClaim)));
+    for (int c = 0; c < kKeyColumnCount; c++) {
+        claim->record.nulls[c] = record.nulls[c];
+        if (!record.nulls[c])
+            claim->record.values[c] =
+                copy_to_transaction(record.values[c], static_cast<KeyColumn>(c));
+    }
+    claim->created_in = GetCurrentSubTransactionId();
+    claim->written_in = InvalidSubTransactionId;
+    claim->next = claims;
+    claims = claim;
+    return claim;
+}
+
+void mark_claim_written(PendingClaim *claim) { claim->written_in = GetCurrentSubTransactionId(); }
+
+bool drop_pending_claim(Datum scope, Datum key) {
+    for (PendingClaim **link = &claims; *link != nullptr; link = &(*link)->next) {
+        if (matches(*link, scope, key)) {
+            *link = (*link)->next;
+            return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace idem::pg
