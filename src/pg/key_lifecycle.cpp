@@ -15,6 +15,7 @@
 
 extern "C" {
 #include "catalog/pg_enum.h"
+#include "storage/proc.h"
 #include "utils/syscache.h"
 }
 
@@ -31,10 +32,27 @@ void key_lock_tag(LOCKTAG *tag, Datum scope, Datum key) {
     SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, uint32(hash >> 32), uint32(hash), kKeyLockClass);
 }
 
+// Key locks belong to the transaction (not to the statement's portal), so that one taken
+// while waiting in a subtransaction can be released like any other.
+LockAcquireResult acquire_key_lock(const LOCKTAG *tag, bool dont_wait) {
+    ResourceOwner caller_owner = CurrentResourceOwner;
+    CurrentResourceOwner = CurTransactionResourceOwner;
+    LockAcquireResult result = LockAcquire(tag, ExclusiveLock, false, dont_wait);
+    CurrentResourceOwner = caller_owner;
+    return result;
+}
+
+void release_key_lock(const LOCKTAG *tag) {
+    ResourceOwner caller_owner = CurrentResourceOwner;
+    CurrentResourceOwner = CurTransactionResourceOwner;
+    LockRelease(tag, ExclusiveLock, false);
+    CurrentResourceOwner = caller_owner;
+}
+
 void lock_key(Datum scope, Datum key) {
     LOCKTAG tag;
     key_lock_tag(&tag, scope, key);
-    (void)LockAcquire(&tag, ExclusiveLock, false, false);
+    (void)acquire_key_lock(&tag, false);
 }
 
 void connect_spi() {
@@ -165,6 +183,43 @@ bool lease_is_live(const KeyRecord &record, TimestampTz now) {
            record.timestamp(kLockedUntil) > now;
 }
 
+// Waits up to `usecs` for the key's lock held by another transaction, as a real lock wait:
+// visible in pg_locks and pg_blocking_pids, and subject to deadlock detection. The lock
+// timeout that ends it is caught in a subtransaction; false then. Other errors propagate.
+bool wait_for_key_lock(const LOCKTAG *tag, int64 usecs) {
+    MemoryContext caller_context = CurrentMemoryContext;
+    ResourceOwner caller_owner = CurrentResourceOwner;
+    const int caller_lock_timeout = LockTimeout;
+    const int usecs_ms = int(Min((usecs + 999) / 1000, int64(INT_MAX)));
+    const int wait_ms = caller_lock_timeout > 0 ? Min(usecs_ms, caller_lock_timeout) : usecs_ms;
+    volatile bool acquired = false;
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(caller_context);
+    PG_TRY();
+    {
+        LockTimeout = wait_ms;
+        (void)acquire_key_lock(tag, false);
+        LockTimeout = caller_lock_timeout;
+        ReleaseCurrentSubTransaction();  // the lock passes to the caller's transaction
+        acquired = true;
+    }
+    PG_CATCH();
+    {
+        LockTimeout = caller_lock_timeout;
+        MemoryContextSwitchTo(caller_context);
+        ErrorData *edata = CopyErrorData();
+        FlushErrorState();
+        RollbackAndReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(caller_context);
+        CurrentResourceOwner = caller_owner;
+        if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE) ReThrowError(edata);
+    }
+    PG_END_TRY();
+    MemoryContextSwitchTo(caller_context);
+    CurrentResourceOwner = caller_owner;
+    return acquired;
+}
+
 // Sleeps a little while waiting for another holder; false once the deadline has passed.
 bool pause_until(TimestampTz deadline, int *pause_ms) {
     TimestampTz now = GetCurrentTimestamp();
@@ -208,7 +263,7 @@ Reservation reserve_key(const ReserveRequest &req) {
     int pause_ms = 1;
     Reservation result;
     for (;;) {
-        LockAcquireResult lock = LockAcquire(&tag, ExclusiveLock, false, true);
+        LockAcquireResult lock = acquire_key_lock(&tag, true);
         TimestampTz now = GetCurrentTimestamp();
         if (lock == LOCKACQUIRE_NOT_AVAIL) {
             // Another transaction is working on the key right now. A completed record never
@@ -218,12 +273,15 @@ Reservation reserve_key(const ReserveRequest &req) {
                 result.outcome = finished_outcome(result.record, req);
                 return result;
             }
-            if (pause_until(deadline, &pause_ms)) continue;
-            result.outcome = found && hashes_differ(result.record, req.request_hash)
-                                 ? Outcome::Mismatch
-                                 : Outcome::InProgress;
-            if (!found) clear_record(&result.record);
-            return result;
+            if (deadline <= now || !wait_for_key_lock(&tag, deadline - now)) {
+                result.outcome = found && hashes_differ(result.record, req.request_hash)
+                                     ? Outcome::Mismatch
+                                     : Outcome::InProgress;
+                if (!found) clear_record(&result.record);
+                return result;
+            }
+            lock = LOCKACQUIRE_OK;
+            now = GetCurrentTimestamp();
         }
         PendingClaim *claim;
         bool found = current_record(req.scope, req.key, now, &result.record, &claim);
@@ -244,7 +302,7 @@ Reservation reserve_key(const ReserveRequest &req) {
         } else if (claim != nullptr || lease_is_live(result.record, now)) {
             // A committed claim of another holder: wait without blocking its complete.
             if (claim == nullptr && lock == LOCKACQUIRE_OK && pause_until(deadline, &pause_ms)) {
-                LockRelease(&tag, ExclusiveLock, false);
+                release_key_lock(&tag);
                 continue;
             }
             result.outcome = Outcome::InProgress;

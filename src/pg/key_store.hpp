@@ -33,8 +33,10 @@ struct KeyRecord {
     bool is_null(KeyColumn c) const { return nulls[c]; }
     void set(KeyColumn c, Datum value) { values[c] = value, nulls[c] = false; }
     void set_null(KeyColumn c) { values[c] = (Datum)0, nulls[c] = true; }
-    // 'p'rocessing, 'c'ompleted or 'f'ailed.
-    char state() const { return VARDATA_ANY(DatumGetTextPP(values[kState]))[0]; }
+    // 'p'rocessing, 'c'ompleted or 'f'ailed; 0 for a record with no state.
+    char state() const {
+        return nulls[kState] ? '\0' : VARDATA_ANY(DatumGetTextPP(values[kState]))[0];
+    }
     void set_state(const char *state) { set(kState, CStringGetTextDatum(state)); }
     int32 attempt() const { return DatumGetInt32(values[kAttempt]); }
     TimestampTz timestamp(KeyColumn c) const { return DatumGetTimestampTz(values[c]); }
