@@ -63,16 +63,19 @@ IDEM_FUNCTION(idem_fingerprint_bytea) {
 }
 
 IDEM_FUNCTION(idem_uuidv7) {
-    TimestampTz now = GetCurrentTimestamp();
+    // 48 bits of milliseconds and 12 bits of sub-millisecond fraction ("ticks" of 1/4096 ms),
+    // bumped past the last value so that keys of one backend strictly increase.
+    static int64 last_ticks = 0;
     constexpr int64 kEpochShiftUs =
         int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
-    int64 unix_us = now + kEpochShiftUs;
+    int64 unix_us = GetCurrentTimestamp() + kEpochShiftUs;
+    int64 ticks = (unix_us / 1000) * 4096 + (unix_us % 1000) * 4096 / 1000;
+    if (ticks <= last_ticks) ticks = last_ticks + 1;
+    last_ticks = ticks;
     std::array<uint8_t, 8> random;
     if (!pg_strong_random(random.data(), random.size()))
         raise_sql(ERRCODE_INTERNAL_ERROR, "could not generate random bytes");
-    // The sub-millisecond fraction keeps keys of one backend in creation order.
-    auto fraction = uint16_t((unix_us % 1000) * 4096 / 1000);
-    core::Uuid uuid = core::make_uuidv7(unix_us / 1000, fraction, random);
+    core::Uuid uuid = core::make_uuidv7(ticks / 4096, uint16_t(ticks % 4096), random);
     auto *result = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
     memcpy(result->data, uuid.data(), uuid.size());
     PG_RETURN_UUID_P(result);
