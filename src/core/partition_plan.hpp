@@ -1,0 +1,59 @@
+// Time-partition arithmetic for idempotency.keys (partitioned by expires_at): which ranges
+// to create, which partitions may be dropped, and what each partition is called.
+// Times are microseconds since 2000-01-01 00:00 UTC (PostgreSQL's epoch).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace idem::core {
+
+// [lo, hi): lo may be kUnbounded's negative (MINVALUE), hi kUnbounded (MAXVALUE).
+struct TimeRange {
+    int64_t lo;
+    int64_t hi;
+};
+constexpr int64_t kUnbounded = INT64_MAX;
+constexpr int64_t kUsecsPerSecond = 1000000;
+constexpr int64_t kUsecsPerDay = 86400 * kUsecsPerSecond;
+
+// Start of the width-aligned bucket holding t (floor division: right for negative t too).
+int64_t bucket_start(int64_t t, int64_t width);
+
+// The parts of `want` that no range of `existing` covers, in ascending order.
+std::vector<TimeRange> uncovered(TimeRange want, const std::vector<TimeRange> &existing);
+
+struct PlanInput {
+    int64_t now;
+    int64_t width;                         // > 0
+    int premake;                           // future buckets kept ready beyond the current one
+    std::vector<TimeRange> existing;       // attached partitions except the default
+    std::vector<int64_t> default_buckets;  // bucket starts of live rows in the default partition
+    int max_creates;                       // cap per run; the rest waits for the next run
+};
+
+struct Plan {
+    std::vector<TimeRange> create;  // ascending, non-overlapping, not overlapping `existing`
+    std::vector<size_t> drop;       // indexes into PlanInput::existing
+    bool capped = false;            // some ranges were left for the next run
+};
+
+// A partition may be dropped once its upper bound has passed: every row in it has
+// expires_at < hi <= now, i.e. is past its retention.
+inline bool due_to_drop(TimeRange r, int64_t now) {
+    return r.hi != kUnbounded && r.hi <= now;
+}
+
+Plan plan_partitions(const PlanInput &in);
+
+// Name suffix of a partition starting at lo, in pg_partman 4.7's format for the width (so a
+// hand-off to pg_partman recognises the partitions): YYYY_MM_DD for widths of a day or more,
+// YYYY_MM_DD_HH24MI below a day, YYYY_MM_DD_HH24MISS below a minute. A start the format
+// cannot show exactly gets the finer format, so distinct starts never share a name.
+std::string partition_suffix(int64_t lo, int64_t width);
+
+// pg_partman's datetime_string for the width (as stored in partman.part_config).
+const char *partman_datetime_format(int64_t width);
+
+}  // namespace idem::core
