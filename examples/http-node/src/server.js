@@ -1,0 +1,399 @@
+// Orders API whose Idempotency-Key header is backed by the idempotency extension.
+//   POST /orders                 create an order (Authorization + Idempotency-Key required)
+//   GET  /orders/by-key/:key     what the server knows about a key (support staff)
+//   GET  /healthz
+// Run: PGHOST=... PGPORT=... PGDATABASE=... node src/server.js   (see README, "HTTP example")
+import fs from 'node:fs';
+import http from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { pathToFileURL } from 'node:url';
+import pg from 'pg';
+
+const SCHEMA = fs.readFileSync(new URL('../schema.sql', import.meta.url), 'utf8');
+
+export const CATALOG = { widget: 250, gadget: 1000, gizmo: 4200 }; // prices in cents
+const DEFAULT_TOKENS = { 'alice-token': 'acct_alice', 'bob-token': 'acct_bob' };
+const VOLATILE_FIELDS = ['client_sent_at']; // left out of the request fingerprint
+const MAX_BODY_BYTES = 64 * 1024;
+const MAX_SIMULATED_MS = 60_000;
+
+export function configFromEnv(env = process.env) {
+  return {
+    host: env.HOST ?? '127.0.0.1',
+    port: Number(env.PORT ?? 3000),
+    lockTtl: env.LOCK_TTL ?? '30 seconds', // how long a committed claim outlives a crash
+    retention: env.RETENTION ?? '24 hours', // how long responses are replayed
+    reserveWait: env.RESERVE_WAIT ?? '0', // how long a duplicate waits before 409
+    tokens: env.API_TOKENS ? JSON.parse(env.API_TOKENS) : DEFAULT_TOKENS,
+    poolSize: Number(env.PG_POOL_MAX ?? 10),
+    logRequests: env.LOG_REQUESTS === '1',
+  };
+}
+
+class HttpError extends Error {
+  constructor(status, code, message, headers = {}) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.headers = headers;
+  }
+}
+
+const reply = (status, body, headers = {}) => ({ status, body, headers });
+const problem = (status, code, message, headers = {}) =>
+  reply(status, { error: code, message }, headers);
+
+// --- request parsing --------------------------------------------------------------------------
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const TOKEN_RE = /^[\x21-\x7e]{1,255}$/; // visible ASCII, no spaces
+
+// A UUID (lower-cased) or a token of 1 to 255 visible ASCII characters. The quoted form of
+// the IETF draft (a structured-field string, "...") is accepted too.
+export function parseIdempotencyKey(raw) {
+  if (raw === undefined || raw === '')
+    throw new HttpError(400, 'idempotency_key_missing', 'the Idempotency-Key header is required');
+  let key = raw.trim();
+  if (key.length >= 2 && key.startsWith('"') && key.endsWith('"')) key = key.slice(1, -1);
+  if (UUID_RE.test(key)) return key.toLowerCase();
+  if (!TOKEN_RE.test(key))
+    throw new HttpError(400, 'idempotency_key_malformed',
+      'the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters');
+  return key;
+}
+
+function authenticate(req, tokens) {
+  const m = /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? '');
+  const account = m && Object.hasOwn(tokens, m[1]) ? tokens[m[1]] : undefined;
+  if (!account)
+    throw new HttpError(401, 'unauthorized', 'a valid "Authorization: Bearer <token>" is required',
+      { 'WWW-Authenticate': 'Bearer' });
+  return account;
+}
+
+async function readJson(req) {
+  const chunks = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES)
+      throw new HttpError(413, 'body_too_large', `the body is limited to ${MAX_BODY_BYTES} bytes`,
+        { Connection: 'close' });
+    chunks.push(chunk);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch {
+    throw new HttpError(400, 'invalid_json', 'the body must be JSON');
+  }
+}
+
+// Checked before the key is reserved: the same body always fails the same way, so a
+// validation error need not be stored.
+export function validateOrder(body) {
+  const bad = (message) => new HttpError(400, 'invalid_order', message);
+  if (body === null || typeof body !== 'object' || Array.isArray(body))
+    throw bad('the body must be a JSON object');
+  const { item, quantity, note } = body;
+  if (typeof item !== 'string' || !Object.hasOwn(CATALOG, item))
+    throw bad(`item must be one of ${Object.keys(CATALOG).join(', ')}`);
+  if (!Number.isInteger(quantity) || quantity < 1 || quantity > 1000)
+    throw bad('quantity must be an integer from 1 to 1000');
+  if (note !== undefined && note !== null && (typeof note !== 'string' || note.length > 500))
+    throw bad('note must be a string of at most 500 characters');
+  return { item, quantity, note: note ?? null, totalCents: CATALOG[item] * quantity };
+}
+
+// Query parameters that simulate slow or failing work (for demos and tests).
+function simulation(url) {
+  const ms = (name) => {
+    const text = url.searchParams.get(name);
+    if (text === null) return 0;
+    const value = Number(text);
+    if (!Number.isInteger(value) || value < 0 || value > MAX_SIMULATED_MS)
+      throw new HttpError(400, 'invalid_parameter', `${name} must be 0 to ${MAX_SIMULATED_MS}`);
+    return value;
+  };
+  return {
+    delayMs: ms('delay_ms'), // a slow handler inside the one transaction
+    externalMs: url.searchParams.has('external_ms') ? ms('external_ms') : null, // two-step flow
+    externalError: url.searchParams.get('external_error') === '1', // the external call fails
+  };
+}
+
+// --- SQL --------------------------------------------------------------------------------------
+
+const RESERVE = `
+  SELECT r.outcome::text AS outcome, r.status_code, r.response, r.attempt, r.recovery_point,
+         r.locked_until
+    FROM idempotency.reserve($1, $2, idempotency.fingerprint($3::jsonb, $4::text[]),
+                             $5::interval, $6::interval, $7::interval) AS r`;
+const INSERT_ORDER = `
+  INSERT INTO orders (account, idempotency_key, item, quantity, total_cents, note)
+  VALUES ($1, $2, $3, $4, $5, $6)
+  RETURNING jsonb_build_object('id', id, 'account', account, 'idempotency_key', idempotency_key,
+    'item', item, 'quantity', quantity, 'total_cents', total_cents, 'note', note,
+    'created_at', created_at) AS body`;
+const COMPLETE = 'SELECT idempotency.complete($1, $2, $3, $4::jsonb, $5)';
+const FAIL = 'SELECT idempotency.fail($1, $2, $3::jsonb, $4)';
+const CHECKPOINT = 'SELECT idempotency.checkpoint($1, $2, $3, $4)';
+const LOOKUP = `
+  SELECT l.state, l.status_code, l.response, encode(l.request_hash, 'hex') AS request_hash,
+         l.attempt, l.recovery_point, l.last_error, l.first_seen_at, l.completed_at,
+         l.locked_until, l.expires_at,
+         ARRAY(SELECT o.id::text FROM orders o
+                WHERE o.account = $1 AND o.idempotency_key = $2 ORDER BY o.id) AS order_ids
+    FROM idempotency.lookup($1, $2) AS l`;
+const STALE_ATTEMPT = 'IK001'; // complete/fail by a holder whose claim was taken over
+
+// --- the orders service -------------------------------------------------------------------------
+
+export function createService(pool, config) {
+  // Runs fn(client) in a transaction; commits when fn returns, rolls back when it throws.
+  async function inTransaction(fn) {
+    const client = await pool.connect();
+    let broken;
+    try {
+      await client.query('BEGIN');
+      try {
+        const result = await fn(client);
+        await client.query('COMMIT');
+        return result;
+      } catch (err) {
+        await client.query('ROLLBACK').catch((e) => { broken = e; });
+        throw err;
+      }
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  const reserve = (client, ctx) =>
+    client.query(RESERVE, [ctx.account, ctx.key, JSON.stringify(ctx.body), VOLATILE_FIELDS,
+      config.lockTtl, config.retention, config.reserveWait]).then((r) => r.rows[0]);
+
+  const insertOrder = (client, ctx) =>
+    client.query(INSERT_ORDER, [ctx.account, ctx.key, ctx.order.item, ctx.order.quantity,
+      ctx.order.totalCents, ctx.order.note]).then((r) => r.rows[0].body);
+
+  const complete = (client, ctx, status, body, attempt) =>
+    client.query(COMPLETE, [ctx.account, ctx.key, status, JSON.stringify(body), attempt]);
+
+  // Releases the claim so that a retry gets outcome 'new' with the next attempt.
+  async function release(ctx, attempt, error) {
+    try {
+      await inTransaction((c) => c.query(FAIL, [ctx.account, ctx.key, JSON.stringify(error),
+        attempt]));
+    } catch (err) {
+      if (err.code !== STALE_ATTEMPT) throw err; // taken over already: nothing to release
+    }
+  }
+
+  // The answer for every outcome but 'new'.
+  function answerForOutcome(r) {
+    switch (r.outcome) {
+      case 'replay':
+        return reply(r.status_code, r.response ?? null,
+          { 'Idempotent-Replayed': 'true', ...location(r.status_code, r.response) });
+      case 'in_progress': {
+        const left = r.locked_until ? Math.ceil((r.locked_until - Date.now()) / 1000) : 1;
+        return problem(409, 'idempotency_key_in_use',
+          'a request with this Idempotency-Key is still being processed; retry later',
+          { 'Retry-After': String(Math.max(1, left)) });
+      }
+      case 'mismatch':
+        return problem(422, 'idempotency_key_reused',
+          'this Idempotency-Key was already used with a different request body');
+      case 'too_old':
+        return problem(422, 'idempotency_key_too_old',
+          'this Idempotency-Key was created before the retention window, so the request cannot ' +
+          'be told apart from a new one; check whether the order exists, then use a new key');
+      default:
+        throw new Error(`unexpected reserve outcome ${r.outcome}`);
+    }
+  }
+
+  // The common path: reserve, insert, complete, commit, all in one transaction. A failure
+  // rolls everything back, the claim included: the retry starts afresh.
+  async function createInOneTransaction(ctx) {
+    return inTransaction(async (client) => {
+      const r = await reserve(client, ctx);
+      if (r.outcome !== 'new') return answerForOutcome(r);
+      if (ctx.sim.delayMs) await sleep(ctx.sim.delayMs); // a slow handler: duplicates get 409
+      const body = await insertOrder(client, ctx);
+      await complete(client, ctx, 201, body, r.attempt);
+      return reply(201, body, location(201, body));
+    });
+  }
+
+  // The cross-transaction path, for work with an external side effect: commit the claim,
+  // make the external call outside any transaction, then record the order and complete in a
+  // second transaction fenced by the attempt. A crash in between leaves a claim that lapses
+  // after LOCK_TTL; the next retry takes it over (attempt + 1, recovery point kept).
+  async function createWithExternalCall(ctx) {
+    const r = await inTransaction(async (client) => {
+      const r = await reserve(client, ctx);
+      if (r.outcome === 'new')
+        await client.query(CHECKPOINT, [ctx.account, ctx.key, 'supplier_called', r.attempt]);
+      return r;
+    });
+    if (r.outcome !== 'new') return answerForOutcome(r);
+
+    // The simulated external call. r.recovery_point === 'supplier_called' means an earlier
+    // attempt may have made it already: a real supplier would get the same key.
+    await sleep(ctx.sim.externalMs);
+    if (ctx.sim.externalError) {
+      await release(ctx, r.attempt, { error: 'supplier_unavailable' });
+      return problem(502, 'supplier_unavailable',
+        'the supplier did not answer; retry with the same Idempotency-Key',
+        { 'Retry-After': '1' });
+    }
+    try {
+      return await inTransaction(async (client) => {
+        const body = await insertOrder(client, ctx);
+        await complete(client, ctx, 201, body, r.attempt);
+        return reply(201, body, location(201, body));
+      });
+    } catch (err) {
+      if (err.code === STALE_ATTEMPT) // our lease lapsed and a retry took over: its result wins
+        return problem(409, 'idempotency_key_taken_over',
+          'this attempt outlived its claim and a retry took the key over; retry to get its result',
+          { 'Retry-After': '1' });
+      await release(ctx, r.attempt, { error: 'internal_error' }).catch(() => {});
+      throw err;
+    }
+  }
+
+  async function postOrder(req, url) {
+    const account = authenticate(req, config.tokens);
+    const key = parseIdempotencyKey(req.headers['idempotency-key']);
+    const sim = simulation(url);
+    const body = await readJson(req);
+    const ctx = { account, key, body, sim, order: validateOrder(body) };
+    return sim.externalMs === null ? createInOneTransaction(ctx) : createWithExternalCall(ctx);
+  }
+
+  async function getByKey(req, encodedKey) {
+    const account = authenticate(req, config.tokens);
+    let raw;
+    try {
+      raw = decodeURIComponent(encodedKey);
+    } catch {
+      throw new HttpError(400, 'idempotency_key_malformed', 'the key is not valid URL encoding');
+    }
+    const key = parseIdempotencyKey(raw);
+    const { rows } = await pool.query(LOOKUP, [account, key]);
+    if (rows.length === 0)
+      return problem(404, 'not_found', 'no live record for this key in your account');
+    const row = rows[0];
+    return reply(200, { key, ...row, order_ids: row.order_ids.map(Number) });
+  }
+
+  return async function handle(req) {
+    const url = new URL(req.url, 'http://localhost');
+    const path = url.pathname;
+    if (path === '/orders') {
+      if (req.method !== 'POST') return problem(405, 'method_not_allowed', 'use POST', { Allow: 'POST' });
+      return postOrder(req, url);
+    }
+    if (path.startsWith('/orders/by-key/') && path.length > '/orders/by-key/'.length) {
+      if (req.method !== 'GET') return problem(405, 'method_not_allowed', 'use GET', { Allow: 'GET' });
+      return getByKey(req, path.slice('/orders/by-key/'.length));
+    }
+    if (path === '/healthz') return reply(200, { ok: true });
+    return problem(404, 'not_found', 'no such resource');
+  };
+}
+
+function location(status, body) {
+  return status === 201 && body && body.id !== undefined ? { Location: `/orders/${body.id}` } : {};
+}
+
+function isUnavailable(err) {
+  return ['ECONNREFUSED', 'ENOENT', 'ECONNRESET', '57P01', '57P03'].includes(err.code) ||
+    (typeof err.code === 'string' && err.code.startsWith('08'));
+}
+
+export function createHttpServer(pool, config) {
+  const handle = createService(pool, config);
+  return http.createServer(async (req, res) => {
+    const started = Date.now();
+    res.on('error', () => {}); // the client may be gone; the work still completes
+    let answer;
+    try {
+      answer = await handle(req);
+    } catch (err) {
+      if (err instanceof HttpError) {
+        answer = problem(err.status, err.code, err.message, err.headers);
+      } else if (isUnavailable(err)) {
+        console.error(`${req.method} ${req.url}: ${err.message}`);
+        answer = problem(503, 'unavailable', 'the database is unavailable', { 'Retry-After': '1' });
+      } else {
+        console.error(`${req.method} ${req.url}:`, err);
+        answer = problem(500, 'internal_error', 'the request failed; retry with the same Idempotency-Key');
+      }
+    }
+    const text = JSON.stringify(answer.body);
+    if (!res.destroyed) {
+      res.writeHead(answer.status, {
+        'Content-Type': 'application/json',
+        'Content-Length': Buffer.byteLength(text),
+        ...answer.headers,
+      });
+      res.end(text);
+    }
+    if (config.logRequests)
+      console.log(`${req.method} ${req.url} ${answer.status} key=${req.headers['idempotency-key'] ?? '-'} ` +
+        `${Date.now() - started}ms${res.destroyed ? ' (client gone)' : ''}`);
+  });
+}
+
+// Creates the extension and the orders table unless they exist (one server at a time).
+export async function applySchema(pool) {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query("SELECT pg_advisory_xact_lock(hashtext('idempotency http example schema'))");
+    await client.query(SCHEMA);
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw err;
+  } finally {
+    client.release();
+  }
+}
+
+async function main() {
+  const config = configFromEnv();
+  const pool = new pg.Pool({ max: config.poolSize }); // connection from PGHOST, PGPORT, ...
+  // A lost connection (database restart) fails the request using it, not the process.
+  pool.on('error', (err) => console.error(`idle database connection: ${err.message}`));
+  pool.on('connect', (client) =>
+    client.on('error', (err) => console.error(`database connection: ${err.message}`)));
+  await applySchema(pool);
+  const server = createHttpServer(pool, config);
+  server.listen(config.port, config.host, () => {
+    const { address, port } = server.address();
+    console.log(`listening on http://${address}:${port}`);
+  });
+  let stopping = false;
+  const stop = () => {
+    if (stopping) return;
+    stopping = true;
+    server.close(() => pool.end().then(() => process.exit(0)));
+    server.closeIdleConnections();
+    setTimeout(() => process.exit(0), 5000).unref();
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  // Tests start servers with EXIT_WITH_STDIN=1: a server never outlives its test process.
+  if (process.env.EXIT_WITH_STDIN === '1') process.stdin.on('close', stop).resume();
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().catch((err) => {
+    console.error(`orders server: ${err.message}`);
+    process.exit(1);
+  });
+}
