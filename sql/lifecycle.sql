@@ -116,7 +116,9 @@ SELECT outcome, attempt, expires_at FROM idempotency.reserve('life', '01ARZ3NDEK
 SELECT outcome, attempt, expires_at
   FROM idempotency.reserve('life', '017f22e2-79b0-7cc3-98c4-dc0c0c07398f');
 SELECT count(*) FROM idempotency.keys WHERE scope = 'life' AND key LIKE '01%';
-SELECT outcome FROM idempotency.reserve('life', '01ARZ3NDEKTSV4RRFFQ69G5FAV', retention => '100 years');
+SET idempotency.max_retention = '8000d';
+SELECT outcome FROM idempotency.reserve('life', '01ARZ3NDEKTSV4RRFFQ69G5FAV', retention => '20 years');
+RESET idempotency.max_retention;
 SELECT outcome FROM idempotency.reserve('life', idempotency.uuidv7()::text);
 -- A live record wins over the key's age.
 SELECT outcome FROM idempotency.reserve('life', '01ARZ3NDEKTSV4RRFFQ69G5FAV');

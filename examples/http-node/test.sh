@@ -51,6 +51,7 @@ psql -X -q -v ON_ERROR_STOP=1 -d "$DB" -c 'CREATE EXTENSION IF NOT EXISTS idempo
 export PGDATABASE=$DB
 
 echo "==> starting the server"
+: >"$LOG_DIR/server.log"
 HOST=127.0.0.1 PORT=0 LOG_REQUESTS=1 node src/server.js >"$LOG_DIR/server.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 100); do

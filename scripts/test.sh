@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Command 2: build everything and run every test suite against a throwaway cluster.
+#   bash scripts/test.sh
+#   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
+#                                        isolation pgtap scripted examples)
+# Ends with one line "N passed, M failed"; exits non-zero when anything failed.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$IDEM_ROOT"
+
+ALL_SUITES="unit regress isolation pgtap scripted examples"
+SUITES=${IDEM_SUITES:-$ALL_SUITES}
+for s in $SUITES; do
+  [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
+done
+TIMEOUT=${IDEM_TEST_TIMEOUT:-900}   # seconds, per scripted test / example
+LOGS=$IDEM_ROOT/build/test-logs
+PASSED=0
+FAILED=0
+RESULTS=()
+
+wanted() { [[ " $SUITES " == *" $1 "* ]]; }
+
+# record SUITE PASSED FAILED [NOTE]
+record() {
+  PASSED=$((PASSED + $2))
+  FAILED=$((FAILED + $3))
+  RESULTS+=("$(printf '%-10s %4d passed, %d failed%s' "$1" "$2" "$3" "${4:+  ($4)}")")
+  printf -- '--- %s\n' "${RESULTS[-1]}"
+}
+
+count() { grep -cE "$1" "$2" || true; }
+
+run_unit() {
+  local log=$LOGS/unit.log rc=0 line failed total
+  log "unit tests (CMake + GoogleTest)"
+  if ! { cmake -S . -B build -DIDEM_WERROR=ON && cmake --build build -j2; }; then
+    record unit 0 1 "build failed"
+    return
+  fi
+  ctest --test-dir build --output-on-failure --no-tests=error 2>&1 | tee "$log" || rc=$?
+  # "95% tests passed, 1 tests failed out of 20"
+  line=$(sed -nE 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1 \2/p' "$log" | tail -n1)
+  if [[ -z $line ]]; then
+    record unit 0 1 "ctest did not run (exit $rc)"
+    return
+  fi
+  read -r failed total <<<"$line"
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then
+    record unit "$total" 1 "ctest exit $rc"
+  else
+    record unit $((total - failed)) "$failed"
+  fi
+}
+
+# run_installcheck SUITE DIFFS MAKE-ARGS...: pg_regress or pg_isolation_regress via PGXS.
+run_installcheck() {
+  local suite=$1 diffs=$2 log=$LOGS/$1.log rc=0 passed failed
+  shift 2
+  log "$suite tests (make installcheck)"
+  rm -f "$diffs"
+  make installcheck PG_CONFIG="$PG_CONFIG" "$@" 2>&1 | tee "$log" || rc=$?
+  passed=$(count '^(test +| +)[^ ]+ +\.\.\. +(ok|failed \(ignored\))' "$log")
+  failed=$(count '^(test +| +)[^ ]+ +\.\.\. +FAILED' "$log")
+  if [[ -f $diffs && $failed -gt 0 ]]; then
+    echo "=== $diffs"
+    cat "$diffs"
+  fi
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then
+    record "$suite" "$passed" 1 "make installcheck exit $rc"
+  else
+    record "$suite" "$passed" "$failed"
+  fi
+}
+
+tsql() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -q "$@"; }
+
+run_pgtap() {
+  local log=$LOGS/pgtap.log rc=0 files counts passed failed
+  files=(test/pgtap/*.sql)
+  [[ -e ${files[0]:-} ]] || { record pgtap 0 0 "no tests"; return; }
+  log "pgTAP tests (pg_prove)"
+  if ! tsql -d postgres -c 'SET client_min_messages = warning' \
+    -c 'DROP DATABASE IF EXISTS pgtap_test' -c 'CREATE DATABASE pgtap_test' ||
+    ! tsql -d pgtap_test -c 'CREATE EXTENSION pgtap'; then
+    record pgtap 0 1 "could not create database pgtap_test"
+    return
+  fi
+  pg_prove --psql-bin "$PGBIN/psql" -d pgtap_test "${files[@]}" 2>&1 | tee "$log" || rc=$?
+  # "Files=2, Tests=25, ..." and, per failing file, "(Wstat: 0 Tests: 10 Failed: 2)"
+  counts=$(awk '
+    /^Files=[0-9]+, Tests=[0-9]+/ { split($2, a, "="); total = a[2] + 0 }
+    /\(Wstat: .* Failed: [0-9]+\)/ { n = $NF + 0; bad += n; files += (n > 0 ? n : 1) }
+    END { print total - bad, files + 0 }' "$log")
+  read -r passed failed <<<"$counts"
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then
+    record pgtap "$passed" 1 "pg_prove exit $rc"
+  else
+    record pgtap "$passed" "$failed"
+  fi
+}
+
+# run_scripts SUITE TEST...: each test is one pass or failure; its log is shown on failure.
+run_scripts() {
+  local suite=$1 t name log passed=0 failed=0 runner rc
+  shift
+  for t in "$@"; do
+    name=$(basename "$t" .sh)
+    [[ $suite == examples ]] && name=$(basename "$(dirname "$t")")
+    log=$LOGS/$suite-$name.log
+    runner=("$IDEM_ROOT/$t")
+    [[ -x $t ]] || runner=(bash "$IDEM_ROOT/$t")
+    log "$suite: $t"
+    # Examples run from their own folder, scripted tests from the repo root.
+    rc=0
+    (if [[ $suite == examples ]]; then cd "$(dirname "$t")"; fi
+      PGDATABASE=postgres exec timeout --foreground -k 10 "$TIMEOUT" "${runner[@]}") >"$log" 2>&1 </dev/null || rc=$?
+    [[ $rc -eq 130 ]] && exit 130 # interrupted (Ctrl-C)
+    if [[ $rc -eq 0 ]]; then
+      passed=$((passed + 1))
+      echo "ok     $t"
+    else
+      failed=$((failed + 1))
+      echo "FAILED $t (exit $rc), log $log:"
+      sed 's/^/    /' "$log"
+    fi
+  done
+  record "$suite" "$passed" "$failed"
+}
+
+stop_test_cluster() { cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true; }
+
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+if ! ensure_packages; then
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+wanted unit && run_unit
+
+cluster_suites=()
+for s in regress isolation pgtap scripted examples; do
+  if wanted "$s"; then cluster_suites+=("$s"); fi
+done
+if [[ ${#cluster_suites[@]} -gt 0 ]]; then
+  cluster_setup test-cluster 54330
+  trap stop_test_cluster EXIT
+  trap 'exit 130' INT TERM
+  why=
+  if ! IDEM_WERROR=1 build_and_install; then
+    why="the extension did not build or install"
+  elif ! cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" ||
+    ! cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"; then
+    why="the test cluster did not start"
+  fi
+  if [[ -n $why ]]; then
+    for s in "${cluster_suites[@]}"; do record "$s" 0 1 "not run: $why"; done
+  else
+    export PGHOST=$CLUSTER_SOCK PGPORT=$CLUSTER_PORT PGUSER=postgres
+    shopt -s nullglob
+    wanted regress && run_installcheck regress regression.diffs ISOLATION= TAP_TESTS=
+    wanted isolation && run_installcheck isolation output_iso/regression.diffs REGRESS= TAP_TESTS=
+    wanted pgtap && run_pgtap
+    scripted=()
+    for t in test/scripted/*.sh; do [[ -x $t ]] && scripted+=("$t"); done
+    wanted scripted && run_scripts scripted "${scripted[@]}"
+    wanted examples && run_scripts examples examples/*/test.sh
+    shopt -u nullglob
+  fi
+  stop_test_cluster
+fi
+
+echo
+echo "=== summary (logs in ${LOGS#"$IDEM_ROOT"/})"
+printf '%s\n' "${RESULTS[@]}"
+echo "$PASSED passed, $FAILED failed"
+[[ $FAILED -eq 0 ]]
