@@ -1,0 +1,274 @@
+// create_stream, drop_stream, next_key: monotonic keys served from shared memory.
+//
+// idempotency.streams holds, per stream, the durable bound `reserved_up_to`: no value above it
+// was ever handed out. A backend that finds the stream's cached block (streams_cache) empty
+// takes the stream's lock, moves the bound one block up IN PLACE (a non-transactional,
+// WAL-logged overwrite of the row, like a sequence's), flushes that WAL record (and waits for
+// synchronous standbys), and only then hands out values of the new block. The write does not
+// belong to the caller's transaction, so a rollback cannot take back a bound whose values
+// were already returned; after a crash every new value lies above the replayed bound.
+// Without shared memory (library not preloaded) every call is a block of one: correct, one
+// WAL flush per call.
+//
+// The stream's lock (a heavyweight lock, so waits are deadlock-checked) serialises refills
+// with each other and with create_stream / drop_stream, which hold it until their
+// transaction ends; their cache entries are forgotten at commit or abort, before the lock
+// is released, so no cached block outlives the row it came from.
+
+#include "pg/streams.hpp"
+
+#include "pg/guard.hpp"
+#include "pg/key_store.hpp"
+#include "pg/sql_errors.hpp"
+#include "pg/streams_cache.hpp"
+
+#include "core/block_allocator.hpp"
+#include "core/key_rules.hpp"
+
+#include <cstring>
+
+extern "C" {
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/xlog.h"
+#include "replication/syncrep.h"
+#include "tcop/utility.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+}
+
+namespace idem::pg {
+
+namespace {
+
+// field4 of the streams' lock tags (0x1DE is the key lifecycle's).
+constexpr uint16 kStreamLockClass = 0x1DF;
+// Columns of idempotency.streams.
+constexpr AttrNumber kStreamColumn = 1, kBlockColumn = 2, kReservedColumn = 3;
+
+constexpr const char *kInsertSql =
+    "INSERT INTO idempotency.streams (stream, block, reserved_up_to) VALUES ($1, $2, 0)"
+    " ON CONFLICT (stream) DO NOTHING";
+constexpr const char *kDeleteSql =
+    "DELETE FROM idempotency.streams WHERE stream OPERATOR(pg_catalog.=) $1";
+
+// --- the table, its oid cached until a relcache invalidation ------------------------------
+
+Oid cached_table = InvalidOid;
+
+void forget_table(Datum, Oid relid) {
+    if (relid == InvalidOid || relid == cached_table) cached_table = InvalidOid;
+}
+
+Oid streams_table() {
+    static bool callback_registered = false;
+    if (cached_table != InvalidOid) return cached_table;
+    if (!callback_registered) {
+        CacheRegisterRelcacheCallback(forget_table, (Datum)0);
+        callback_registered = true;
+    }
+    Oid schema = get_namespace_oid("idempotency", true);
+    Oid table = OidIsValid(schema) ? get_relname_relid("streams", schema) : InvalidOid;
+    if (!OidIsValid(table))
+        throw SqlError(ERRCODE_UNDEFINED_TABLE, "table idempotency.streams does not exist", nullptr,
+                       "Create the extension idempotency in this database.");
+    cached_table = table;
+    return table;
+}
+
+StreamKey stream_key(Datum name) {
+    const text *t = DatumGetTextPP(name);
+    StreamKey key;
+    key.database = MyDatabaseId;
+    key.table = streams_table();
+    key.length = VARSIZE_ANY_EXHDR(t);  // at most kMaxNameBytes (name_arg)
+    std::memcpy(key.name, VARDATA_ANY(t), key.length);
+    key.name[key.length] = '\0';
+    return key;
+}
+
+void stream_lock_tag(LOCKTAG *tag, const StreamKey &key) {
+    uint64 hash = core::lock_hash("idempotency.streams", {key.name, key.length});
+    SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, uint32(hash >> 32), uint32(hash), kStreamLockClass);
+}
+
+[[noreturn]] void raise_unknown(const StreamKey &key) {
+    throw SqlError(ERRCODE_UNDEFINED_OBJECT, psprintf("stream \"%s\" does not exist", key.name),
+                   nullptr, "Create it with idempotency.create_stream.");
+}
+
+// --- streams created or dropped by this transaction: their entries go at its end ----------
+
+List *touched = NIL;  // StreamKey *, in TopTransactionContext
+
+void forget_touched() {
+    ListCell *cell;
+    foreach (cell, touched) stream_cache_forget(*static_cast<StreamKey *>(lfirst(cell)));
+}
+
+void on_xact_event(XactEvent event, void *) {
+    switch (event) {
+        case XACT_EVENT_PRE_PREPARE:
+            if (touched != NIL)
+                ereport(ERROR,
+                        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                         errmsg("cannot prepare a transaction that created or dropped a stream")));
+            break;
+        case XACT_EVENT_COMMIT:
+        case XACT_EVENT_PARALLEL_COMMIT:
+        case XACT_EVENT_ABORT:
+        case XACT_EVENT_PARALLEL_ABORT:
+        case XACT_EVENT_PREPARE:
+            forget_touched();
+            touched = NIL;
+            break;
+        default:
+            break;
+    }
+}
+
+// A rolled-back subtransaction may have created a stream and cached its block.
+void on_subxact_event(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+    if (event == SUBXACT_EVENT_ABORT_SUB) forget_touched();
+}
+
+// Takes the stream's lock until the transaction ends and forgets its entry then.
+void lock_for_ddl(const StreamKey &key) {
+    static bool callbacks_registered = false;
+    if (!callbacks_registered) {
+        RegisterXactCallback(on_xact_event, nullptr);
+        RegisterSubXactCallback(on_subxact_event, nullptr);
+        callbacks_registered = true;
+    }
+    LOCKTAG tag;
+    stream_lock_tag(&tag, key);
+    (void)LockAcquire(&tag, ExclusiveLock, false, false);
+    MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+    StreamKey *copy = static_cast<StreamKey *>(palloc(sizeof(StreamKey)));
+    *copy = key;
+    touched = lappend(touched, copy);
+    MemoryContextSwitchTo(old);
+}
+
+// Runs a statement on idempotency.streams as its owner; returns the rows it processed.
+uint64 run_as_owner(const char *sql, int nargs, Oid *types, Datum *values, int expected) {
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    SavedUser user = become_key_owner();
+    int rc = SPI_execute_with_args(sql, nargs, types, values, nullptr, false, 0);
+    if (rc != expected)
+        elog(ERROR, "idempotency: SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
+    uint64 processed = SPI_processed;
+    restore_user(user);
+    SPI_finish();
+    return processed;
+}
+
+// --- the durable bound -----------------------------------------------------------------------
+
+// Under the stream's lock: moves the stream's bound above max(stored bound, floor) by one
+// block (one value if single) and makes it durable. False if the stream does not exist.
+bool write_next_block(const StreamKey &key, int64 floor, bool single, core::Block *block) {
+    Relation rel = table_open(key.table, RowExclusiveLock);
+    ScanKeyData scan_key;
+    ScanKeyInit(&scan_key, kStreamColumn, BTEqualStrategyNumber, F_TEXTEQ,
+                PointerGetDatum(cstring_to_text_with_len(key.name, int(key.length))));
+    HeapTuple old;
+    void *state;
+    // A fresh snapshot: the newest committed row (waits out a concurrent writer of it).
+    systable_inplace_update_begin(rel, RelationGetPrimaryKeyIndex(rel), true, nullptr, 1, &scan_key,
+                                  &old, &state);
+    if (old == nullptr) {
+        table_close(rel, NoLock);
+        return false;
+    }
+    TupleDesc desc = RelationGetDescr(rel);
+    bool isnull;
+    int64 stored = DatumGetInt64(heap_getattr(old, kReservedColumn, desc, &isnull));
+    int64 size = single ? 1 : DatumGetInt32(heap_getattr(old, kBlockColumn, desc, &isnull));
+    int64 base = Max(stored, floor);
+    if (base >= core::kMaxStreamValue || size < 1) {
+        systable_inplace_update_cancel(state);
+        table_close(rel, NoLock);
+        throw SqlError(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+                       psprintf("stream \"%s\" has reached its maximum value", key.name), nullptr,
+                       "Drop it and create a new stream.");
+    }
+    *block = core::next_block(base, size);  // cannot throw: both checked above
+    int column = kReservedColumn;
+    Datum value = Int64GetDatum(block->last);
+    bool null = false;
+    HeapTuple updated = heap_modify_tuple_by_cols(old, desc, 1, &column, &value, &null);
+    systable_inplace_update_finish(state, updated);
+    table_close(rel, NoLock);
+    // Durable before any value of the block is handed out, whatever the caller's transaction
+    // does next.
+    XLogFlush(XactLastRecEnd);
+    SyncRepWaitForLSN(XactLastRecEnd, false);
+    return true;
+}
+
+int64 refill_and_take(const StreamKey &key) {
+    LOCKTAG tag;
+    stream_lock_tag(&tag, key);
+    (void)LockAcquire(&tag, ExclusiveLock, false, false);
+    bool cached = stream_cache_available();
+    int64 value;
+    if (cached && stream_cache_take(key, &value)) {  // refilled while we waited
+        LockRelease(&tag, ExclusiveLock, false);
+        return value;
+    }
+    core::Block block;
+    if (!write_next_block(key, cached ? stream_cache_reserved(key) : 0, !cached, &block))
+        raise_unknown(key);  // the lock goes with the transaction
+    value = cached ? stream_cache_start(key, block) : block.first;
+    LockRelease(&tag, ExclusiveLock, false);
+    return value;
+}
+
+}  // namespace
+
+void register_streams() {
+    register_stream_cache();
+}
+
+IDEM_FUNCTION(idem_create_stream) {
+    Datum name = name_arg(fcinfo, 0, "stream");
+    int64 block = DatumGetInt32(required_arg(fcinfo, 1, "block"));
+    core::check_block_size(block);
+    StreamKey key = stream_key(name);
+    lock_for_ddl(key);
+    Oid types[] = {TEXTOID, INT4OID};
+    Datum values[] = {name, Int32GetDatum(int32(block))};
+    if (run_as_owner(kInsertSql, 2, types, values, SPI_OK_INSERT) == 0)
+        throw SqlError(ERRCODE_DUPLICATE_OBJECT,
+                       psprintf("stream \"%s\" already exists", key.name));
+    CommandCounterIncrement();  // next_key in the same statement sees it
+    PG_RETURN_VOID();
+}
+
+IDEM_FUNCTION(idem_drop_stream) {
+    Datum name = name_arg(fcinfo, 0, "stream");
+    StreamKey key = stream_key(name);
+    lock_for_ddl(key);
+    Oid types[] = {TEXTOID};
+    Datum values[] = {name};
+    if (run_as_owner(kDeleteSql, 1, types, values, SPI_OK_DELETE) == 0) raise_unknown(key);
+    CommandCounterIncrement();
+    PG_RETURN_VOID();
+}
+
+IDEM_FUNCTION(idem_next_key) {
+    Datum name = name_arg(fcinfo, 0, "stream");
+    PreventCommandIfReadOnly("next_key()");
+    PreventCommandDuringRecovery("next_key()");
+    StreamKey key = stream_key(name);
+    int64 value;
+    if (stream_cache_available() && stream_cache_take(key, &value)) PG_RETURN_INT64(value);
+    PG_RETURN_INT64(refill_and_take(key));
+}
+
+}  // namespace idem::pg

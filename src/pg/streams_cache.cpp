@@ -1,0 +1,164 @@
+#include "pg/streams_cache.hpp"
+
+#include <cstring>
+
+extern "C" {
+#include "common/hashfn.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+}
+
+namespace idem::pg {
+
+namespace {
+
+struct Entry {
+    StreamKey key;  // first: the hash key
+    slock_t mutex;
+    core::BlockCursor cursor;
+};
+
+int max_streams = 1024;
+HTAB *entries = nullptr;
+LWLock *table_lock = nullptr;
+shmem_request_hook_type prev_request = nullptr;
+shmem_startup_hook_type prev_startup = nullptr;
+
+uint32 hash_key(const void *key, Size) {
+    const StreamKey *k = static_cast<const StreamKey *>(key);
+    uint32 h = hash_bytes(reinterpret_cast<const unsigned char *>(k->name), int(k->length));
+    return hash_combine(hash_combine(h, k->database), k->table);
+}
+
+int match_key(const void *a, const void *b, Size) {
+    const StreamKey *x = static_cast<const StreamKey *>(a);
+    const StreamKey *y = static_cast<const StreamKey *>(b);
+    bool same = x->database == y->database && x->table == y->table && x->length == y->length &&
+                std::memcmp(x->name, y->name, x->length) == 0;
+    return same ? 0 : 1;
+}
+
+void *copy_key(void *dest, const void *src, Size) {
+    const StreamKey *k = static_cast<const StreamKey *>(src);
+    std::memcpy(dest, k, offsetof(StreamKey, name) + k->length);
+    static_cast<StreamKey *>(dest)->name[k->length] = '\0';
+    return dest;
+}
+
+Size shmem_size() {
+    return hash_estimate_size(max_streams, sizeof(Entry));
+}
+
+void request_shmem() {
+    if (prev_request) prev_request();
+    RequestAddinShmemSpace(shmem_size());
+    RequestNamedLWLockTranche("idempotency_streams", 1);
+}
+
+void startup_shmem() {
+    if (prev_startup) prev_startup();
+    HASHCTL info;
+    std::memset(&info, 0, sizeof info);
+    info.keysize = sizeof(StreamKey);
+    info.entrysize = sizeof(Entry);
+    info.hash = hash_key;
+    info.match = match_key;
+    info.keycopy = copy_key;
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    entries = ShmemInitHash("idempotency streams", max_streams, max_streams, &info,
+                            HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_KEYCOPY);
+    table_lock = &GetNamedLWLockTranche("idempotency_streams")->lock;
+    LWLockRelease(AddinShmemInitLock);
+}
+
+// Makes room for one entry: any entry will do, since forgetting one is always safe.
+void evict_one() {
+    HASH_SEQ_STATUS scan;
+    hash_seq_init(&scan, entries);
+    Entry *victim = static_cast<Entry *>(hash_seq_search(&scan));
+    if (victim == nullptr) return;
+    hash_seq_term(&scan);
+    StreamKey key = victim->key;
+    (void)hash_search(entries, &key, HASH_REMOVE, nullptr);
+}
+
+}  // namespace
+
+void register_stream_cache() {
+    // A PGC_POSTMASTER setting can only be defined while preloading.
+    if (!process_shared_preload_libraries_in_progress) return;
+    DefineCustomIntVariable(
+        "idempotency.max_streams", "Streams whose current block next_key keeps in shared memory.",
+        "Beyond it, a cached stream is forgotten to make room (it loses the rest of its block).",
+        &max_streams, 1024, 16, 1000000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    prev_request = shmem_request_hook;
+    shmem_request_hook = request_shmem;
+    prev_startup = shmem_startup_hook;
+    shmem_startup_hook = startup_shmem;
+}
+
+bool stream_cache_available() {
+    return entries != nullptr;
+}
+
+bool stream_cache_take(const StreamKey &key, int64 *value) {
+    bool taken = false;
+    LWLockAcquire(table_lock, LW_SHARED);
+    Entry *e = static_cast<Entry *>(hash_search(entries, &key, HASH_FIND, nullptr));
+    if (e != nullptr) {
+        SpinLockAcquire(&e->mutex);
+        if (e->cursor.has_value()) {
+            *value = e->cursor.take();
+            taken = true;
+        }
+        SpinLockRelease(&e->mutex);
+    }
+    LWLockRelease(table_lock);
+    return taken;
+}
+
+int64 stream_cache_reserved(const StreamKey &key) {
+    int64 reserved = 0;
+    LWLockAcquire(table_lock, LW_SHARED);
+    Entry *e = static_cast<Entry *>(hash_search(entries, &key, HASH_FIND, nullptr));
+    if (e != nullptr) {
+        SpinLockAcquire(&e->mutex);
+        reserved = e->cursor.reserved;
+        SpinLockRelease(&e->mutex);
+    }
+    LWLockRelease(table_lock);
+    return reserved;
+}
+
+int64 stream_cache_start(const StreamKey &key, core::Block block) {
+    LWLockAcquire(table_lock, LW_EXCLUSIVE);
+    Entry *e = static_cast<Entry *>(hash_search(entries, &key, HASH_FIND, nullptr));
+    if (e == nullptr) {
+        if (hash_get_num_entries(entries) >= max_streams) evict_one();
+        bool found;
+        e = static_cast<Entry *>(hash_search(entries, &key, HASH_ENTER_NULL, &found));
+        if (e == nullptr) {  // no shared memory left: serve the value, cache nothing
+            LWLockRelease(table_lock);
+            return block.first;
+        }
+        SpinLockInit(&e->mutex);
+        e->cursor = core::BlockCursor{0, 0};
+    }
+    // Exclusive table lock: no one else touches the entry now.
+    int64 value = e->cursor.start(block);
+    LWLockRelease(table_lock);
+    return value;
+}
+
+void stream_cache_forget(const StreamKey &key) {
+    if (entries == nullptr) return;
+    LWLockAcquire(table_lock, LW_EXCLUSIVE);
+    (void)hash_search(entries, &key, HASH_REMOVE, nullptr);
+    LWLockRelease(table_lock);
+}
+
+}  // namespace idem::pg
