@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The maintenance worker: with the library preloaded and a 1-second interval, expired
+# partitions disappear without any call; a failing run is logged and retried; SIGHUP reloads
+# the database list; SIGTERM stops the launcher cleanly (and it stays stopped).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
+
+cluster_setup test-cluster/worker 54461
+cleanup() { cluster_stop "$CLUSTER_DATA" || true; }
+trap cleanup EXIT
+cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
+  "idempotency.database = 'postgres'" "idempotency.maintenance_interval = '1s'" \
+  "idempotency.partition_width = '1s'" "idempotency.premake = 2"
+cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
+
+q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
+fail() { echo "FAIL: $*"; tail -n 40 "$CLUSTER_LOG"; exit 1; }
+# wait_for SECONDS DESCRIPTION SQL: polls until SQL returns t.
+wait_for() {
+  local limit=$1 what=$2 sql=$3 i
+  for ((i = 0; i < limit * 10; i++)); do
+    [[ $(q -d "${DB:-postgres}" -c "$sql") == t ]] && { echo "ok: $what"; return 0; }
+    sleep 0.1
+  done
+  fail "$what (waited ${limit}s)"
+}
+launcher_pid() { q -d postgres -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'"; }
+
+q -d postgres -c "CREATE EXTENSION idempotency"
+wait_for 10 "the worker created partitions" \
+  "SELECT count(*) >= 3 FROM idempotency.partitions WHERE NOT is_default"
+
+# A key that expires in 2 seconds: its partition disappears with no call from us.
+part=$(q -d postgres -c "SELECT (idempotency.reserve('w', 'k', NULL, '1 s', '2 s')).outcome" \
+  -c "SELECT tableoid::regclass FROM idempotency.keys WHERE scope = 'w'" | tail -n1)
+[[ $part == idempotency.keys_p* ]] || fail "the key landed in $part, not in a premade partition"
+echo "the key is in $part"
+wait_for 10 "its partition was dropped after it expired" \
+  "SELECT to_regclass('$part') IS NULL"
+grep -q "idempotency: dropped partition keys_p.* in database \"postgres\"" "$CLUSTER_LOG" ||
+  fail "no 'dropped partition' line in the server log"
+[[ $(q -d postgres -c "SELECT count(*) FROM idempotency.lookup('w', 'k')") == 0 ]] ||
+  fail "the expired key is still visible"
+
+# A failing run (DDL refused by an event trigger) is logged and the next run tried.
+pid=$(launcher_pid)
+q -d postgres <<'SQL'
+CREATE FUNCTION refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql AS
+  $$ BEGIN RAISE EXCEPTION 'ddl refused for the test'; END $$;
+CREATE EVENT TRIGGER refuse_ddl ON ddl_command_start EXECUTE FUNCTION refuse_ddl();
+SQL
+sleep 3
+[[ $(grep -c "ERROR:  ddl refused for the test" "$CLUSTER_LOG") -ge 2 ]] ||
+  fail "the failing runs were not logged (and retried)"
+[[ $(launcher_pid) == "$pid" ]] || fail "the launcher did not survive failing runs"
+echo "ok: failing runs logged, launcher $pid still running"
+q -d postgres -c "DROP EVENT TRIGGER refuse_ddl"
+wait_for 10 "maintenance resumed after the failure" \
+  "SELECT max(range_end) > now() + interval '1 second' FROM idempotency.partitions"
+
+# SIGHUP: a second database joins the list.
+q -d postgres -c "CREATE DATABASE second"
+q -d second -c "CREATE EXTENSION idempotency"
+sleep 2
+[[ $(DB=second q -d second -c "SELECT count(*) FROM idempotency.partitions WHERE NOT is_default") == 0 ]] ||
+  fail "database 'second' was maintained before it was configured"
+q -d postgres -c "ALTER SYSTEM SET idempotency.database = 'postgres, second'" -c "SELECT pg_reload_conf()" >/dev/null
+DB=second wait_for 10 "after SIGHUP the worker maintains database 'second'" \
+  "SELECT count(*) >= 3 FROM idempotency.partitions WHERE NOT is_default"
+grep -q "idempotency launcher reloaded its settings" "$CLUSTER_LOG" || fail "no reload line in the log"
+[[ $(launcher_pid) == "$pid" ]] || fail "the launcher restarted on SIGHUP"
+
+# SIGTERM: the launcher exits cleanly and is not restarted; the server keeps running.
+kill -TERM "$pid"
+wait_for 5 "the launcher exited on SIGTERM" \
+  "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'"
+grep -q "idempotency launcher shutting down" "$CLUSTER_LOG" || fail "no shutdown line in the log"
+sleep 2
+[[ -z $(launcher_pid) ]] || fail "the launcher was restarted after SIGTERM"
+grep -q "terminated by signal\|server process .* was terminated" "$CLUSTER_LOG" &&
+  fail "a process crashed"
+[[ $(q -d postgres -c "SELECT (idempotency.reserve('w', 'after')).outcome") == new ]] ||
+  fail "reserve failed after the launcher stopped"
+echo "PASS"
