@@ -1,6 +1,9 @@
 #include "pg/key_store.hpp"
+#include "pg/key_store_direct.hpp"
 
 extern "C" {
+#include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/syscache.h"
 #include "catalog/pg_class.h"
 }
@@ -35,8 +38,8 @@ constexpr const char *kDeleteSql =
     " WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2";
 
 const Oid kRecordTypes[kKeyColumnCount] = {
-    TEXTOID,  TEXTOID,  TEXTOID,        INT4OID,        BYTEAOID,       INT4OID,        JSONBOID,
-    TEXTOID,  JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+    TEXTOID, TEXTOID,  TEXTOID,        INT4OID,        BYTEAOID,       INT4OID,        JSONBOID,
+    TEXTOID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 };
 
 SPIPlanPtr find_plan, insert_plan, update_plan, delete_plan;
@@ -52,10 +55,12 @@ SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *t
     return *slot;
 }
 
-char null_flags(const bool *nulls, int i) { return nulls[i] ? 'n' : ' '; }
+char null_flags(const bool *nulls, int i) {
+    return nulls[i] ? 'n' : ' ';
+}
 
-void execute(SPIPlanPtr plan, const Datum *values, const bool *nulls, int nargs,
-             bool read_only, int expected) {
+void execute(SPIPlanPtr plan, const Datum *values, const bool *nulls, int nargs, bool read_only,
+             int expected) {
     char flags[kKeyColumnCount];
     for (int i = 0; i < nargs; i++) flags[i] = null_flags(nulls, i);
     int rc = SPI_execute_plan(plan, const_cast<Datum *>(values), flags, read_only, 0);
@@ -63,17 +68,52 @@ void execute(SPIPlanPtr plan, const Datum *values, const bool *nulls, int nargs,
         elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 }
 
-Oid key_table_owner() {
-    Oid schema = get_namespace_oid("idempotency", false);
-    Oid table = get_relname_relid("keys", schema);
-    HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(table));
-    if (!HeapTupleIsValid(tuple)) elog(ERROR, "idempotency: table idempotency.keys is missing");
-    Oid owner = ((Form_pg_class)GETSTRUCT(tuple))->relowner;
-    ReleaseSysCache(tuple);
-    return owner;
+// idempotency.keys and its owner, looked up once and again after any change to pg_class or
+// pg_namespace (a drop, rename or change of owner).
+struct KeyTable {
+    Oid table = InvalidOid;
+    Oid owner = InvalidOid;
+} key_table;
+
+void forget_key_table(Datum, int, uint32) {
+    key_table = KeyTable{};
 }
 
+const KeyTable &current_key_table() {
+    static bool registered = false;
+    if (!registered) {
+        CacheRegisterSyscacheCallback(RELOID, forget_key_table, (Datum)0);
+        CacheRegisterSyscacheCallback(NAMESPACEOID, forget_key_table, (Datum)0);
+        registered = true;
+    }
+    if (!OidIsValid(key_table.table)) {
+        Oid schema = get_namespace_oid("idempotency", false);
+        Oid table = get_relname_relid("keys", schema);
+        HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(table));
+        if (!HeapTupleIsValid(tuple)) elog(ERROR, "idempotency: table idempotency.keys is missing");
+        Oid owner = ((Form_pg_class)GETSTRUCT(tuple))->relowner;
+        ReleaseSysCache(tuple);
+        key_table.table = table;
+        key_table.owner = owner;
+    }
+    return key_table;
+}
+
+Oid key_table_owner() {
+    return current_key_table().owner;
+}
+
+bool direct_storage = true;  // idempotency.direct_storage
+
 }  // namespace
+
+void define_key_store_settings() {
+    DefineCustomBoolVariable(
+        "idempotency.direct_storage",
+        "Reads and writes key records without SPI where the table's shape allows it.",
+        "Off: every access goes through SPI, as a reference for tests and benchmarks.",
+        &direct_storage, true, PGC_SUSET, GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
+}
 
 SavedUser become_key_owner() {
     SavedUser saved;
@@ -83,18 +123,22 @@ SavedUser become_key_owner() {
     return saved;
 }
 
-void restore_user(SavedUser saved) { SetUserIdAndSecContext(saved.user, saved.security_context); }
+void restore_user(SavedUser saved) {
+    SetUserIdAndSecContext(saved.user, saved.security_context);
+}
 
-bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record,
-                   Snapshot snapshot) {
+bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record, Snapshot snapshot) {
+    Direct direct = direct_storage ? find_live_key_direct(current_key_table().table, scope, key,
+                                                          now, record, snapshot)
+                                   : Direct::kUnsupported;
+    if (direct != Direct::kUnsupported) return direct == Direct::kFound;
     const Oid types[] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
     Datum args[] = {scope, key, TimestampTzGetDatum(now)};
     char flags[] = "   ";
     SPIPlanPtr plan = saved_plan(&find_plan, kFindSql, 3, types);
-    int rc = snapshot == InvalidSnapshot
-                 ? SPI_execute_plan(plan, args, flags, false, 1)
-                 : SPI_execute_snapshot(plan, args, flags, snapshot, InvalidSnapshot, false,
-                                        false, 1);
+    int rc = snapshot == InvalidSnapshot ? SPI_execute_plan(plan, args, flags, false, 1)
+                                         : SPI_execute_snapshot(plan, args, flags, snapshot,
+                                                                InvalidSnapshot, false, false, 1);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
     if (SPI_processed == 0) return false;
@@ -110,6 +154,8 @@ bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record,
 }
 
 void insert_key(const KeyRecord &record) {
+    if (direct_storage && insert_key_direct(current_key_table().table, record) == Direct::kFound)
+        return;
     execute(saved_plan(&insert_plan, kInsertSql, kKeyColumnCount, kRecordTypes), record.values,
             record.nulls, kKeyColumnCount, false, SPI_OK_INSERT);
 }
@@ -124,8 +170,7 @@ uint64 delete_key(Datum scope, Datum key) {
     const Oid types[] = {TEXTOID, TEXTOID};
     Datum args[] = {scope, key};
     bool nulls[] = {false, false};
-    execute(saved_plan(&delete_plan, kDeleteSql, 2, types), args, nulls, 2, false,
-            SPI_OK_DELETE);
+    execute(saved_plan(&delete_plan, kDeleteSql, 2, types), args, nulls, 2, false, SPI_OK_DELETE);
     return SPI_processed;
 }
 

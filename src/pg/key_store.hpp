@@ -42,6 +42,9 @@ struct KeyRecord {
     TimestampTz timestamp(KeyColumn c) const { return DatumGetTimestampTz(values[c]); }
 };
 
+// Defines idempotency.direct_storage (see key_store_direct.hpp); called from _PG_init.
+void define_key_store_settings();
+
 // Storage runs as the owner of idempotency.keys, whoever calls: switch to it and back.
 struct SavedUser {
     Oid user;

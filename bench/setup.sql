@@ -1,0 +1,50 @@
+-- Benchmark schema: run by bench/run.sh as a superuser in the benchmark database.
+-- psql variables: w3keys (how many completed keys W3 replays).
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS idempotency;
+
+DROP SCHEMA IF EXISTS bench CASCADE;
+CREATE SCHEMA bench;
+
+-- The business write every workload makes (W0 makes only this one).
+CREATE TABLE bench.orders (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    client integer NOT NULL,
+    amount integer NOT NULL,
+    note text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- W1: the hand-written pattern's key table, with the usual columns.
+CREATE TABLE bench.idempotency_keys (
+    scope text NOT NULL,
+    key text NOT NULL,
+    request_hash bytea,
+    status text NOT NULL CHECK (status IN ('processing', 'completed', 'failed')),
+    response_code integer,
+    response_body jsonb,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    locked_until timestamptz,
+    PRIMARY KEY (scope, key)
+);
+
+-- Keys of earlier benchmark runs (a reused cluster) would turn W2's new keys into replays.
+DELETE FROM idempotency.keys WHERE scope LIKE 'bench-%';
+
+-- W3 replays keys completed here, 1000 per transaction.
+CREATE PROCEDURE bench.complete_w3_keys(n integer)
+LANGUAGE plpgsql AS $$
+BEGIN
+    FOR b IN 0 .. (n - 1) / 1000 LOOP
+        PERFORM idempotency.reserve('bench-w3', i::text,
+                                    idempotency.fingerprint(jsonb_build_object('amount', i))),
+                idempotency.complete('bench-w3', i::text, 201,
+                                     jsonb_build_object('status', 'created', 'amount', i))
+        FROM generate_series(b * 1000 + 1, least(n, (b + 1) * 1000)) AS i;
+        COMMIT;
+    END LOOP;
+END $$;
+CALL bench.complete_w3_keys(:w3keys);
+
+VACUUM ANALYZE bench.orders, bench.idempotency_keys, idempotency.keys;
