@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <unordered_set>
 
 #include <openssl/evp.h>
 
@@ -509,28 +510,38 @@ void check_exclude_path(std::string_view path) {
     }
 }
 
-// Key node of the member named key in object obj (the last one if repeated), or 0 if none.
-std::uint32_t find_member(const Doc &doc, std::uint32_t obj, std::string_view key) {
-    std::uint32_t found = 0;
-    for (std::uint32_t k = obj + 1; k < doc.tape[obj].len; k = doc.skip(k + 1)) {
-        if (doc.text(k) == key) found = k;
-    }
-    return found;
-}
-
-void drop_path(Doc &doc, std::string_view path) {
-    std::uint32_t node = 0;
-    for (;;) {
-        if (doc.tape[node].type != Type::Object) return;
-        const std::size_t dot = path.find('.');
-        const std::uint32_t key = find_member(doc, node, path.substr(0, dot));
-        if (key == 0) return;
-        if (dot == kNpos) {
-            doc.tape[key].dropped = true;
-            return;
+// Marks the members named by `exclude` as dropped. The paths go in hash sets (whole paths,
+// and the prefixes that lead through nested objects), so a single pass over the objects they
+// lead through does it: linear in the document plus the paths, however long the list.
+// Keys containing '.' cannot be named. Of repeated keys only the last is written, so marking
+// the others too changes nothing.
+void drop_paths(Doc &doc, const std::vector<std::string> &exclude) {
+    if (exclude.empty() || doc.tape[0].type != Type::Object) return;
+    std::unordered_set<std::string_view> paths, prefixes;
+    for (const std::string &path : exclude) {
+        paths.insert(path);
+        for (std::size_t dot = path.find('.'); dot != kNpos; dot = path.find('.', dot + 1)) {
+            prefixes.insert(std::string_view(path).substr(0, dot));
         }
-        node = key + 1;
-        path.remove_prefix(dot + 1);
+    }
+    struct Visit {
+        std::uint32_t obj;
+        std::string prefix;  // "" for the top level, else "a.b."
+    };
+    std::vector<Visit> todo{{0, {}}};
+    std::string name;
+    while (!todo.empty()) {
+        const Visit visit = std::move(todo.back());
+        todo.pop_back();
+        for (std::uint32_t k = visit.obj + 1; k < doc.tape[visit.obj].len; k = doc.skip(k + 1)) {
+            const std::string_view key = doc.text(k);
+            if (key.find('.') != kNpos) continue;
+            name.assign(visit.prefix).append(key);
+            if (paths.count(name) != 0) doc.tape[k].dropped = true;
+            if (doc.tape[k + 1].type == Type::Object && prefixes.count(name) != 0) {
+                todo.push_back({k + 1, name + '.'});
+            }
+        }
     }
 }
 
@@ -632,7 +643,7 @@ void canonicalize(std::string_view json, const std::vector<std::string> &exclude
     Doc doc{json, {}, {}};
     doc.tape.reserve(json.size() / 4 + 16);
     Parser(doc).parse();
-    for (const std::string &path : exclude) drop_path(doc, path);
+    drop_paths(doc, exclude);
     Writer(doc, out).write();
 }
 
