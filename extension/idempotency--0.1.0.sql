@@ -115,3 +115,184 @@ REVOKE ALL ON FUNCTION
     idempotency.lookup(text, text),
     idempotency.forget(text, text)
 FROM PUBLIC;
+
+-- === outbox ===
+-- emit writes a transactional logical message (prefix 'idempotency'); the output plugin
+-- `idempotency` of this library decodes it with the key (commit LSN, message LSN).
+
+CREATE FUNCTION idempotency.emit(topic text, payload jsonb)
+RETURNS pg_lsn
+AS 'MODULE_PATHNAME', 'idem_emit' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempotency.lsn_key(commit_lsn pg_lsn, lsn pg_lsn)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'idem_lsn_key' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION idempotency.lsn_key_parts(key uuid, OUT commit_lsn pg_lsn, OUT lsn pg_lsn)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_lsn_key_parts' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- Writing to the outbox is a privilege, like writing keys.
+REVOKE ALL ON FUNCTION idempotency.emit(text, jsonb) FROM PUBLIC;
+
+-- === monotonic keys and consumer watermarks ===
+
+-- One row per stream. reserved_up_to is the durable bound: next_key never handed out a value
+-- above it. next_key moves it one block up by overwriting the row in place (WAL-logged,
+-- flushed, outside the caller's transaction), so the row must never be UPDATEd: the trigger
+-- below refuses it. Use create_stream / drop_stream.
+CREATE TABLE idempotency.streams (
+    stream text COLLATE "C" PRIMARY KEY,
+    block integer NOT NULL CHECK (block > 0),
+    reserved_up_to bigint NOT NULL DEFAULT 0 CHECK (reserved_up_to >= 0)
+);
+
+CREATE FUNCTION idempotency.streams_refuse_update() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'rows of idempotency.streams cannot be updated'
+        USING ERRCODE = '55000',
+              HINT = 'next_key overwrites them in place; use create_stream and drop_stream.';
+END
+$$;
+
+CREATE TRIGGER streams_refuse_update BEFORE UPDATE ON idempotency.streams
+    FOR EACH ROW EXECUTE FUNCTION idempotency.streams_refuse_update();
+
+-- One row per (consumer, partition): the highest accepted position, an unsigned 128-bit
+-- number stored big-endian in a uuid (uuid order is numeric order).
+CREATE TABLE idempotency.consumer_positions (
+    consumer text COLLATE "C" NOT NULL,
+    partition text COLLATE "C" NOT NULL,
+    position uuid NOT NULL,
+    PRIMARY KEY (consumer, partition)
+) WITH (fillfactor = 70);
+
+REVOKE ALL ON idempotency.streams, idempotency.consumer_positions FROM PUBLIC;
+
+-- pg_dump keeps the bounds and the watermarks: a restored database neither repeats keys nor
+-- re-processes messages.
+SELECT pg_catalog.pg_extension_config_dump('idempotency.streams', '');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.consumer_positions', '');
+
+CREATE FUNCTION idempotency.create_stream(stream text, block integer DEFAULT 1000)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_create_stream' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempotency.drop_stream(stream text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_drop_stream' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempotency.next_key(stream text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_next_key' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempotency.accept(consumer text, partition text, "position" bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_accept_bigint' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempotency.accept(consumer text, partition text, "position" uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_accept_uuid' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempotency.watermark(consumer text, partition text)
+RETURNS numeric
+AS 'MODULE_PATHNAME', 'idem_watermark' LANGUAGE C STABLE PARALLEL UNSAFE;
+
+-- A 128-bit position (uuid bytes, big-endian) as its unsigned value.
+CREATE FUNCTION idempotency.position_numeric("position" uuid)
+RETURNS numeric
+AS 'MODULE_PATHNAME', 'idem_position_numeric' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE VIEW idempotency.watermarks AS
+    SELECT consumer, partition, idempotency.position_numeric(position) AS watermark, position
+    FROM idempotency.consumer_positions;
+
+REVOKE ALL ON idempotency.watermarks FROM PUBLIC;
+REVOKE ALL ON FUNCTION
+    idempotency.create_stream(text, integer),
+    idempotency.drop_stream(text),
+    idempotency.next_key(text),
+    idempotency.accept(text, text, bigint),
+    idempotency.accept(text, text, uuid),
+    idempotency.watermark(text, text)
+FROM PUBLIC;
+
+-- === storage, pruning and operator views ===
+-- Partitions of idempotency.keys are created and dropped by maintain() (or pg_partman after
+-- use_partman()); none is created here, so none belongs to the extension and each can be
+-- dropped on its own. Settings: idempotency.partition_width, premake, max_retention,
+-- maintenance_lock_timeout, maintenance_interval, database (see README).
+
+CREATE FUNCTION idempotency.maintain()
+RETURNS TABLE (
+    action text,            -- created, dropped, purged, skipped, deferred
+    partition text,
+    range_start timestamptz,
+    range_end timestamptz,
+    rows bigint,
+    detail text)
+AS 'MODULE_PATHNAME', 'idem_maintain' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempotency.use_partman()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_use_partman' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE VIEW idempotency.partitions AS
+    SELECT c.relname::text AS partition,
+           b.range_start,
+           b.range_end,
+           CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint END AS rows_estimate,
+           b.is_default,
+           coalesce(NOT b.is_default AND b.range_end <= now(), false) AS due_to_drop
+    FROM pg_catalog.pg_inherits i
+    JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+    CROSS JOIN LATERAL (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS expr) e
+    CROSS JOIN LATERAL (
+        SELECT e.expr = 'DEFAULT' AS is_default,
+               substring(e.expr FROM 'FROM \(''([^'']*)''\)')::timestamptz AS range_start,
+               substring(e.expr FROM 'TO \(''([^'']*)''\)')::timestamptz AS range_end) b
+    WHERE i.inhparent = 'idempotency.keys'::regclass
+    ORDER BY b.is_default, b.range_start NULLS FIRST;
+
+-- Live claims: being processed, lease not lapsed.
+CREATE VIEW idempotency.in_flight AS
+    SELECT scope, key, attempt, locked_until, recovery_point, first_seen_at, expires_at
+    FROM idempotency.keys
+    WHERE state = 'processing' AND locked_until > now() AND expires_at > now();
+
+-- Claims whose lease lapsed without complete or fail (crashed holders): the next reserve
+-- takes them over; a recovery job can re-drive them from recovery_point.
+CREATE VIEW idempotency.abandoned AS
+    SELECT scope, key, attempt, locked_until, recovery_point, first_seen_at, expires_at
+    FROM idempotency.keys
+    WHERE state = 'processing' AND locked_until <= now() AND expires_at > now();
+
+CREATE FUNCTION idempotency.stats_counters(
+    OUT reserves_new bigint,
+    OUT reserves_replay bigint,
+    OUT reserves_in_progress bigint,
+    OUT reserves_mismatch bigint,
+    OUT reserves_too_old bigint,
+    OUT completes bigint,
+    OUT fails bigint,
+    OUT takeovers bigint,
+    OUT since timestamptz,
+    OUT shared_memory boolean)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_stats' LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW idempotency.stats AS SELECT * FROM idempotency.stats_counters();
+
+CREATE FUNCTION idempotency.stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset' LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+REVOKE ALL ON idempotency.partitions, idempotency.in_flight, idempotency.abandoned,
+    idempotency.stats FROM PUBLIC;
+REVOKE ALL ON FUNCTION
+    idempotency.maintain(),
+    idempotency.use_partman(),
+    idempotency.stats_counters(),
+    idempotency.stats_reset()
+FROM PUBLIC;

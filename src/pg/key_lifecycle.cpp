@@ -8,7 +8,9 @@
 #include "pg/guard.hpp"
 #include "pg/key_store.hpp"
 #include "pg/pending_claims.hpp"
+#include "pg/settings.hpp"
 #include "pg/sql_errors.hpp"
+#include "pg/stats.hpp"
 
 #include "core/key_rules.hpp"
 #include "core/key_time.hpp"
@@ -285,7 +287,8 @@ Reservation reserve_key(const ReserveRequest &req) {
         }
         PendingClaim *claim;
         bool found = current_record(req.scope, req.key, now, &result.record, &claim);
-        if (claim == nullptr) check_snapshot_is_current(req.scope, req.key, now, found, result.record);
+        if (claim == nullptr)
+            check_snapshot_is_current(req.scope, req.key, now, found, result.record);
         if (!found) {
             if (is_too_old(req.key, now, req.retention)) {
                 clear_record(&result.record);
@@ -308,6 +311,7 @@ Reservation reserve_key(const ReserveRequest &req) {
             result.outcome = Outcome::InProgress;
         } else {
             take_over(&result.record, req, now);
+            count_stat(kStatTakeover);
             update_key(result.record);
             result.outcome = Outcome::New;
         }
@@ -327,8 +331,8 @@ Datum reservation_datum(FunctionCallInfo fcinfo, const Reservation &r) {
     bool replay = r.outcome == Outcome::Replay;
     // outcome, status_code, response, attempt, recovery_point, first_seen_at, locked_until,
     // expires_at
-    const KeyColumn columns[] = {kStatusCode,   kResponse,    kAttempt,    kRecoveryPoint,
-                                 kFirstSeenAt,  kLockedUntil, kExpiresAt};
+    const KeyColumn columns[] = {kStatusCode,  kResponse,    kAttempt,  kRecoveryPoint,
+                                 kFirstSeenAt, kLockedUntil, kExpiresAt};
     Datum values[8] = {ObjectIdGetDatum(label)};
     bool nulls[8] = {false};
     for (int i = 0; i < 7; i++) {
@@ -351,9 +355,11 @@ IDEM_FUNCTION(idem_reserve) {
     req.lock_ttl = interval_arg_usecs(fcinfo, 3, "lock_ttl", false);
     req.retention = interval_arg_usecs(fcinfo, 4, "retention", false);
     req.wait = interval_arg_usecs(fcinfo, 5, "wait", true);
+    check_retention(req.retention);
 
     Storage storage = open_storage();
     Reservation reservation = reserve_key(req);
+    count_reserve(int(reservation.outcome));
     close_storage(storage);
     return reservation_datum(fcinfo, reservation);
 }
@@ -366,8 +372,8 @@ bool same_result(const KeyRecord &record, int32 status_code, const Jsonb *respon
     if (DatumGetInt32(record.values[kStatusCode]) != status_code) return false;
     if (record.is_null(kResponse) || response == nullptr)
         return record.is_null(kResponse) && response == nullptr;
-    return DatumGetBool(DirectFunctionCall2(jsonb_eq, record.values[kResponse],
-                                            PointerGetDatum(response)));
+    return DatumGetBool(
+        DirectFunctionCall2(jsonb_eq, record.values[kResponse], PointerGetDatum(response)));
 }
 
 Datum jsonb_arg(FunctionCallInfo fcinfo, int n, const char *what, bool *is_null) {
@@ -398,12 +404,12 @@ IDEM_FUNCTION(idem_complete) {
     KeyRecord record;
     PendingClaim *claim;
     if (!record_to_write(scope, key, now, &record, &claim))
-        raise_no_claim("complete", "The key has no live record: it was never reserved, was "
-                                   "forgotten, or its retention window has ended.");
+        raise_no_claim("complete",
+                       "The key has no live record: it was never reserved, was "
+                       "forgotten, or its retention window has ended.");
     if (attempt_is_stale(fcinfo, 4, record.attempt())) raise_stale(fcinfo, 4, record.attempt());
     if (record.state() == 'c') {
-        if (!same_result(record, status_code,
-                         response_null ? nullptr : DatumGetJsonbP(response)))
+        if (!same_result(record, status_code, response_null ? nullptr : DatumGetJsonbP(response)))
             throw SqlError(kResultConflict, "key is already completed with a different result",
                            psprintf("The stored status_code is %d.",
                                     DatumGetInt32(record.values[kStatusCode])));
@@ -419,6 +425,7 @@ IDEM_FUNCTION(idem_complete) {
         record.set(kCompletedAt, TimestampTzGetDatum(now));
         record.set_null(kLockedUntil);
         store_record(record, claim);
+        count_stat(kStatComplete);
     }
     close_storage(storage);
     PG_RETURN_VOID();
@@ -440,7 +447,7 @@ IDEM_FUNCTION(idem_fail) {
     if (attempt_is_stale(fcinfo, 3, record.attempt())) raise_stale(fcinfo, 3, record.attempt());
     if (record.state() != 'p')
         raise_no_claim("fail", record.state() == 'c' ? "The key is already completed."
-                                                      : "The claim was already released.");
+                                                     : "The claim was already released.");
     record.set_state("failed");
     if (error_null)
         record.set_null(kLastError);
@@ -448,6 +455,7 @@ IDEM_FUNCTION(idem_fail) {
         record.set(kLastError, error);
     record.set_null(kLockedUntil);
     store_record(record, claim);
+    count_stat(kStatFail);
     close_storage(storage);
     PG_RETURN_VOID();
 }
@@ -465,8 +473,7 @@ IDEM_FUNCTION(idem_checkpoint) {
     if (!record_to_write(scope, key, now, &record, &claim))
         raise_no_claim("checkpoint", "The key has no live record.");
     if (attempt_is_stale(fcinfo, 3, record.attempt())) raise_stale(fcinfo, 3, record.attempt());
-    if (record.state() != 'p')
-        raise_no_claim("checkpoint", "The key is not being processed.");
+    if (record.state() != 'p') raise_no_claim("checkpoint", "The key is not being processed.");
     if (claim != nullptr) {
         claim->record.nulls[kRecoveryPoint] = point_null;
         claim->record.values[kRecoveryPoint] =
@@ -498,9 +505,9 @@ IDEM_FUNCTION(idem_lookup) {
     if (found) {
         // state, status_code, response, request_hash, attempt, recovery_point, last_error,
         // first_seen_at, completed_at, locked_until, expires_at
-        const KeyColumn columns[] = {kState,         kStatusCode, kResponse,    kRequestHash,
-                                     kAttempt,       kRecoveryPoint, kLastError, kFirstSeenAt,
-                                     kCompletedAt,   kLockedUntil, kExpiresAt};
+        const KeyColumn columns[] = {kState,       kStatusCode,    kResponse,  kRequestHash,
+                                     kAttempt,     kRecoveryPoint, kLastError, kFirstSeenAt,
+                                     kCompletedAt, kLockedUntil,   kExpiresAt};
         Datum values[11];
         bool nulls[11];
         for (int i = 0; i < 11; i++) {
