@@ -17,6 +17,9 @@ LARGE=${LARGE:-20000000}
 PRUNE=${PRUNE:-10000000}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-20}
 CLIENTS=${CLIENTS:-2}
+# Sized so that the live partitions' indexes stay in memory at LARGE keys, as a server holding
+# that many keys would be configured.
+SHARED_BUFFERS=${SHARED_BUFFERS:-4GB}
 
 cluster_setup bench-storage 54464
 WORK=$(mktemp -d /tmp/idem-bench-storage.XXXXXX)
@@ -24,7 +27,7 @@ chmod 777 "$WORK"
 cleanup() { cluster_stop "$CLUSTER_DATA" || true; rm -rf "$WORK" "$(dirname "$CLUSTER_DATA")"; }
 trap cleanup EXIT
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
-  "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'" \
+  "shared_buffers = '$SHARED_BUFFERS'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'" \
   "synchronous_commit = off" "autovacuum = off" "maintenance_work_mem = '512MB'" \
   "idempotency.partition_width = '1d'" "idempotency.premake = 3"
 cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"

@@ -32,7 +32,6 @@ int sqlstate_of(core::ErrorKind kind) {
 
 // What the guard raises: plain data only, filled while the exception is alive.
 struct Report {
-    ErrorData *rethrow = nullptr;
     int sqlstate = ERRCODE_INTERNAL_ERROR;
     char message[256] = "";
     char detail[512] = "";
@@ -42,8 +41,6 @@ struct Report {
 void describe(std::exception_ptr caught, Report &report) noexcept {
     try {
         std::rethrow_exception(caught);
-    } catch (const PgRethrow &e) {
-        report.rethrow = e.edata();
     } catch (const SqlError &e) {
         report.sqlstate = e.sqlstate();
         copy_text(report.message, sizeof report.message, e.what());
@@ -76,7 +73,6 @@ void raise_caught(std::exception_ptr caught) {
     Report report;
     describe(caught, report);
     caught = nullptr;  // the exception object is freed before we leave by longjmp
-    if (report.rethrow != nullptr) ReThrowError(report.rethrow);
     ereport(ERROR, (errcode(report.sqlstate), errmsg_internal("%s", report.message),
                     report.detail[0] ? errdetail_internal("%s", report.detail) : 0,
                     report.hint[0] ? errhint("%s", report.hint) : 0));

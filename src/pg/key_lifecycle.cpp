@@ -388,6 +388,30 @@ Datum jsonb_arg(FunctionCallInfo fcinfo, int n, const char *what, bool *is_null)
     return PointerGetDatum(value);
 }
 
+// The claim a complete, fail or checkpoint acts on: the key's live record, read under its
+// lock; refused when there is none or when the call's attempt (argument attempt_arg) is stale.
+struct ClaimCall {
+    Storage storage;
+    TimestampTz now;
+    KeyRecord record;
+    PendingClaim *claim;  // the record is this transaction's unwritten claim
+};
+
+ClaimCall open_claim_call(FunctionCallInfo fcinfo, Datum scope, Datum key, const char *call,
+                          int attempt_arg) {
+    ClaimCall c;
+    c.storage = open_storage();
+    lock_key(scope, key);
+    c.now = GetCurrentTimestamp();
+    if (!record_to_write(scope, key, c.now, &c.record, &c.claim))
+        raise_no_claim(call,
+                       "The key has no live record: it was never reserved, was forgotten, "
+                       "or its retention window has ended.");
+    int32 current = c.record.attempt();
+    if (attempt_is_stale(fcinfo, attempt_arg, current)) raise_stale(fcinfo, attempt_arg, current);
+    return c;
+}
+
 }  // namespace
 
 IDEM_FUNCTION(idem_complete) {
@@ -398,16 +422,8 @@ IDEM_FUNCTION(idem_complete) {
     bool response_null;
     Datum response = jsonb_arg(fcinfo, 3, "response", &response_null);
 
-    Storage storage = open_storage();
-    lock_key(scope, key);
-    TimestampTz now = GetCurrentTimestamp();
-    KeyRecord record;
-    PendingClaim *claim;
-    if (!record_to_write(scope, key, now, &record, &claim))
-        raise_no_claim("complete",
-                       "The key has no live record: it was never reserved, was "
-                       "forgotten, or its retention window has ended.");
-    if (attempt_is_stale(fcinfo, 4, record.attempt())) raise_stale(fcinfo, 4, record.attempt());
+    ClaimCall c = open_claim_call(fcinfo, scope, key, "complete", 4);
+    KeyRecord &record = c.record;
     if (record.state() == 'c') {
         if (!same_result(record, status_code, response_null ? nullptr : DatumGetJsonbP(response)))
             throw SqlError(kResultConflict, "key is already completed with a different result",
@@ -422,12 +438,12 @@ IDEM_FUNCTION(idem_complete) {
             record.set_null(kResponse);
         else
             record.set(kResponse, response);
-        record.set(kCompletedAt, TimestampTzGetDatum(now));
+        record.set(kCompletedAt, TimestampTzGetDatum(c.now));
         record.set_null(kLockedUntil);
-        store_record(record, claim);
+        store_record(record, c.claim);
         count_stat(kStatComplete);
     }
-    close_storage(storage);
+    close_storage(c.storage);
     PG_RETURN_VOID();
 }
 
@@ -437,14 +453,8 @@ IDEM_FUNCTION(idem_fail) {
     bool error_null;
     Datum error = jsonb_arg(fcinfo, 2, "error", &error_null);
 
-    Storage storage = open_storage();
-    lock_key(scope, key);
-    TimestampTz now = GetCurrentTimestamp();
-    KeyRecord record;
-    PendingClaim *claim;
-    if (!record_to_write(scope, key, now, &record, &claim))
-        raise_no_claim("fail", "The key has no live record.");
-    if (attempt_is_stale(fcinfo, 3, record.attempt())) raise_stale(fcinfo, 3, record.attempt());
+    ClaimCall c = open_claim_call(fcinfo, scope, key, "fail", 3);
+    KeyRecord &record = c.record;
     if (record.state() != 'p')
         raise_no_claim("fail", record.state() == 'c' ? "The key is already completed."
                                                      : "The claim was already released.");
@@ -454,9 +464,9 @@ IDEM_FUNCTION(idem_fail) {
     else
         record.set(kLastError, error);
     record.set_null(kLockedUntil);
-    store_record(record, claim);
+    store_record(record, c.claim);
     count_stat(kStatFail);
-    close_storage(storage);
+    close_storage(c.storage);
     PG_RETURN_VOID();
 }
 
@@ -465,18 +475,12 @@ IDEM_FUNCTION(idem_checkpoint) {
     Datum key = name_arg(fcinfo, 1, "key");
     bool point_null = PG_ARGISNULL(2);
 
-    Storage storage = open_storage();
-    lock_key(scope, key);
-    TimestampTz now = GetCurrentTimestamp();
-    KeyRecord record;
-    PendingClaim *claim;
-    if (!record_to_write(scope, key, now, &record, &claim))
-        raise_no_claim("checkpoint", "The key has no live record.");
-    if (attempt_is_stale(fcinfo, 3, record.attempt())) raise_stale(fcinfo, 3, record.attempt());
+    ClaimCall c = open_claim_call(fcinfo, scope, key, "checkpoint", 3);
+    KeyRecord &record = c.record;
     if (record.state() != 'p') raise_no_claim("checkpoint", "The key is not being processed.");
-    if (claim != nullptr) {
-        claim->record.nulls[kRecoveryPoint] = point_null;
-        claim->record.values[kRecoveryPoint] =
+    if (c.claim != nullptr) {
+        c.claim->record.nulls[kRecoveryPoint] = point_null;
+        c.claim->record.values[kRecoveryPoint] =
             point_null ? (Datum)0 : copy_to_transaction(PG_GETARG_DATUM(2), kRecoveryPoint);
     } else {
         if (point_null)
@@ -485,7 +489,7 @@ IDEM_FUNCTION(idem_checkpoint) {
             record.set(kRecoveryPoint, PG_GETARG_DATUM(2));
         update_key(record);
     }
-    close_storage(storage);
+    close_storage(c.storage);
     PG_RETURN_VOID();
 }
 
