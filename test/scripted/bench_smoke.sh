@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Keeps the benchmark command working: bench/run.sh --smoke (a few seconds, its own cluster,
+# report under bench/out/smoke/) must run every workload and print every target line.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+out=$(BENCH_BUILD=0 bash bench/run.sh --smoke 2>&1) || { echo "$out"; exit 1; }
+echo "$out" | tail -40
+for workload in "W0 baseline insert" "W1 hand-written pattern" "W2 extension" "W3 replay" \
+  "W4 mixed"; do
+  grep -q "$workload" <<<"$out" || { echo "missing workload: $workload"; exit 1; }
+done
+[[ $(grep -c '^target ' <<<"$out") -eq 5 ]] || { echo "expected 5 target lines"; exit 1; }
+echo "bench smoke: ok"
