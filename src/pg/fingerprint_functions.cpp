@@ -36,8 +36,7 @@ IDEM_FUNCTION(idem_fingerprint_jsonb) {
     Datum *paths;
     bool *path_nulls;
     int path_count;
-    deconstruct_array(exclude, TEXTOID, -1, false, TYPALIGN_INT, &paths, &path_nulls,
-                      &path_count);
+    deconstruct_array(exclude, TEXTOID, -1, false, TYPALIGN_INT, &paths, &path_nulls, &path_count);
     for (int i = 0; i < path_count; i++)
         if (path_nulls[i])
             raise_sql(ERRCODE_NULL_VALUE_NOT_ALLOWED, "exclude must not contain nulls");

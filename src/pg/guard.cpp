@@ -30,36 +30,6 @@ int sqlstate_of(core::ErrorKind kind) {
     return ERRCODE_INTERNAL_ERROR;
 }
 
-// What the guard raises: plain data only, filled while the exception is alive.
-struct Report {
-    int sqlstate = ERRCODE_INTERNAL_ERROR;
-    char message[256] = "";
-    char detail[512] = "";
-    char hint[256] = "";
-};
-
-void describe(std::exception_ptr caught, Report &report) noexcept {
-    try {
-        std::rethrow_exception(caught);
-    } catch (const SqlError &e) {
-        report.sqlstate = e.sqlstate();
-        copy_text(report.message, sizeof report.message, e.what());
-        copy_text(report.detail, sizeof report.detail, e.detail());
-        copy_text(report.hint, sizeof report.hint, e.hint());
-    } catch (const core::Error &e) {
-        report.sqlstate = sqlstate_of(e.kind());
-        copy_text(report.message, sizeof report.message, e.what());
-    } catch (const std::bad_alloc &) {
-        report.sqlstate = ERRCODE_OUT_OF_MEMORY;
-        copy_text(report.message, sizeof report.message, "out of memory");
-    } catch (const std::exception &e) {
-        copy_text(report.message, sizeof report.message, "unexpected C++ exception");
-        copy_text(report.detail, sizeof report.detail, e.what());
-    } catch (...) {
-        copy_text(report.message, sizeof report.message, "unexpected C++ exception");
-    }
-}
-
 }  // namespace
 
 SqlError::SqlError(int sqlstate, const char *message, const char *detail, const char *hint)
@@ -69,10 +39,31 @@ SqlError::SqlError(int sqlstate, const char *message, const char *detail, const 
     copy_text(hint_, sizeof hint_, hint);
 }
 
-void raise_caught(std::exception_ptr caught) {
-    Report report;
-    describe(caught, report);
-    caught = nullptr;  // the exception object is freed before we leave by longjmp
+void describe_current_exception(ErrorReport *report) noexcept {
+    report->sqlstate = ERRCODE_INTERNAL_ERROR;
+    report->message[0] = report->detail[0] = report->hint[0] = '\0';
+    try {
+        throw;
+    } catch (const SqlError &e) {
+        report->sqlstate = e.sqlstate();
+        copy_text(report->message, sizeof report->message, e.what());
+        copy_text(report->detail, sizeof report->detail, e.detail());
+        copy_text(report->hint, sizeof report->hint, e.hint());
+    } catch (const core::Error &e) {
+        report->sqlstate = sqlstate_of(e.kind());
+        copy_text(report->message, sizeof report->message, e.what());
+    } catch (const std::bad_alloc &) {
+        report->sqlstate = ERRCODE_OUT_OF_MEMORY;
+        copy_text(report->message, sizeof report->message, "out of memory");
+    } catch (const std::exception &e) {
+        copy_text(report->message, sizeof report->message, "unexpected C++ exception");
+        copy_text(report->detail, sizeof report->detail, e.what());
+    } catch (...) {
+        copy_text(report->message, sizeof report->message, "unexpected C++ exception");
+    }
+}
+
+void raise_report(const ErrorReport &report) {
     ereport(ERROR, (errcode(report.sqlstate), errmsg_internal("%s", report.message),
                     report.detail[0] ? errdetail_internal("%s", report.detail) : 0,
                     report.hint[0] ? errhint("%s", report.hint) : 0));

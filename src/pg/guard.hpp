@@ -13,7 +13,6 @@
 #include "pg/postgres_headers.hpp"
 
 #include <exception>
-#include <utility>
 
 namespace idem::pg {
 
@@ -35,19 +34,31 @@ class SqlError : public std::exception {
     char hint_[256];
 };
 
-// Raises the ereport for an exception caught at the boundary (never returns).
-[[noreturn]] void raise_caught(std::exception_ptr caught);
+// What the guard raises: plain data, so that nothing needs destroying when ereport longjmps.
+struct ErrorReport {
+    int sqlstate;
+    char message[256];
+    char detail[512];
+    char hint[256];
+};
 
-// Runs body(); any exception becomes an ereport(ERROR) raised after body's frame is gone.
+// Fills report from the exception being handled; call only inside a catch block.
+void describe_current_exception(ErrorReport *report) noexcept;
+
+// Raises report as ereport(ERROR) (never returns).
+[[noreturn]] void raise_report(const ErrorReport &report);
+
+// Runs body(); any exception becomes an ereport(ERROR), raised once the exception object is
+// gone. Nothing with a destructor lives in this frame, as body's errors may longjmp through it.
 template <typename Body>
 Datum guarded(Body &&body) noexcept {
-    std::exception_ptr caught;
+    ErrorReport report;
     try {
         return body();
     } catch (...) {
-        caught = std::current_exception();
+        describe_current_exception(&report);
     }
-    raise_caught(std::move(caught));
+    raise_report(report);
 }
 
 }  // namespace idem::pg

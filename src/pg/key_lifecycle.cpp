@@ -18,6 +18,7 @@
 extern "C" {
 #include "catalog/pg_enum.h"
 #include "storage/proc.h"
+#include "tcop/utility.h"
 #include "utils/syscache.h"
 }
 
@@ -319,6 +320,12 @@ Reservation reserve_key(const ReserveRequest &req) {
     }
 }
 
+void check_reachable(TimestampTz now, int64 span, const char *what) {
+    TimestampTz until;
+    if (pg_add_s64_overflow(now, span, &until) || !IS_VALID_TIMESTAMP(until))
+        raise_sql(ERRCODE_INVALID_PARAMETER_VALUE, "%s is out of range", what);
+}
+
 Datum reservation_datum(FunctionCallInfo fcinfo, const Reservation &r) {
     TupleDesc desc;
     if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
@@ -348,6 +355,7 @@ Datum reservation_datum(FunctionCallInfo fcinfo, const Reservation &r) {
 }  // namespace
 
 IDEM_FUNCTION(idem_reserve) {
+    PreventCommandIfReadOnly("idempotency.reserve()");
     ReserveRequest req;
     req.scope = name_arg(fcinfo, 0, "scope");
     req.key = name_arg(fcinfo, 1, "key");
@@ -356,6 +364,12 @@ IDEM_FUNCTION(idem_reserve) {
     req.retention = interval_arg_usecs(fcinfo, 4, "retention", false);
     req.wait = interval_arg_usecs(fcinfo, 5, "wait", true);
     check_retention(req.retention);
+    // Leases and expiry times must stay valid timestamps (until the year 294276); a longer
+    // wait is a wait without end.
+    TimestampTz now = GetCurrentTimestamp();
+    check_reachable(now, req.lock_ttl, "lock_ttl");
+    check_reachable(now, req.retention, "retention");
+    req.wait = Min(req.wait, END_TIMESTAMP - now);
 
     Storage storage = open_storage();
     Reservation reservation = reserve_key(req);
@@ -415,6 +429,7 @@ ClaimCall open_claim_call(FunctionCallInfo fcinfo, Datum scope, Datum key, const
 }  // namespace
 
 IDEM_FUNCTION(idem_complete) {
+    PreventCommandIfReadOnly("idempotency.complete()");
     Datum scope = name_arg(fcinfo, 0, "scope");
     Datum key = name_arg(fcinfo, 1, "key");
     int32 status_code = DatumGetInt32(required_arg(fcinfo, 2, "status_code"));
@@ -448,6 +463,7 @@ IDEM_FUNCTION(idem_complete) {
 }
 
 IDEM_FUNCTION(idem_fail) {
+    PreventCommandIfReadOnly("idempotency.fail()");
     Datum scope = name_arg(fcinfo, 0, "scope");
     Datum key = name_arg(fcinfo, 1, "key");
     bool error_null;
@@ -471,6 +487,7 @@ IDEM_FUNCTION(idem_fail) {
 }
 
 IDEM_FUNCTION(idem_checkpoint) {
+    PreventCommandIfReadOnly("idempotency.checkpoint()");
     Datum scope = name_arg(fcinfo, 0, "scope");
     Datum key = name_arg(fcinfo, 1, "key");
     bool point_null = PG_ARGISNULL(2);
@@ -478,17 +495,13 @@ IDEM_FUNCTION(idem_checkpoint) {
     ClaimCall c = open_claim_call(fcinfo, scope, key, "checkpoint", 3);
     KeyRecord &record = c.record;
     if (record.state() != 'p') raise_no_claim("checkpoint", "The key is not being processed.");
-    if (c.claim != nullptr) {
-        c.claim->record.nulls[kRecoveryPoint] = point_null;
-        c.claim->record.values[kRecoveryPoint] =
-            point_null ? (Datum)0 : copy_to_transaction(PG_GETARG_DATUM(2), kRecoveryPoint);
-    } else {
-        if (point_null)
-            record.set_null(kRecoveryPoint);
-        else
-            record.set(kRecoveryPoint, PG_GETARG_DATUM(2));
-        update_key(record);
-    }
+    if (point_null)
+        record.set_null(kRecoveryPoint);
+    else
+        record.set(kRecoveryPoint, PG_GETARG_DATUM(2));
+    // A claim still in memory is written now: a savepoint rolled back later undoes the
+    // checkpoint with the row.
+    store_record(record, c.claim);
     close_storage(c.storage);
     PG_RETURN_VOID();
 }
@@ -524,6 +537,7 @@ IDEM_FUNCTION(idem_lookup) {
 }
 
 IDEM_FUNCTION(idem_forget) {
+    PreventCommandIfReadOnly("idempotency.forget()");
     Datum scope = name_arg(fcinfo, 0, "scope");
     Datum key = name_arg(fcinfo, 1, "key");
 
@@ -531,7 +545,7 @@ IDEM_FUNCTION(idem_forget) {
     lock_key(scope, key);
     KeyRecord record;
     bool live = find_live_key(scope, key, GetCurrentTimestamp(), &record);
-    bool pending = drop_pending_claim(scope, key);
+    bool pending = forget_pending_claims(scope, key);
     delete_key(scope, key);
     close_storage(storage);
     PG_RETURN_BOOL(live || pending);

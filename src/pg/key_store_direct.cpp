@@ -35,14 +35,35 @@ const Oid kColumnTypes[kKeyColumnCount] = {
 // satisfies_constraints().
 constexpr int kCheckCount = 3;
 
+// NOT NULL columns of idempotency.keys, mirrored by satisfies_constraints().
+bool is_not_null_column(int column) {
+    return column == kScope || column == kKey || column == kState || column == kAttempt ||
+           column == kFirstSeenAt || column == kExpiresAt;
+}
+
 bool layout_matches(Relation rel) {
     TupleDesc desc = RelationGetDescr(rel);
     if (desc->natts != kKeyColumnCount) return false;
     for (int i = 0; i < kKeyColumnCount; i++) {
         Form_pg_attribute attr = TupleDescAttr(desc, i);
         if (attr->attisdropped || attr->atttypid != kColumnTypes[i] ||
+            attr->attnotnull != is_not_null_column(i) ||
             strcmp(NameStr(attr->attname), kColumnNames[i]) != 0)
             return false;
+    }
+    return true;
+}
+
+// The CHECK constraints are the install script's, by name (ATTACH PARTITION matches them by
+// name too); any other constraint sends the insert through SPI.
+bool checks_match(const TupleConstr *constr) {
+    static const char *const kCheckNames[kCheckCount] = {"keys_state_check", "keys_attempt_check",
+                                                         "keys_status_code_check"};
+    if (constr->num_check != kCheckCount) return false;
+    for (int i = 0; i < kCheckCount; i++) {
+        bool known = false;
+        for (const char *name : kCheckNames) known |= strcmp(constr->check[i].ccname, name) == 0;
+        if (!known) return false;
     }
     return true;
 }
@@ -62,7 +83,7 @@ bool leaf_supported(Relation leaf) {
     TupleConstr *constr = RelationGetDescr(leaf)->constr;
     return leaf->rd_rel->relkind == RELKIND_RELATION && leaf->trigdesc == nullptr &&
            !leaf->rd_rel->relrowsecurity && layout_matches(leaf) && constr != nullptr &&
-           constr->num_check == kCheckCount && !constr->has_generated_stored;
+           checks_match(constr) && !constr->has_generated_stored;
 }
 
 // The partitions of the table as the executor would see them, or nullptr when detached
@@ -205,7 +226,8 @@ Direct find_live_key_direct(Oid table, Datum scope, Datum key, TimestampTz now, 
 }
 
 Direct insert_key_direct(Oid table, const KeyRecord &record) {
-    if (!satisfies_constraints(record)) return Direct::kUnsupported;
+    // The executor refuses writes in read-only transactions; heap_insert does not check.
+    if (XactReadOnly || !satisfies_constraints(record)) return Direct::kUnsupported;
     Relation parent = table_open(table, RowExclusiveLock);
     PartitionDesc desc = parent_supported(parent) ? partitions(parent) : nullptr;
     int part = -1;

@@ -27,7 +27,9 @@ void write_unwritten_claims() {
     bool connected = false;
     SavedUser saved{};
     for (PendingClaim *claim = claims; claim != nullptr; claim = claim->next) {
-        if (claim->written_in != InvalidSubTransactionId) continue;
+        if (claim->written_in != InvalidSubTransactionId ||
+            claim->forgotten_in != InvalidSubTransactionId)
+            continue;
         if (!connected) {
             // Portals are closed by now: the statements need a snapshot of their own.
             PushActiveSnapshot(GetTransactionSnapshot());
@@ -63,23 +65,33 @@ void on_transaction_event(XactEvent event, void *) {
     }
 }
 
-void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact,
-                             SubTransactionId parent, void *) {
+void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact, SubTransactionId parent,
+                             void *) {
+    if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB) return;
+    bool abort = event == SUBXACT_EVENT_ABORT_SUB;
+    // On abort: the subtransaction's claims go, its writes and forgets are undone.
+    // On commit: what it did now belongs to its parent.
+    SubTransactionId undone = abort ? InvalidSubTransactionId : parent;
     PendingClaim **link = &claims;
     while (*link != nullptr) {
         PendingClaim *claim = *link;
-        if (event == SUBXACT_EVENT_ABORT_SUB) {
-            if (claim->created_in == subxact) {
-                *link = claim->next;
-                continue;
-            }
-            if (claim->written_in == subxact) claim->written_in = InvalidSubTransactionId;
-        } else if (event == SUBXACT_EVENT_COMMIT_SUB) {
-            if (claim->created_in == subxact) claim->created_in = parent;
-            if (claim->written_in == subxact) claim->written_in = parent;
+        if (abort && claim->created_in == subxact) {
+            *link = claim->next;
+            continue;
         }
+        if (!abort && claim->created_in == subxact) claim->created_in = parent;
+        if (claim->written_in == subxact) claim->written_in = undone;
+        if (claim->forgotten_in == subxact) claim->forgotten_in = undone;
         link = &claim->next;
     }
+}
+
+Datum copy_to_transaction(Datum value, KeyColumn column) {
+    if (is_by_value(column)) return value;
+    MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+    Datum copy = datumCopy(value, false, -1);
+    MemoryContextSwitchTo(old);
+    return copy;
 }
 
 }  // namespace
@@ -91,17 +103,10 @@ void register_pending_claim_callbacks() {
 
 PendingClaim *find_unwritten_claim(Datum scope, Datum key) {
     for (PendingClaim *claim = claims; claim != nullptr; claim = claim->next)
-        if (claim->written_in == InvalidSubTransactionId && matches(claim, scope, key))
+        if (claim->written_in == InvalidSubTransactionId &&
+            claim->forgotten_in == InvalidSubTransactionId && matches(claim, scope, key))
             return claim;
     return nullptr;
-}
-
-Datum copy_to_transaction(Datum value, KeyColumn column) {
-    if (is_by_value(column)) return value;
-    MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-    Datum copy = datumCopy(value, false, -1);
-    MemoryContextSwitchTo(old);
-    return copy;
 }
 
 PendingClaim *add_pending_claim(const KeyRecord &record) {
@@ -115,21 +120,25 @@ PendingClaim *add_pending_claim(const KeyRecord &record) {
     }
     claim->created_in = GetCurrentSubTransactionId();
     claim->written_in = InvalidSubTransactionId;
+    claim->forgotten_in = InvalidSubTransactionId;
     claim->next = claims;
     claims = claim;
     return claim;
 }
 
-void mark_claim_written(PendingClaim *claim) { claim->written_in = GetCurrentSubTransactionId(); }
+void mark_claim_written(PendingClaim *claim) {
+    claim->written_in = GetCurrentSubTransactionId();
+}
 
-bool drop_pending_claim(Datum scope, Datum key) {
-    for (PendingClaim **link = &claims; *link != nullptr; link = &(*link)->next) {
-        if (matches(*link, scope, key)) {
-            *link = (*link)->next;
-            return true;
+bool forget_pending_claims(Datum scope, Datum key) {
+    bool found = false;
+    for (PendingClaim *claim = claims; claim != nullptr; claim = claim->next) {
+        if (claim->forgotten_in == InvalidSubTransactionId && matches(claim, scope, key)) {
+            claim->forgotten_in = GetCurrentSubTransactionId();
+            found = true;
         }
     }
-    return false;
+    return found;
 }
 
 }  // namespace idem::pg

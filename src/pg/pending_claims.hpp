@@ -14,13 +14,14 @@ struct PendingClaim {
     KeyRecord record;              // the 'processing' row to insert at commit
     SubTransactionId created_in;   // forgotten if this subtransaction aborts
     SubTransactionId written_in;   // InvalidSubTransactionId while only in memory
+    SubTransactionId forgotten_in; // set by forget; undone if this subtransaction aborts
     PendingClaim *next;
 };
 
 // Registers the transaction callbacks; called once from _PG_init.
 void register_pending_claim_callbacks();
 
-// The pending claim of (scope, key) not yet written to the table, or nullptr.
+// The pending claim of (scope, key) not yet written to the table (nor forgotten), or nullptr.
 PendingClaim *find_unwritten_claim(Datum scope, Datum key);
 
 // Remembers a new claim; copies the record into transaction memory.
@@ -29,10 +30,8 @@ PendingClaim *add_pending_claim(const KeyRecord &record);
 // The claim's row was written by the caller in the current subtransaction.
 void mark_claim_written(PendingClaim *claim);
 
-// Drops the claim of (scope, key), written or not; true if there was one.
-bool drop_pending_claim(Datum scope, Datum key);
-
-// Copies a value into transaction memory (for replacing a column of a pending record).
-Datum copy_to_transaction(Datum value, KeyColumn column);
+// Forgets the claims of (scope, key), written or not; true if there was one. A rolled-back
+// subtransaction brings them back.
+bool forget_pending_claims(Datum scope, Datum key);
 
 }  // namespace idem::pg
