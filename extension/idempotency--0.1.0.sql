@@ -222,11 +222,13 @@ FROM PUBLIC;
 -- Partitions of idempotency.keys are created and dropped by maintain() (or pg_partman after
 -- use_partman()); none is created here, so none belongs to the extension and each can be
 -- dropped on its own. Settings: idempotency.partition_width, premake, max_retention,
--- maintenance_lock_timeout, maintenance_interval, database (see README).
+-- maintenance_lock_timeout, maintenance_interval, database (see README). maintain() and
+-- use_partman() run as the owner of idempotency.keys with search_path, TimeZone and the other
+-- settings they depend on pinned (pg_partman included), in a security-restricted operation.
 
 CREATE FUNCTION idempotency.maintain()
 RETURNS TABLE (
-    action text,            -- created, dropped, purged, skipped, deferred
+    action text,            -- created, dropped, purged, skipped, failed, deferred
     partition text,
     range_start timestamptz,
     range_end timestamptz,
@@ -238,6 +240,24 @@ CREATE FUNCTION idempotency.use_partman()
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_use_partman' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- Bounds of a partition of idempotency.keys. pg_get_expr prints them in the session's
+-- DateStyle and TimeZone, whose abbreviations may not read back (IST): printed and read here
+-- in ISO and UTC. EXECUTE stays with PUBLIC (it shows only catalog data), as the view's
+-- readers call it.
+CREATE FUNCTION idempotency.partition_bounds(part oid,
+    OUT is_default boolean, OUT range_start timestamptz, OUT range_end timestamptz)
+RETURNS record
+LANGUAGE sql STABLE PARALLEL SAFE
+SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT e.expr OPERATOR(pg_catalog.=) 'DEFAULT',
+           pg_catalog.substring(e.expr, 'FROM \(''([^'']*)''\)')::pg_catalog.timestamptz,
+           pg_catalog.substring(e.expr, 'TO \(''([^'']*)''\)')::pg_catalog.timestamptz
+    FROM pg_catalog.pg_class c,
+         LATERAL pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS e(expr)
+    WHERE c.oid OPERATOR(pg_catalog.=) part
+$$;
+
 CREATE VIEW idempotency.partitions AS
     SELECT c.relname::text AS partition,
            b.range_start,
@@ -247,11 +267,7 @@ CREATE VIEW idempotency.partitions AS
            coalesce(NOT b.is_default AND b.range_end <= now(), false) AS due_to_drop
     FROM pg_catalog.pg_inherits i
     JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
-    CROSS JOIN LATERAL (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS expr) e
-    CROSS JOIN LATERAL (
-        SELECT e.expr = 'DEFAULT' AS is_default,
-               substring(e.expr FROM 'FROM \(''([^'']*)''\)')::timestamptz AS range_start,
-               substring(e.expr FROM 'TO \(''([^'']*)''\)')::timestamptz AS range_end) b
+    CROSS JOIN LATERAL idempotency.partition_bounds(c.oid) b
     WHERE i.inhparent = 'idempotency.keys'::regclass
     ORDER BY b.is_default, b.range_start NULLS FIRST;
 

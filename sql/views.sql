@@ -35,3 +35,16 @@ REVOKE USAGE ON SCHEMA idempotency FROM views_t_app;
 DROP ROLE views_t_app;
 
 DELETE FROM idempotency.keys WHERE scope = 'views_t';
+
+-- The partitions view reads bounds right whatever the session's DateStyle and TimeZone
+-- (printed in SQL style, Asia/Kolkata's IST would read back as Israel's).
+CREATE TABLE idempotency.views_t_part PARTITION OF idempotency.keys
+    FOR VALUES FROM ('2019-06-01 00:00+00') TO ('2019-06-02 00:00+00');
+SET TimeZone = 'Asia/Kolkata';
+SET DateStyle = 'SQL, DMY';
+SELECT range_start = '2019-06-01 00:00+00' AS start_ok, range_end = '2019-06-02 00:00+00' AS end_ok,
+       due_to_drop
+FROM idempotency.partitions WHERE partition = 'views_t_part';
+RESET TimeZone;
+RESET DateStyle;
+DROP TABLE idempotency.views_t_part;

@@ -45,6 +45,13 @@ inline bool due_to_drop(TimeRange r, int64_t now) {
     return r.hi != kUnbounded && r.hi <= now;
 }
 
+// True when r is exactly one width-slot [k*width, (k+1)*width) (bounded on both sides).
+inline bool is_bucket(TimeRange r, int64_t width) {
+    return r.lo != -kUnbounded && r.hi != kUnbounded && r.hi - r.lo == width &&
+           r.lo - (r.lo / width) * width == 0;
+}
+
+// premake < 0: only the buckets of default_buckets (no current or future ones).
 Plan plan_partitions(const PlanInput &in);
 
 // Name suffix of a partition starting at lo, in pg_partman 4.7's format for the width (so a

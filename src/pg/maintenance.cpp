@@ -1,9 +1,10 @@
-// idempotency.maintain(): creates the upcoming partitions of idempotency.keys, moves live rows
-// out of the default partition into partitions of their own, purges expired rows from the
-// default partition and drops partitions whose upper bound has passed (every row in them has
+// idempotency.maintain(): purges expired rows from the default partition, creates the
+// upcoming partitions of idempotency.keys (moving rows of their range out of the default
+// partition) and drops partitions whose upper bound has passed (every row in them has
 // expired). Each step takes its locks with idempotency.maintenance_lock_timeout and is
 // skipped (reported, retried on the next run) when it cannot get them in time, so it never
-// queues behind a long transaction with every reserve queued behind it.
+// queues behind a long transaction with every reserve queued behind it; a step that fails
+// otherwise is reported and the next one runs.
 
 #include "pg/maintenance.hpp"
 
@@ -17,6 +18,7 @@
 
 extern "C" {
 #include "catalog/partition.h"
+#include "commands/tablespace.h"
 #include "utils/guc.h"
 #include "utils/resowner.h"
 }
@@ -29,7 +31,7 @@ constexpr int kMaxCreatesPerRun = 100;
 
 // Bounds come back as timestamptz; MINVALUE / MAXVALUE bounds do not match and give NULL.
 constexpr const char *kPartitionsSql =
-    "SELECT c.relname::pg_catalog.text,"
+    "SELECT c.oid, c.relname::pg_catalog.text,"
     " pg_catalog.substring(b.expr, 'FROM \\(''([^'']*)''\\)')::pg_catalog.timestamptz,"
     " pg_catalog.substring(b.expr, 'TO \\(''([^'']*)''\\)')::pg_catalog.timestamptz,"
     " c.reltuples::pg_catalog.float8"
@@ -38,7 +40,7 @@ constexpr const char *kPartitionsSql =
     " CROSS JOIN LATERAL pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS b(expr)"
     " WHERE i.inhparent OPERATOR(pg_catalog.=) $1"
     " AND b.expr OPERATOR(pg_catalog.<>) 'DEFAULT'"
-    " ORDER BY 2 NULLS FIRST, 1";
+    " ORDER BY 3 NULLS FIRST, 2";
 
 // Per width-aligned bucket of the default partition: live and expired rows.
 constexpr const char *kDefaultBucketsSql =
@@ -50,38 +52,47 @@ constexpr const char *kDefaultBucketsSql =
 constexpr const char *kLockExclusiveSql =
     "LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE";
 
-char *qualified(const char *name) {
-    return quote_qualified_identifier("idempotency", name);
-}
+const char *const kSkipped =
+    "could not lock idempotency.keys within "
+    "idempotency.maintenance_lock_timeout; retried on the next run";
 
-char *default_partition_name(Oid oid) {
-    return quote_qualified_identifier(get_namespace_name(get_rel_namespace(oid)),
-                                      get_rel_name(oid));
+// Schema-qualified, quoted name of a relation; nullptr when it no longer exists.
+char *relation_name(Oid oid) {
+    char *name = get_rel_name(oid);
+    if (name == nullptr) return nullptr;
+    char *schema = get_namespace_name(get_rel_namespace(oid));
+    return schema == nullptr ? nullptr : quote_qualified_identifier(schema, name);
 }
 
 struct CreateStep {
     const PartitionInfo *target;
-    const char *default_name;  // nullptr: no live rows of the range in the default partition
     uint64 moved;
 };
 
 void create_step(void *arg) {
     auto *s = static_cast<CreateStep *>(arg);
-    spi_run(kLockExclusiveSql, SPI_OK_UTILITY);
-    char *name = qualified(s->target->name);
+    char *name = quote_qualified_identifier("idempotency", s->target->name);
     char *lo = time_literal(s->target->lo), *hi = time_literal(s->target->hi);
+    // The new table first: it needs only ACCESS SHARE on idempotency.keys. In the parent's
+    // tablespace, as CREATE TABLE ... PARTITION OF would put it.
+    Oid space = get_rel_tablespace(key_table_oid());
+    char *space_name = OidIsValid(space) ? get_tablespace_name(space) : nullptr;
     spi_run(psprintf("CREATE TABLE %s (LIKE idempotency.keys INCLUDING DEFAULTS INCLUDING "
-                     "CONSTRAINTS INCLUDING STORAGE INCLUDING COMMENTS)",
-                     name),
+                     "CONSTRAINTS INCLUDING STORAGE INCLUDING COMMENTS)%s%s",
+                     name, space_name ? " TABLESPACE " : "",
+                     space_name ? quote_identifier(space_name) : ""),
             SPI_OK_UTILITY);
+    spi_run(kLockExclusiveSql, SPI_OK_UTILITY);
+    // Rows of the range in the default partition (live or expired, whenever committed) would
+    // make the ATTACH fail: move them first, under the exclusive lock, so no reserve sees a
+    // key missing meanwhile. A fresh snapshot: rows committed up to the lock are seen.
     s->moved = 0;
-    if (s->default_name != nullptr) {
-        // Rows of the range in the default partition would make the ATTACH fail: move them
-        // first, under the exclusive lock, so no reserve sees the key missing meanwhile.
+    Oid def = default_partition_oid();
+    if (OidIsValid(def)) {
         spi_run(psprintf("WITH moved AS (DELETE FROM ONLY %s WHERE expires_at "
                          "OPERATOR(pg_catalog.>=) %s AND expires_at OPERATOR(pg_catalog.<) %s "
                          "RETURNING *) INSERT INTO %s SELECT * FROM moved",
-                         s->default_name, lo, hi, name),
+                         relation_name(def), lo, hi, name),
                 SPI_OK_INSERT);
         s->moved = SPI_processed;
     }
@@ -93,26 +104,30 @@ void create_step(void *arg) {
 
 struct DropStep {
     const PartitionInfo *target;
+    bool gone;  // it no longer existed
 };
 
 void drop_step(void *arg) {
     auto *s = static_cast<DropStep *>(arg);
     // The parent first: the order in which every reader locks them.
     spi_run(kLockExclusiveSql, SPI_OK_UTILITY);
-    spi_run(psprintf("DROP TABLE %s", qualified(s->target->name)), SPI_OK_UTILITY);
+    // By OID: the partition may live in any schema, or have been renamed.
+    char *name = relation_name(s->target->oid);
+    s->gone = name == nullptr;
+    if (!s->gone) spi_run(psprintf("DROP TABLE %s", name), SPI_OK_UTILITY);
 }
 
 struct PurgeStep {
-    const char *default_name;
+    Oid def;
     int64 now;
     uint64 purged;
 };
 
 void purge_step(void *arg) {
     auto *s = static_cast<PurgeStep *>(arg);
-    spi_run(kLockExclusiveSql, SPI_OK_UTILITY);
+    // ROW EXCLUSIVE on the default partition only: expired rows are invisible to every call.
     spi_run(psprintf("DELETE FROM ONLY %s WHERE expires_at OPERATOR(pg_catalog.<=) %s",
-                     s->default_name, time_literal(s->now)),
+                     relation_name(s->def), time_literal(s->now)),
             SPI_OK_DELETE);
     s->purged = SPI_processed;
 }
@@ -123,14 +138,15 @@ struct DefaultContent {
     int64 expired_rows;
 };
 
-DefaultContent read_default(const char *default_name, int64 width, int64 now) {
+DefaultContent read_default(Oid def, int64 width, int64 now) {
     DefaultContent content{nullptr, 0, 0};
+    if (!OidIsValid(def)) return content;
     Interval *stride = static_cast<Interval *>(palloc0(sizeof(Interval)));
     stride->time = width;
     Oid types[] = {INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
     Datum args[] = {IntervalPGetDatum(stride), TimestampTzGetDatum(0), TimestampTzGetDatum(now)};
-    int rc = SPI_execute_with_args(psprintf(kDefaultBucketsSql, default_name), 3, types, args,
-                                   nullptr, true, 0);
+    int rc = SPI_execute_with_args(psprintf(kDefaultBucketsSql, relation_name(def)), 3, types, args,
+                                   nullptr, false, 0);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "idempotency: reading the default partition failed: %s",
              SPI_result_code_string(rc));
@@ -147,15 +163,6 @@ DefaultContent read_default(const char *default_name, int64 width, int64 now) {
     return content;
 }
 
-bool range_has_live_default_rows(const DefaultContent &content, int64 width,
-                                 const PartitionInfo &p) {
-    for (int i = 0; i < content.n_live_buckets; i++) {
-        int64 b = content.live_buckets[i];
-        if (b < p.hi && b + width > p.lo) return true;
-    }
-    return false;
-}
-
 struct PlanArrays {
     PartitionInfo *creates;  // kMaxCreatesPerRun slots
     int n_creates;
@@ -164,13 +171,14 @@ struct PlanArrays {
     bool capped;
 };
 
-// Pure C++: no PostgreSQL call in here.
+// Pure C++: no PostgreSQL call in here. premake < 0: partitions for the default partition's
+// rows only.
 void make_plan(const PartitionList &parts, const DefaultContent &content, int64 now, int64 width,
-               PlanArrays *out) {
+               int premake, PlanArrays *out) {
     core::PlanInput in;
     in.now = now;
     in.width = width;
-    in.premake = premake_partitions();
+    in.premake = premake;
     in.max_creates = kMaxCreatesPerRun;
     for (int i = 0; i < parts.count; i++) {
         int64 lo = parts.items[i].lo == PG_INT64_MIN ? -core::kUnbounded : parts.items[i].lo;
@@ -181,6 +189,7 @@ void make_plan(const PartitionList &parts, const DefaultContent &content, int64 
     out->n_creates = 0;
     for (const core::TimeRange &r : plan.create) {
         PartitionInfo &p = out->creates[out->n_creates++];
+        p.oid = InvalidOid;
         std::snprintf(p.name, sizeof p.name, "keys_p%s",
                       core::partition_suffix(r.lo, width).c_str());
         p.lo = r.lo;
@@ -192,60 +201,84 @@ void make_plan(const PartitionList &parts, const DefaultContent &content, int64 
     out->capped = plan.capped;
 }
 
-const char *const kSkipped =
-    "could not lock idempotency.keys within "
-    "idempotency.maintenance_lock_timeout; retried on the next run";
+PlanArrays plan_for(const PartitionList &parts, const DefaultContent &content, int64 now,
+                    int64 width, int premake) {
+    PlanArrays plan;
+    plan.creates = static_cast<PartitionInfo *>(palloc0(sizeof(PartitionInfo) * kMaxCreatesPerRun));
+    plan.drops = static_cast<int *>(palloc0(sizeof(int) * (parts.count + 1)));
+    make_plan(parts, content, now, width, premake, &plan);
+    return plan;
+}
+
+void run_creates(ActionSink *out, const PlanArrays &plan) {
+    for (int i = 0; i < plan.n_creates; i++) {
+        const PartitionInfo &p = plan.creates[i];
+        CreateStep step{&p, 0};
+        if (out == nullptr) {
+            create_step(&step);
+            continue;
+        }
+        char *error = nullptr;
+        switch (run_step(create_step, &step, &error)) {
+            case StepResult::kDone:
+                emit_action(out, "created", p.name, p.lo, p.hi, true, int64(step.moved),
+                            step.moved > 0 ? psprintf("moved %llu rows from the default partition",
+                                                      (unsigned long long)step.moved)
+                                           : nullptr);
+                break;
+            case StepResult::kSkipped:
+                emit_action(out, "skipped", p.name, p.lo, p.hi, true, -1, kSkipped);
+                break;
+            case StepResult::kFailed:
+                emit_action(out, "failed", p.name, p.lo, p.hi, true, -1, error);
+                break;
+        }
+    }
+    if (plan.capped && out != nullptr)
+        emit_action(out, "deferred", nullptr, 0, 0, false, -1,
+                    psprintf("more than %d partitions to create; the rest on the next run",
+                             kMaxCreatesPerRun));
+}
 
 void maintain_partitions(ActionSink *out) {
     int64 now = GetCurrentTimestamp();
     int64 width = partition_width_usecs();
-    Oid default_oid = default_partition_oid();
+    purge_default(out, now);
     PartitionList parts = read_partitions();
-    DefaultContent content{nullptr, 0, 0};
-    char *default_name = nullptr;
-    if (OidIsValid(default_oid)) {
-        default_name = default_partition_name(default_oid);
-        content = read_default(default_name, width, now);
-    }
-    PlanArrays plan;
-    plan.creates = static_cast<PartitionInfo *>(palloc0(sizeof(PartitionInfo) * kMaxCreatesPerRun));
-    plan.drops = static_cast<int *>(palloc0(sizeof(int) * (parts.count + 1)));
-    make_plan(parts, content, now, width, &plan);
-
-    for (int i = 0; i < plan.n_creates; i++) {
-        const PartitionInfo &p = plan.creates[i];
-        CreateStep step{&p, nullptr, 0};
-        if (default_name != nullptr && range_has_live_default_rows(content, width, p))
-            step.default_name = default_name;
-        if (run_step(create_step, &step))
-            emit_action(out, "created", p.name, p.lo, p.hi, true, int64(step.moved),
-                        step.moved > 0 ? psprintf("moved %llu rows from the default partition",
-                                                  (unsigned long long)step.moved)
-                                       : nullptr);
-        else
-            emit_action(out, "skipped", p.name, p.lo, p.hi, true, -1, kSkipped);
-    }
-    if (plan.capped)
-        emit_action(out, "deferred", nullptr, 0, 0, false, -1,
-                    psprintf("more than %d partitions to create; the rest on the next run",
-                             kMaxCreatesPerRun));
-    if (content.expired_rows > 0) {
-        PurgeStep step{default_name, now, 0};
-        if (run_step(purge_step, &step))
-            emit_action(out, "purged", get_rel_name(default_oid), 0, 0, false, int64(step.purged),
-                        "deleted expired rows from the default partition");
-        else
-            emit_action(out, "skipped", get_rel_name(default_oid), 0, 0, false, -1, kSkipped);
-    }
+    DefaultContent content = read_default(default_partition_oid(), width, now);
+    PlanArrays plan = plan_for(parts, content, now, width, premake_partitions());
+    run_creates(out, plan);
     for (int i = 0; i < plan.n_drops; i++) {
         const PartitionInfo &p = parts.items[plan.drops[i]];
-        DropStep step{&p};
+        DropStep step{&p, false};
         int64 rows = p.reltuples >= 0 ? int64(p.reltuples) : -1;
-        if (run_step(drop_step, &step))
-            emit_action(out, "dropped", p.name, p.lo, p.hi, true, rows, nullptr);
-        else
-            emit_action(out, "skipped", p.name, p.lo, p.hi, true, rows, kSkipped);
+        char *error = nullptr;
+        switch (run_step(drop_step, &step, &error)) {
+            case StepResult::kDone:
+                if (!step.gone)
+                    emit_action(out, "dropped", p.name, p.lo, p.hi, true, rows, nullptr);
+                break;
+            case StepResult::kSkipped:
+                emit_action(out, "skipped", p.name, p.lo, p.hi, true, rows, kSkipped);
+                break;
+            case StepResult::kFailed:
+                emit_action(out, "failed", p.name, p.lo, p.hi, true, rows, error);
+                break;
+        }
     }
+}
+
+// Errors run_step does not turn into a 'failed' step: cancels and shutdowns (57), resource
+// exhaustion (53), system (58) and internal errors (XX).
+bool must_reraise(int sqlstate) {
+    int category = ERRCODE_TO_CATEGORY(sqlstate);
+    return category == ERRCODE_OPERATOR_INTERVENTION ||
+           category == ERRCODE_INSUFFICIENT_RESOURCES || category == ERRCODE_SYSTEM_ERROR ||
+           category == ERRCODE_INTERNAL_ERROR;
+}
+
+void set_pinned(const char *name, const char *value) {
+    (void)set_config_option(name, value, PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 }
 
 }  // namespace
@@ -263,10 +296,12 @@ Oid default_partition_oid() {
     return get_default_partition_oid(key_table_oid());
 }
 
+// Like every read here, not read-only: a fresh snapshot that sees this transaction's own
+// changes (pg_partman's partitions, rows just moved) and rows committed since the call began.
 PartitionList read_partitions() {
     Oid types[] = {OIDOID};
     Datum args[] = {ObjectIdGetDatum(key_table_oid())};
-    int rc = SPI_execute_with_args(kPartitionsSql, 1, types, args, nullptr, true, 0);
+    int rc = SPI_execute_with_args(kPartitionsSql, 1, types, args, nullptr, false, 0);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "idempotency: listing partitions failed: %s", SPI_result_code_string(rc));
     PartitionList list;
@@ -277,12 +312,13 @@ PartitionList read_partitions() {
         TupleDesc desc = SPI_tuptable->tupdesc;
         PartitionInfo &p = list.items[i];
         bool isnull;
-        strlcpy(p.name, TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)), NAMEDATALEN);
-        Datum lo = SPI_getbinval(row, desc, 2, &isnull);
+        p.oid = DatumGetObjectId(SPI_getbinval(row, desc, 1, &isnull));
+        strlcpy(p.name, TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull)), NAMEDATALEN);
+        Datum lo = SPI_getbinval(row, desc, 3, &isnull);
         p.lo = isnull ? PG_INT64_MIN : DatumGetTimestampTz(lo);
-        Datum hi = SPI_getbinval(row, desc, 3, &isnull);
+        Datum hi = SPI_getbinval(row, desc, 4, &isnull);
         p.hi = isnull ? PG_INT64_MAX : DatumGetTimestampTz(hi);
-        p.reltuples = DatumGetFloat8(SPI_getbinval(row, desc, 4, &isnull));
+        p.reltuples = DatumGetFloat8(SPI_getbinval(row, desc, 5, &isnull));
     }
     return list;
 }
@@ -293,21 +329,30 @@ void spi_run(const char *sql, int expected) {
         elog(ERROR, "idempotency: statement failed (%s): %s", SPI_result_code_string(rc), sql);
 }
 
-int use_maintenance_settings() {
-    int level = NewGUCNestLevel();
+MaintenanceScope enter_maintenance() {
+    MaintenanceScope scope;
+    scope.user = become_key_owner();
+    Oid owner;
+    int context;
+    GetUserIdAndSecContext(&owner, &context);
+    SetUserIdAndSecContext(owner, context | SECURITY_RESTRICTED_OPERATION);
+    scope.guc_level = NewGUCNestLevel();
     char timeout[32];
     snprintf(timeout, sizeof timeout, "%d", maintenance_lock_timeout_ms());
-    (void)set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-                            true, 0, false);
-    (void)set_config_option("TimeZone", "UTC", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
-                            false);
-    (void)set_config_option("DateStyle", "ISO, YMD", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-                            true, 0, false);
-    return level;
+    set_pinned("search_path", "pg_catalog, pg_temp");
+    set_pinned("lock_timeout", timeout);
+    set_pinned("TimeZone", "UTC");
+    set_pinned("DateStyle", "ISO, YMD");
+    set_pinned("IntervalStyle", "postgres");
+    set_pinned("default_tablespace", "");
+    set_pinned("default_table_access_method", "heap");
+    return scope;
 }
 
-void restore_settings(int level) {
-    AtEOXact_GUC(true, level);
+void leave_maintenance(MaintenanceScope scope) {
+    // false: restore every setting changed at this level, whether SET LOCAL or SET.
+    AtEOXact_GUC(false, scope.guc_level);
+    restore_user(scope.user);
 }
 
 char *time_literal(int64 t) {
@@ -315,10 +360,10 @@ char *time_literal(int64 t) {
     return quote_literal_cstr(text);
 }
 
-bool run_step(void (*step)(void *), void *arg) {
+StepResult run_step(void (*step)(void *), void *arg, char **error) {
     MemoryContext context = CurrentMemoryContext;
     ResourceOwner owner = CurrentResourceOwner;
-    volatile bool done = false;
+    volatile StepResult result = StepResult::kDone;
     BeginInternalSubTransaction(nullptr);
     MemoryContextSwitchTo(context);
     PG_TRY();
@@ -327,7 +372,6 @@ bool run_step(void (*step)(void *), void *arg) {
         ReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(context);
         CurrentResourceOwner = owner;
-        done = true;
     }
     PG_CATCH();
     {
@@ -337,11 +381,19 @@ bool run_step(void (*step)(void *), void *arg) {
         RollbackAndReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(context);
         CurrentResourceOwner = owner;
-        if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE) ReThrowError(edata);
+        if (must_reraise(edata->sqlerrcode)) ReThrowError(edata);
+        if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE) {
+            result = StepResult::kSkipped;
+        } else {
+            result = StepResult::kFailed;
+            if (error != nullptr)
+                *error = edata->detail ? psprintf("%s (%s)", edata->message, edata->detail)
+                                       : pstrdup(edata->message);
+        }
         FreeErrorData(edata);
     }
     PG_END_TRY();
-    return done;
+    return result;
 }
 
 void emit_action(ActionSink *out, const char *action, const char *partition, int64 lo, int64 hi,
@@ -362,25 +414,73 @@ void emit_action(ActionSink *out, const char *action, const char *partition, int
     tuplestore_putvalues(out->store, out->desc, values, nulls);
 }
 
+void purge_default(ActionSink *out, int64 now) {
+    Oid def = default_partition_oid();
+    if (!OidIsValid(def)) return;
+    // Counted first (no lock beyond ACCESS SHARE) so a run with nothing to purge reports nothing.
+    Oid types[] = {TIMESTAMPTZOID};
+    Datum args[] = {TimestampTzGetDatum(now)};
+    int rc = SPI_execute_with_args(
+        psprintf("SELECT 1 FROM ONLY %s WHERE expires_at OPERATOR(pg_catalog.<=) $1 LIMIT 1",
+                 relation_name(def)),
+        1, types, args, nullptr, false, 1);
+    if (rc != SPI_OK_SELECT) elog(ERROR, "idempotency: reading the default partition failed");
+    if (SPI_processed == 0) return;
+    char *name = get_rel_name(def);
+    PurgeStep step{def, now, 0};
+    char *error = nullptr;
+    switch (run_step(purge_step, &step, &error)) {
+        case StepResult::kDone:
+            emit_action(out, "purged", name, 0, 0, false, int64(step.purged),
+                        "deleted expired rows from the default partition");
+            break;
+        case StepResult::kSkipped:
+            emit_action(out, "skipped", name, 0, 0, false, -1,
+                        "could not lock the default partition (or one of its rows) within "
+                        "idempotency.maintenance_lock_timeout; retried on the next run");
+            break;
+        case StepResult::kFailed:
+            emit_action(out, "failed", name, 0, 0, false, -1, error);
+            break;
+    }
+}
+
+void partition_default_rows(ActionSink *out, int64 now, int64 width) {
+    PartitionList parts = read_partitions();
+    DefaultContent content = read_default(default_partition_oid(), width, now);
+    if (content.n_live_buckets == 0) return;
+    run_creates(out, plan_for(parts, content, now, width, -1));
+}
+
 }  // namespace idem::pg
 
 IDEM_FUNCTION(idem_maintain) {
     using namespace idem::pg;
+    // Under REPEATABLE READ / SERIALIZABLE the steps would not see rows committed after the
+    // transaction's snapshot, and ATTACH PARTITION would then find them in the default
+    // partition.
+    if (IsolationUsesXactSnapshot())
+        throw SqlError(ERRCODE_ACTIVE_SQL_TRANSACTION,
+                       "idempotency.maintain() must run in a READ COMMITTED transaction", nullptr,
+                       "Call it in a transaction of its own (autocommit).");
     auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
     InitMaterializedSRF(fcinfo, 0);
     ActionSink sink{rsinfo->setResult, rsinfo->setDesc};
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
-    SavedUser user = become_key_owner();
-    int level = use_maintenance_settings();
-    if (!run_step(
-            [](void *) {
-                spi_run("LOCK TABLE ONLY idempotency.keys IN SHARE UPDATE EXCLUSIVE MODE",
-                        SPI_OK_UTILITY);
-            },
-            nullptr)) {
+    MaintenanceScope scope = enter_maintenance();
+    char *error = nullptr;
+    StepResult locked = run_step(
+        [](void *) {
+            spi_run("LOCK TABLE ONLY idempotency.keys IN SHARE UPDATE EXCLUSIVE MODE",
+                    SPI_OK_UTILITY);
+        },
+        nullptr, &error);
+    if (locked == StepResult::kSkipped) {
         emit_action(&sink, "skipped", nullptr, 0, 0, false, -1,
                     "another maintain() is running, or a long lock on idempotency.keys; "
                     "retried on the next run");
+    } else if (locked == StepResult::kFailed) {
+        emit_action(&sink, "failed", nullptr, 0, 0, false, -1, error);
     } else {
         char *partman = partman_schema();
         if (partman != nullptr && partman_manages_keys(partman))
@@ -388,8 +488,7 @@ IDEM_FUNCTION(idem_maintain) {
         else
             maintain_partitions(&sink);
     }
-    restore_settings(level);
-    restore_user(user);
+    leave_maintenance(scope);
     SPI_finish();
     return (Datum)0;
 }

@@ -3,12 +3,14 @@
 // and runs with SPI connected, as the owner of idempotency.keys.
 #pragma once
 
+#include "pg/key_store.hpp"
 #include "pg/postgres_headers.hpp"
 
 namespace idem::pg {
 
 // One attached partition of idempotency.keys (the default partition excluded).
 struct PartitionInfo {
+    Oid oid;  // InvalidOid for a partition still to be created
     char name[NAMEDATALEN];
     int64 lo, hi;      // bounds; PG_INT64_MIN / PG_INT64_MAX for MINVALUE / MAXVALUE
     double reltuples;  // pg_class estimate, < 0 when unknown
@@ -31,21 +33,29 @@ bool partman_manages_keys(const char *schema);
 // Runs a statement; errors (elog) unless SPI returns `expected`.
 void spi_run(const char *sql, int expected);
 
-// Sets lock_timeout, TimeZone = UTC and DateStyle = ISO until restore_settings(level).
-int use_maintenance_settings();
-void restore_settings(int level);
+// Maintenance runs as the owner of idempotency.keys in a security-restricted operation, with
+// settings pinned whatever the caller set: search_path = pg_catalog, pg_temp (code reached
+// from here, pg_partman's PL/pgSQL or an event trigger, cannot be redirected to functions
+// planted in the caller's path), lock_timeout = idempotency.maintenance_lock_timeout,
+// TimeZone = UTC, DateStyle = ISO, default_tablespace = '', default_table_access_method =
+// heap. leave_maintenance() rolls back every setting changed meanwhile (also pg_partman's
+// session-level set_config calls) and switches back to the caller; an error does the same
+// through the transaction's abort.
+struct MaintenanceScope {
+    SavedUser user;
+    int guc_level;
+};
+MaintenanceScope enter_maintenance();
+void leave_maintenance(MaintenanceScope scope);
 
 // Literal of a time for SQL text: 'YYYY-MM-DD HH:MI:SS.ffffff+00' (needs TimeZone = UTC).
 char *time_literal(int64 t);
 
-// Runs step(arg) in a subtransaction. A lock_timeout (55P03) rolls it back and returns
-// false; any other error is re-raised.
-bool run_step(void (*step)(void *), void *arg);
-
-// Partition upkeep when pg_partman manages the table (maintenance_partman.cpp): runs
-// partman.run_maintenance for idempotency.keys and reports what changed into `out`.
-struct ActionSink;
-void partman_maintain(const char *schema, ActionSink *out);
+// Runs step(arg) in a subtransaction. A lock_timeout (55P03) rolls it back: kSkipped. Any
+// other error rolls it back too: kFailed, with the message in *error; except cancels,
+// shutdowns, resource exhaustion and internal errors, which are re-raised.
+enum class StepResult { kDone, kSkipped, kFailed };
+StepResult run_step(void (*step)(void *), void *arg, char **error);
 
 // One result row of maintain(); partition may be nullptr, lo/hi/rows < 0 or NULL-ish.
 struct ActionSink {
@@ -54,5 +64,16 @@ struct ActionSink {
 };
 void emit_action(ActionSink *out, const char *action, const char *partition, int64 lo, int64 hi,
                  bool has_range, int64 rows, const char *detail);
+
+// Deletes expired rows from the default partition, without the exclusive lock (no call sees
+// them); reports 'purged' (or 'skipped' / 'failed').
+void purge_default(ActionSink *out, int64 now);
+// Gives every width-slot of rows left in the default partition a partition of its own,
+// moving the rows under the exclusive lock. With out == nullptr errors propagate.
+void partition_default_rows(ActionSink *out, int64 now, int64 width);
+
+// Partition upkeep when pg_partman manages the table (maintenance_partman.cpp): runs
+// partman.run_maintenance for idempotency.keys and reports what changed into `out`.
+void partman_maintain(const char *schema, ActionSink *out);
 
 }  // namespace idem::pg

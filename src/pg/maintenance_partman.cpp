@@ -2,6 +2,8 @@
 // table with partman (same partition width, names and premake; retention that drops a
 // partition once its upper bound has passed, dropping the table rather than detaching it),
 // after which maintain() runs partman's maintenance for the table instead of its own.
+// Everything runs inside enter_maintenance(): pg_partman's PL/pgSQL calls built-ins
+// unqualified, so the caller's search_path must not reach it.
 
 #include "pg/maintenance.hpp"
 
@@ -11,8 +13,11 @@
 
 #include "core/partition_plan.hpp"
 
+#include <cstring>
+
 extern "C" {
 #include "commands/extension.h"
+#include "utils/guc.h"
 }
 
 namespace idem::pg {
@@ -25,31 +30,118 @@ bool listed(const PartitionList &list, const char *name) {
     return false;
 }
 
-struct PartmanStep {
-    const char *sql;
-};
-
-void partman_step(void *arg) {
-    spi_run(static_cast<PartmanStep *>(arg)->sql, SPI_OK_SELECT);
+// The first partition that is not one width-slot [k*width, (k+1)*width) named as maintain()
+// and pg_partman name it, or -1. Pure C++: no PostgreSQL call in here.
+int first_misfit(const PartitionList &list, int64 width) {
+    for (int i = 0; i < list.count; i++) {
+        const PartitionInfo &p = list.items[i];
+        core::TimeRange r{p.lo == PG_INT64_MIN ? -core::kUnbounded : p.lo, p.hi};
+        if (!core::is_bucket(r, width)) return i;
+        if (("keys_p" + core::partition_suffix(r.lo, width)) != p.name) return i;
+    }
+    return -1;
 }
 
-struct EmptyDefault {
-    const char *partman;
-    int64 purged, moved;
-};
+void check_partitions_fit(const PartitionList &list, int64 width, const char *when,
+                          const char *hint) {
+    int bad = first_misfit(list, width);
+    if (bad < 0) return;
+    const PartitionInfo &p = list.items[bad];
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("cannot hand idempotency.keys to pg_partman: partition %s does not match "
+                    "idempotency.partition_width",
+                    p.name),
+             errdetail("%s, every partition must span exactly one width-slot from 2000-01-01 "
+                       "00:00 UTC and carry pg_partman's name for it.",
+                       when),
+             errhint("%s", hint)));
+}
 
-// pg_partman's interval text for the width: whole days, hours, minutes or seconds.
+// pg_partman's interval text for the width, in hours, minutes or seconds: never days, whose
+// length follows the session's TimeZone (DST).
+char *width_interval_text(int64 width) {
+    int64 secs = width / USECS_PER_SEC;
+    if (secs % 3600 == 0) return psprintf("%lld hours", (long long)(secs / 3600));
+    if (secs % 60 == 0) return psprintf("%lld minutes", (long long)(secs / 60));
+    return psprintf("%lld seconds", (long long)secs);
+}
+
 int partman_premake(int64 width) {
     int64 cover = (max_retention_usecs() + width - 1) / width + 1;
     return int(Max(int64(Max(premake_partitions(), 1)), Min(cover, int64(1000))));
 }
 
-char *width_interval_text(int64 width) {
-    int64 secs = width / USECS_PER_SEC;
-    if (secs % 86400 == 0) return psprintf("%lld days", (long long)(secs / 86400));
-    if (secs % 3600 == 0) return psprintf("%lld hours", (long long)(secs / 3600));
-    if (secs % 60 == 0) return psprintf("%lld minutes", (long long)(secs / 60));
-    return psprintf("%lld seconds", (long long)secs);
+struct PartmanConfig {
+    int64 width;  // partition_interval in microseconds; <= 0 when it has months
+    int premake;
+};
+
+PartmanConfig read_partman_config(const char *partman) {
+    spi_run(
+        psprintf("SELECT (pg_catalog.date_part('epoch', partition_interval::pg_catalog.interval)"
+                 " OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8,"
+                 " pg_catalog.date_part('month', partition_interval::pg_catalog.interval),"
+                 " premake FROM %s.part_config WHERE parent_table OPERATOR(pg_catalog.=) "
+                 "'idempotency.keys'",
+                 partman),
+        SPI_OK_SELECT);
+    if (SPI_processed != 1) elog(ERROR, "idempotency: idempotency.keys is not in part_config");
+    bool isnull;
+    HeapTuple row = SPI_tuptable->vals[0];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    PartmanConfig config;
+    config.width = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+    if (DatumGetFloat8(SPI_getbinval(row, desc, 2, &isnull)) != 0) config.width = 0;
+    config.premake = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
+    return config;
+}
+
+struct PartmanStep {
+    const char *lock_sql;  // nullptr: pg_partman is not expected to change partitions
+    const char *sql;
+};
+
+void partman_step(void *arg) {
+    auto *s = static_cast<PartmanStep *>(arg);
+    // Our own LOCK first: pg_partman turns every error into P0001, a lock timeout included.
+    if (s->lock_sql != nullptr) spi_run(s->lock_sql, SPI_OK_UTILITY);
+    spi_run(s->sql, SPI_OK_SELECT);
+}
+
+// Schema-qualified, quoted name of a relation; nullptr when there is none (any more).
+char *qualified_name(Oid oid) {
+    char *name = OidIsValid(oid) ? get_rel_name(oid) : nullptr;
+    char *schema = name != nullptr ? get_namespace_name(get_rel_namespace(oid)) : nullptr;
+    return schema != nullptr ? quote_qualified_identifier(schema, name) : nullptr;
+}
+
+// The locks pg_partman's maintenance will need, taken in readers' order (parent first): the
+// parent, the default partition (ATTACH scans it) and the partitions due to drop; nullptr
+// when it has nothing to create or drop.
+const char *partman_lock_sql(const PartitionList &parts, const PartmanConfig &config, int64 now) {
+    StringInfoData sql;
+    initStringInfo(&sql);
+    appendStringInfoString(&sql, "LOCK TABLE ONLY idempotency.keys");
+    bool work = false;
+    int64 newest = PG_INT64_MIN;
+    for (int i = 0; i < parts.count; i++) {
+        const PartitionInfo &p = parts.items[i];
+        if (p.hi != PG_INT64_MAX) newest = Max(newest, p.hi);
+        char *name = p.hi != PG_INT64_MAX && p.hi <= now ? qualified_name(p.oid) : nullptr;
+        if (name != nullptr) {
+            work = true;
+            appendStringInfo(&sql, ", ONLY %s", name);
+        }
+    }
+    if (config.width <= 0 ||
+        newest < idem::core::bucket_start(now, config.width) + (config.premake + 1) * config.width)
+        work = true;
+    if (!work) return nullptr;
+    char *def = qualified_name(default_partition_oid());
+    if (def != nullptr) appendStringInfo(&sql, ", ONLY %s", def);
+    appendStringInfoString(&sql, " IN ACCESS EXCLUSIVE MODE");
+    return sql.data;
 }
 
 }  // namespace
@@ -71,59 +163,38 @@ bool partman_manages_keys(const char *schema) {
         "SELECT 1 FROM %s.part_config WHERE parent_table "
         "OPERATOR(pg_catalog.=) 'idempotency.keys'",
         quote_identifier(schema));
-    int rc = SPI_execute(sql, true, 1);
+    int rc = SPI_execute(sql, false, 1);
     if (rc != SPI_OK_SELECT) elog(ERROR, "idempotency: reading part_config failed");
     return SPI_processed > 0;
 }
 
-// Rows in pg_partman's default partition block it from creating the partitions they belong
-// to: expired ones are deleted, live ones moved into partitions of their own.
-void empty_default_step(void *arg) {
-    auto *s = static_cast<EmptyDefault *>(arg);
-    Oid def = default_partition_oid();
-    if (!OidIsValid(def)) return;
-    char *name =
-        quote_qualified_identifier(get_namespace_name(get_rel_namespace(def)), get_rel_name(def));
-    spi_run(psprintf("DELETE FROM ONLY %s WHERE expires_at OPERATOR(pg_catalog.<=) "
-                     "pg_catalog.clock_timestamp()",
-                     name),
-            SPI_OK_DELETE);
-    s->purged = SPI_processed;
-    spi_run(psprintf("SELECT 1 FROM ONLY %s LIMIT 1", name), SPI_OK_SELECT);
-    if (SPI_processed == 0) return;
-    spi_run(psprintf("SELECT %s.partition_data_time('idempotency.keys', p_batch_count => 1000, "
-                     "p_analyze => false)",
-                     s->partman),
-            SPI_OK_SELECT);
-    bool isnull;
-    Datum moved = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-    s->moved = isnull ? 0 : DatumGetInt64(moved);
-}
-
 void partman_maintain(const char *schema, ActionSink *out) {
-    EmptyDefault empty{quote_identifier(schema), 0, 0};
-    if (!run_step(empty_default_step, &empty)) {
-        emit_action(out, "skipped", nullptr, 0, 0, false, -1,
-                    "could not lock the default partition within "
-                    "idempotency.maintenance_lock_timeout; retried on the next run");
-        return;
-    }
-    if (empty.purged > 0)
-        emit_action(out, "purged", "keys_default", 0, 0, false, empty.purged,
-                    "deleted expired rows from the default partition");
-    if (empty.moved > 0)
-        emit_action(out, "moved", "keys_default", 0, 0, false, empty.moved,
-                    "pg_partman moved live rows out of the default partition");
+    const char *partman = quote_identifier(schema);
+    int64 now = GetCurrentTimestamp();
+    PartmanConfig config = read_partman_config(partman);
+    // Rows in the default partition block pg_partman from creating the partitions they
+    // belong to: expired ones are deleted, the others get their partitions (named as
+    // pg_partman names them) before pg_partman runs.
+    purge_default(out, now);
+    if (config.width > 0) partition_default_rows(out, now, config.width);
     PartitionList before = read_partitions();
-    PartmanStep step{
-        psprintf("SELECT %s.run_maintenance(p_parent_table => 'idempotency.keys', "
-                 "p_analyze => false, p_jobmon => false)",
-                 quote_identifier(schema))};
-    if (!run_step(partman_step, &step)) {
-        emit_action(out, "skipped", nullptr, 0, 0, false, -1,
-                    "pg_partman could not lock idempotency.keys within "
-                    "idempotency.maintenance_lock_timeout; retried on the next run");
-        return;
+    PartmanStep step{partman_lock_sql(before, config, now),
+                     psprintf("SELECT %s.run_maintenance(p_parent_table => 'idempotency.keys', "
+                              "p_analyze => false, p_jobmon => false)",
+                              partman)};
+    char *error = nullptr;
+    switch (run_step(partman_step, &step, &error)) {
+        case StepResult::kDone:
+            break;
+        case StepResult::kSkipped:
+            emit_action(out, "skipped", nullptr, 0, 0, false, -1,
+                        "could not lock idempotency.keys for pg_partman within "
+                        "idempotency.maintenance_lock_timeout; retried on the next run");
+            return;
+        case StepResult::kFailed:
+            emit_action(out, "failed", nullptr, 0, 0, false, -1,
+                        psprintf("pg_partman's run_maintenance: %s", error));
+            return;
     }
     PartitionList after = read_partitions();
     for (int i = 0; i < after.count; i++)
@@ -147,9 +218,11 @@ void partman_maintain(const char *schema, ActionSink *out) {
 // already managed it (its settings are refreshed).
 IDEM_FUNCTION(idem_use_partman) {
     using namespace idem::pg;
+    if (IsolationUsesXactSnapshot())
+        throw SqlError(ERRCODE_ACTIVE_SQL_TRANSACTION,
+                       "idempotency.use_partman() must run in a READ COMMITTED transaction");
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
-    SavedUser user = become_key_owner();
-    int level = use_maintenance_settings();
+    MaintenanceScope scope = enter_maintenance();
     char *schema = partman_schema();
     if (schema == nullptr)
         throw SqlError(ERRCODE_UNDEFINED_OBJECT, "pg_partman is not installed in this database",
@@ -163,6 +236,13 @@ IDEM_FUNCTION(idem_use_partman) {
         // create_parent makes a default partition named keys_default: ours moves aside
         // first, and its live rows move into the partition set afterwards.
         spi_run("LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE", SPI_OK_UTILITY);
+        // pg_partman computes a partition's end as its start plus the width: partitions of
+        // another width (made before idempotency.partition_width changed) would be dropped
+        // too early.
+        check_partitions_fit(read_partitions(), width, "Before the hand-off",
+                             "Drop the partition (or wait until maintain() drops it), or set "
+                             "idempotency.partition_width to the width of the existing "
+                             "partitions.");
         Oid old_default = default_partition_oid();
         char *old_name = nullptr;
         if (OidIsValid(old_default)) {
@@ -182,6 +262,11 @@ IDEM_FUNCTION(idem_use_partman) {
                          partman, quote_literal_cstr(width_interval_text(width)),
                          partman_premake(width), time_literal(start)),
                 SPI_OK_SELECT);
+        // pg_partman aligns and names partitions by rules of its own for some widths
+        // (months, years, odd minutes): refuse those.
+        check_partitions_fit(read_partitions(), width, "As pg_partman made them",
+                             "pg_partman aligns or names partitions of this width its own "
+                             "way: choose a width below a month.");
         // create_parent skips its default partition when every partition already existed.
         if (!OidIsValid(default_partition_oid()))
             spi_run("CREATE TABLE idempotency.keys_default PARTITION OF idempotency.keys DEFAULT",
@@ -191,24 +276,33 @@ IDEM_FUNCTION(idem_use_partman) {
                              "OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
                              old_name),
                     SPI_OK_INSERT);
-            EmptyDefault empty{partman, 0, 0};
-            empty_default_step(&empty);
+            partition_default_rows(nullptr, GetCurrentTimestamp(), width);
             // It was created by CREATE EXTENSION: release it from the extension to drop it.
             spi_run(psprintf("ALTER EXTENSION idempotency DROP TABLE %s", old_name),
                     SPI_OK_UTILITY);
             spi_run(psprintf("DROP TABLE %s", old_name), SPI_OK_UTILITY);
         }
+    } else {
+        PartmanConfig config = read_partman_config(partman);
+        if (config.width != width)
+            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                            errmsg("idempotency.partition_width differs from the partition "
+                                   "interval pg_partman uses for idempotency.keys"),
+                            errhint("Set idempotency.partition_width back: pg_partman cannot "
+                                    "change the width of a partition set.")));
     }
     // Drop (not detach: 4.7 keeps the table by default) a partition once its upper bound has
     // passed: partman drops when start + interval < now - retention. Premake covers
-    // max_retention, so keys of any allowed retention find a partition ready.
-    spi_run(psprintf("UPDATE %s.part_config SET retention = '0 seconds', retention_keep_table = "
-                     "false, retention_keep_index = false, infinite_time_partitions = true, "
-                     "premake = %d WHERE parent_table OPERATOR(pg_catalog.=) 'idempotency.keys'",
-                     partman, partman_premake(width)),
-            SPI_OK_UPDATE);
-    restore_settings(level);
-    restore_user(user);
+    // max_retention, so keys of any allowed retention find a partition ready. The interval
+    // in hours, whatever create_parent stored.
+    spi_run(
+        psprintf("UPDATE %s.part_config SET retention = '0 seconds', retention_keep_table = "
+                 "false, retention_keep_index = false, infinite_time_partitions = true, "
+                 "partition_interval = %s, premake = %d "
+                 "WHERE parent_table OPERATOR(pg_catalog.=) 'idempotency.keys'",
+                 partman, quote_literal_cstr(width_interval_text(width)), partman_premake(width)),
+        SPI_OK_UPDATE);
+    leave_maintenance(scope);
     SPI_finish();
     PG_RETURN_BOOL(newly);
 }

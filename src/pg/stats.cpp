@@ -61,6 +61,7 @@ void startup_shmem() {
 Slot *database_slot() {
     if (my_slot != nullptr) return my_slot;
     Slot *found = nullptr;
+    TimestampTz now = GetCurrentTimestamp();
     SpinLockAcquire(&shared->lock);
     for (Slot &slot : shared->slots) {
         if (slot.database == MyDatabaseId || slot.database == InvalidOid) {
@@ -70,8 +71,9 @@ Slot *database_slot() {
     }
     if (found == nullptr) found = &shared->slots[kSlots - 1];
     if (found->database == InvalidOid) found->database = MyDatabaseId;
+    // 'since' of a slot: its first use after the server started (or the last reset).
+    if (found->reset_at == 0) found->reset_at = now;
     SpinLockRelease(&shared->lock);
-    if (found->reset_at == 0) found->reset_at = GetCurrentTimestamp();
     my_slot = found;
     return found;
 }

@@ -26,7 +26,18 @@ namespace {
 
 constexpr const char *kLibrary = "idempotency";
 
-// Starts the maintenance worker for one database and waits until it has finished.
+void reload_if_asked() {
+    if (!ConfigReloadPending) return;
+    ConfigReloadPending = false;
+    ProcessConfigFile(PGC_SIGHUP);
+    ereport(LOG, (errmsg("idempotency launcher reloaded its settings (interval %d s, "
+                         "databases \"%s\")",
+                         maintenance_interval_secs(), maintenance_databases())));
+}
+
+// Starts the maintenance worker for one database and waits until it has finished. Waits on
+// the latch itself (not WaitForBackgroundWorkerShutdown, which swallows latch sets), so a
+// SIGHUP is handled meanwhile and a SIGTERM stops the worker too.
 void maintain_database(const char *dbname) {
     BackgroundWorker worker;
     memset(&worker, 0, sizeof worker);
@@ -46,9 +57,21 @@ void maintain_database(const char *dbname) {
                  errhint("Raise max_worker_processes.")));
         return;
     }
-    pid_t pid;
-    if (WaitForBackgroundWorkerStartup(handle, &pid) == BGWH_STARTED)
-        (void)WaitForBackgroundWorkerShutdown(handle);
+    for (;;) {
+        pid_t pid;
+        BgwHandleStatus status = GetBackgroundWorkerPid(handle, &pid);
+        if (status == BGWH_STOPPED || status == BGWH_POSTMASTER_DIED) break;
+        if (ShutdownRequestPending) {
+            TerminateBackgroundWorker(handle);
+            break;
+        }
+        reload_if_asked();
+        // The postmaster sets our latch when the worker starts or stops (bgw_notify_pid).
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1000L,
+                        PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+    }
     pfree(handle);
 }
 
@@ -76,10 +99,11 @@ void log_actions(const char *dbname) {
         char *partition = SPI_getvalue(row, desc, 2);
         char *rows = SPI_getvalue(row, desc, 3);
         char *detail = SPI_getvalue(row, desc, 4);
-        ereport(LOG, (errmsg("idempotency: %s partition %s in database \"%s\"%s%s%s", action,
-                             partition ? partition : "-", dbname, rows ? " (rows: " : "",
-                             rows ? rows : "", rows ? ")" : ""),
-                      detail ? errdetail("%s", detail) : 0));
+        int level = strcmp(action, "failed") == 0 ? WARNING : LOG;
+        ereport(level, (errmsg("idempotency: %s partition %s in database \"%s\"%s%s%s", action,
+                               partition ? partition : "-", dbname, rows ? " (rows: " : "",
+                               rows ? rows : "", rows ? ")" : ""),
+                        detail ? errdetail("%s", detail) : 0));
     }
 }
 
@@ -132,18 +156,25 @@ void idem_launcher_main(Datum) {
     BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
     ereport(LOG, (errmsg("idempotency launcher started (interval %d s, databases \"%s\")",
                          maintenance_interval_secs(), maintenance_databases())));
+    // Deadline-based: a latch set (a SIGHUP, a worker's start or stop) is handled at once
+    // and does not start a pass early; the next pass is due an interval after the last one
+    // ended (with the interval in force then, reloads included).
+    TimestampTz last_end = 0;
+    bool ran = false;
     while (!ShutdownRequestPending) {
-        if (ConfigReloadPending) {
-            ConfigReloadPending = false;
-            ProcessConfigFile(PGC_SIGHUP);
-            ereport(LOG, (errmsg("idempotency launcher reloaded its settings (interval %d s, "
-                                 "databases \"%s\")",
-                                 maintenance_interval_secs(), maintenance_databases())));
+        reload_if_asked();
+        TimestampTz now = GetCurrentTimestamp();
+        TimestampTz next =
+            ran ? TimestampTzPlusMilliseconds(last_end, int64(maintenance_interval_secs()) * 1000)
+                : now;
+        if (now >= next) {
+            maintenance_pass();
+            last_end = GetCurrentTimestamp();
+            ran = true;
+            continue;
         }
-        maintenance_pass();
-        if (ShutdownRequestPending) break;
         (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                        long(maintenance_interval_secs()) * 1000L, PG_WAIT_EXTENSION);
+                        TimestampDifferenceMilliseconds(now, next), PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
         CHECK_FOR_INTERRUPTS();
     }
@@ -158,6 +189,10 @@ void idem_maintenance_main(Datum) {
     char dbname[BGW_EXTRALEN];
     strlcpy(dbname, MyBgworkerEntry->bgw_extra, BGW_EXTRALEN);
     BackgroundWorkerInitializeConnection(dbname, nullptr, 0);
+    // Whatever the database or role settings say: a plain search_path (maintain() pins its
+    // own too) and READ COMMITTED, which maintain() requires.
+    SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_SESSION);
+    SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_SESSION);
     // One transaction per pass; an error is logged and the next pass starts a new worker.
     MemoryContext context = CurrentMemoryContext;
     PG_TRY();

@@ -68,6 +68,8 @@ wait "$loop"
 dropped=$(grep -c '^dropped$' "$WORK/actions" || true)
 created=$(grep -c '^created$' "$WORK/actions" || true)
 skipped=$(grep -c '^skipped$' "$WORK/actions" || true)
+failed=$(grep -c '^failed$' "$WORK/actions" || true)
+[[ $failed -eq 0 ]] || fail "$failed maintain() steps failed"
 [[ $dropped -gt 0 ]] || fail "maintain() dropped no partition during the run"
 [[ $(q -c "SELECT count(*) FROM idempotency.partitions WHERE due_to_drop") -le 1 ]] ||
   fail "expired partitions piled up"

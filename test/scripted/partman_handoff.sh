@@ -36,12 +36,32 @@ before=$(q -d $DB -c "SELECT string_agg(partition, ',' ORDER BY partition) FROM 
 echo "due to drop: $due"
 [[ $due == keys_p2020_01_01,keys_p2020_01_02 ]] || fail "unexpected due_to_drop set: $due"
 
+# A partition that is not one width-slot (made before a change of the width) would be dropped
+# too early by pg_partman (it takes a partition's end as start + width): no hand-off.
+q -d $DB -c "CREATE TABLE idempotency.keys_p2020_01_03_1200 PARTITION OF idempotency.keys
+    FOR VALUES FROM ('2020-01-03 12:00+00') TO ('2020-01-04 00:00+00')"
+out=$(q -d $DB -c "SET client_min_messages = warning" -c "SELECT idempotency.use_partman()" 2>&1) &&
+  fail "use_partman() accepted a partition of another width"
+[[ $out == *"partition keys_p2020_01_03_1200 does not match idempotency.partition_width"* ]] ||
+  fail "unexpected refusal: $out"
+[[ $(q -d $DB -c "SELECT count(*) FROM partman.part_config") == 0 ]] || fail "a refused hand-off left part_config rows"
+q -d $DB -c "DROP TABLE idempotency.keys_p2020_01_03_1200"
+echo "ok: hand-off refused while a partition of another width exists"
+
 [[ $(q -d $DB -c "SET client_min_messages = warning" -c "SELECT idempotency.use_partman()") == t ]] ||
   fail "use_partman() did not hand the table over"
 [[ $(q -d $DB -c "SELECT idempotency.use_partman()") == f ]] || fail "use_partman() is not idempotent"
 cfg=$(q -d $DB -c "SELECT retention_keep_table, retention::interval = '0'::interval, infinite_time_partitions FROM partman.part_config WHERE parent_table = 'idempotency.keys'")
 [[ $cfg == "f|t|t" ]] || fail "part_config is $cfg"
 echo "ok: part_config retention_keep_table=false, retention 0"
+# The width in hours, never days (a day's length follows the session's TimeZone).
+interval=$(q -d $DB -c "SELECT partition_interval FROM partman.part_config WHERE parent_table = 'idempotency.keys'")
+[[ $interval != *day* && $(q -d $DB -c "SELECT '$interval'::interval = '24 hours'") == t ]] ||
+  fail "partition_interval is '$interval'"
+out=$(PGOPTIONS="-c idempotency.partition_width=12h" q -d $DB -c "SELECT idempotency.use_partman()" 2>&1) &&
+  fail "use_partman() accepted another width once handed over"
+[[ $out == *"idempotency.partition_width differs"* ]] || fail "unexpected refusal: $out"
+echo "ok: partition_interval '$interval'; a later change of width is refused"
 
 q -d $DB -c "SET client_min_messages = warning" -c "SELECT partman.run_maintenance(p_jobmon => false)" >/dev/null
 after=$(q -d $DB -c "SELECT string_agg(partition, ',' ORDER BY partition) FROM idempotency.partitions WHERE NOT is_default")
@@ -59,8 +79,35 @@ echo "pg_partman dropped: $dropped"
 [[ $(q -d $DB -c "SELECT count(*) FROM idempotency.partitions WHERE is_default") == 1 ]] || fail "no default partition"
 [[ $(q -d $DB -c "SELECT (idempotency.reserve('pm', 'after')).outcome") == new ]] || fail "reserve after hand-off"
 
-# maintain() now defers to pg_partman.
-actions=$(q -d $DB -c "SET client_min_messages = warning" -c "SELECT string_agg(action, ',') FROM idempotency.maintain()")
+# maintain() now defers to pg_partman, whatever the caller's TimeZone; a key far beyond the
+# premade partitions gets its partition from maintain() before pg_partman runs.
+q -d $DB -c "INSERT INTO idempotency.keys (scope, key, state, attempt, first_seen_at, expires_at)
+    VALUES ('pm', 'farther', 'completed', 1, now(), now() + interval '45 days')"
+actions=$(q -d $DB -c "SET client_min_messages = warning" -c "SET TimeZone = 'America/New_York'" \
+  -c "SELECT string_agg(action || ':' || coalesce(rows, -1), ',') FROM idempotency.maintain()")
+echo "maintain(): $actions"
 [[ $actions == *deferred* ]] || fail "maintain() did not defer to pg_partman: $actions"
+[[ $actions == *created:1* ]] || fail "maintain() did not give the far key a partition: $actions"
+[[ $(q -d $DB -c "SELECT count(*) FROM ONLY idempotency.keys_default") == 0 ]] || fail "rows left in the default partition"
+[[ $(q -d $DB -c "SELECT state FROM idempotency.lookup('pm', 'farther')") == completed ]] || fail "farther key lost"
+misfits=$(q -d $DB -c "SELECT string_agg(partition, ',') FROM idempotency.partitions WHERE NOT is_default AND (
+    range_end - range_start <> interval '24 hours'
+    OR partition <> to_char(range_start AT TIME ZONE 'UTC', '\"keys_p\"YYYY_MM_DD'))")
+[[ -z $misfits ]] || fail "partitions that are not one UTC day, named by it: $misfits"
+# A long transaction reading the table: maintain() does not wait, pg_partman's drop is
+# 'skipped' (not an error), and done by the next run.
+q -d $DB -c "CREATE TABLE idempotency.keys_p2020_01_06 PARTITION OF idempotency.keys
+    FOR VALUES FROM ('2020-01-06 00:00+00') TO ('2020-01-07 00:00+00')"
+q -d $DB -c "BEGIN" -c "SELECT count(*) FROM idempotency.keys" -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null &
+holder=$!
+sleep 1
+actions=$(q -d $DB -c "SET client_min_messages = warning" -c "SELECT string_agg(action, ',') FROM idempotency.maintain()")
+echo "maintain() beside a long reader: $actions"
+[[ $actions == skipped ]] || fail "expected a skipped pg_partman run, got: $actions"
+wait $holder
+actions=$(q -d $DB -c "SET client_min_messages = warning" -c "SELECT string_agg(action || ':' || coalesce(partition, '-'), ',') FROM idempotency.maintain()")
+echo "maintain() after it: $actions"
+[[ $actions == *dropped:keys_p2020_01_06* ]] || fail "the expired partition was not dropped: $actions"
+
 q -d $DB -c "SET client_min_messages = warning" -c "DROP EXTENSION idempotency CASCADE" >/dev/null
 echo "PASS"

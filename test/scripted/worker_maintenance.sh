@@ -42,7 +42,8 @@ grep -q "idempotency: dropped partition keys_p.* in database \"postgres\"" "$CLU
 [[ $(q -d postgres -c "SELECT count(*) FROM idempotency.lookup('w', 'k')") == 0 ]] ||
   fail "the expired key is still visible"
 
-# A failing run (DDL refused by an event trigger) is logged and the next run tried.
+# A failing step (DDL refused by an event trigger) is logged as a warning with the error, and
+# the next run tries again.
 pid=$(launcher_pid)
 q -d postgres <<'SQL'
 CREATE FUNCTION refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql AS
@@ -50,10 +51,12 @@ CREATE FUNCTION refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql AS
 CREATE EVENT TRIGGER refuse_ddl ON ddl_command_start EXECUTE FUNCTION refuse_ddl();
 SQL
 sleep 3
-[[ $(grep -c "ERROR:  ddl refused for the test" "$CLUSTER_LOG") -ge 2 ]] ||
-  fail "the failing runs were not logged (and retried)"
+[[ $(grep -c "WARNING:  idempotency: failed partition keys_p" "$CLUSTER_LOG") -ge 2 ]] ||
+  fail "the failing steps were not logged as warnings (and retried)"
+[[ $(grep -c "DETAIL:  ddl refused for the test" "$CLUSTER_LOG") -ge 2 ]] ||
+  fail "the failing steps' error is not in the log"
 [[ $(launcher_pid) == "$pid" ]] || fail "the launcher did not survive failing runs"
-echo "ok: failing runs logged, launcher $pid still running"
+echo "ok: failing steps logged, launcher $pid still running"
 q -d postgres -c "DROP EVENT TRIGGER refuse_ddl"
 wait_for 10 "maintenance resumed after the failure" \
   "SELECT max(range_end) > now() + interval '1 second' FROM idempotency.partitions"
@@ -69,6 +72,19 @@ DB=second wait_for 10 "after SIGHUP the worker maintains database 'second'" \
   "SELECT count(*) >= 3 FROM idempotency.partitions WHERE NOT is_default"
 grep -q "idempotency launcher reloaded its settings" "$CLUSTER_LOG" || fail "no reload line in the log"
 [[ $(launcher_pid) == "$pid" ]] || fail "the launcher restarted on SIGHUP"
+
+# A SIGHUP is handled without starting a pass early: with a 1-hour interval, reloads do not
+# make the launcher run again (each pass creates partitions here, the width being 1 s).
+q -d postgres -c "ALTER SYSTEM SET idempotency.maintenance_interval = '1h'" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 2
+passes() { grep -c "idempotency: created partition .* in database \"postgres\"" "$CLUSTER_LOG" || true; }
+before=$(passes)
+for _ in 1 2 3; do q -d postgres -c "SELECT pg_reload_conf()" >/dev/null; sleep 0.5; done
+sleep 1
+[[ $(passes) == "$before" ]] || fail "reloads started maintenance passes before the interval"
+[[ $(grep -c "idempotency launcher reloaded its settings" "$CLUSTER_LOG") -ge 5 ]] ||
+  fail "not every reload was handled"
+echo "ok: reloads handled, no early pass"
 
 # SIGTERM: the launcher exits cleanly and is not restarted; the server keeps running.
 kill -TERM "$pid"

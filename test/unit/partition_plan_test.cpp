@@ -104,3 +104,24 @@ TEST(PartitionPlan, SuffixMatchesPartmanFormats) {
     EXPECT_STREQ(partman_datetime_format(kHour), "YYYY_MM_DD_HH24MI");
     EXPECT_STREQ(partman_datetime_format(kUsecsPerSecond), "YYYY_MM_DD_HH24MISS");
 }
+
+TEST(PartitionPlan, IsBucketMeansOneAlignedWidthSlot) {
+    EXPECT_TRUE(is_bucket({3 * kDay, 4 * kDay}, kDay));
+    EXPECT_TRUE(is_bucket({-kDay, 0}, kDay));
+    EXPECT_FALSE(is_bucket({3 * kDay, 5 * kDay}, kDay));                  // two slots
+    EXPECT_FALSE(is_bucket({3 * kDay + kHour, 4 * kDay + kHour}, kDay));  // not aligned
+    EXPECT_FALSE(is_bucket({-kDay + kHour, kHour}, kDay));                // not aligned, negative
+    EXPECT_FALSE(is_bucket({-kUnbounded, kDay}, kDay));                   // MINVALUE
+    EXPECT_FALSE(is_bucket({0, kUnbounded}, kDay));                       // MAXVALUE
+    EXPECT_TRUE(is_bucket({5 * kHour, 6 * kHour}, kHour));
+}
+
+TEST(PartitionPlan, NegativePremakePlansDefaultBucketsOnly) {
+    PlanInput in{10 * kDay + 5 * kHour, kDay, -1, {{10 * kDay, 11 * kDay}}, {14 * kDay}, 100};
+    Plan plan = plan_partitions(in);
+    ASSERT_EQ(plan.create.size(), 1u);
+    EXPECT_EQ(plan.create[0].lo, 14 * kDay);
+    EXPECT_EQ(plan.create[0].hi, 15 * kDay);
+    in.default_buckets.clear();
+    EXPECT_TRUE(plan_partitions(in).create.empty());
+}
