@@ -226,6 +226,47 @@ SELECT count(*) FROM pg_logical_slot_peek_changes('outbox_regress', NULL, NULL, 
 SELECT 'forged' FROM pg_logical_emit_message(true, 'idempotency', '{"topic":"t","payload":1,"key":"x"}');
 SELECT 'forged' FROM pg_logical_emit_message(true, 'idempotency', 'not json');
 SELECT count(*) AS forged_output FROM pg_logical_slot_get_changes('outbox_regress', NULL, NULL);
+-- Forged content nested 70000 levels deep, deeper than PostgreSQL's recursive JSON parser
+-- can go: checked without recursion, so it is decoded (well-formed) or skipped (malformed),
+-- never an error that would stop the slot at it for good; the next message comes through.
+SELECT 'forged deep' FROM pg_logical_emit_message(true, 'idempotency',
+    '{"topic":"t.deep","payload":' || repeat('[', 70000) || repeat(']', 70000) || '}');
+SELECT 'forged deep' FROM pg_logical_emit_message(true, 'idempotency',
+    '{"topic":"t.deep","payload":' || repeat('{"a":', 70000) || '1' || repeat('}', 70000) || '}');
+SELECT 'forged deep' FROM pg_logical_emit_message(true, 'idempotency',
+    '{"topic":"t.deep","payload":' || repeat('[', 70000) || repeat(']', 69999) || '}');
+SELECT 'emitted' FROM idempotency.emit('t.after_deep', '{"n": 1}');
+SELECT ord, substring(data from '"topic":"([^"]*)"') AS topic,
+       CASE WHEN length(data) < 1000 THEN data::jsonb->'payload' END AS payload,
+       position(repeat('[', 70000) || repeat(']', 70000) || ',"commit_lsn"' IN data) > 0 AS deep_array,
+       position(repeat('{"a":', 70000) || '1' || repeat('}', 70000) || ',"commit_lsn"' IN data) > 0 AS deep_object
+FROM pg_logical_slot_peek_changes('outbox_regress', NULL, NULL) WITH ORDINALITY AS c(lsn, xid, data, ord);
+SELECT count(*) AS consumed FROM pg_logical_slot_get_changes('outbox_regress', NULL, NULL);
+-- The deepest payload emit can write (the deepest jsonb the server accepts; its input parser
+-- recurses) comes through whole.
+CREATE TEMP TABLE outbox_depth (n int);
+DO $$
+DECLARE
+    lo int := 1;
+    hi int := 1000000;
+    mid int;
+BEGIN
+    WHILE lo < hi LOOP
+        mid := (lo + hi + 1) / 2;
+        BEGIN
+            PERFORM (repeat('[', mid) || repeat(']', mid))::jsonb;
+            lo := mid;
+        EXCEPTION WHEN statement_too_complex THEN
+            hi := mid - 1;
+        END;
+    END LOOP;
+    INSERT INTO outbox_depth VALUES (lo);
+END $$;
+SELECT 'emitted' FROM outbox_depth, idempotency.emit('t.deepest', (repeat('[', n) || repeat(']', n))::jsonb);
+SELECT d.n > 5000 AS deep,
+       c.data LIKE '{"key":"%","topic":"t.deepest","payload":' || repeat('[', d.n) || repeat(']', d.n)
+                   || ',"commit_lsn":"%' AS decoded_whole
+FROM pg_logical_slot_get_changes('outbox_regress', NULL, NULL) c, outbox_depth d;
 -- emit needs EXECUTE, which PUBLIC does not have; the codec is public.
 CREATE ROLE outbox_regress_role;
 GRANT USAGE ON SCHEMA idempotency TO outbox_regress_role;

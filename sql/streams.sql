@@ -82,6 +82,31 @@ SELECT idempotency.drop_stream('st_b');
 ROLLBACK;
 SELECT idempotency.next_key('st_b') AS after_drop_rollback;
 
+-- A transaction that drops or creates a stream never takes its values from the shared block:
+-- a stream it dropped is unknown at once, one it re-created starts afresh from its own row
+-- (one value per call, bound included), and after commit the new stream goes on above them.
+SELECT idempotency.create_stream('st_re', 10);
+SELECT idempotency.next_key('st_re') AS old_stream;
+BEGIN;
+SELECT idempotency.drop_stream('st_re');
+SELECT pg_temp.try_streams($$SELECT idempotency.next_key('st_re')$$) AS dropped_in_tx;
+SELECT idempotency.create_stream('st_re', 10);
+SELECT idempotency.next_key('st_re') AS new_stream, pg_temp.bound('st_re') AS bound;
+SELECT idempotency.next_key('st_re') AS new_stream, pg_temp.bound('st_re') AS bound;
+COMMIT;
+SELECT idempotency.next_key('st_re') AS after_commit, pg_temp.bound('st_re') AS bound;
+-- Same in a savepoint; rolled back to, the committed stream and its block are back.
+BEGIN;
+SAVEPOINT s;
+SELECT idempotency.drop_stream('st_re');
+SELECT pg_temp.try_streams($$SELECT idempotency.next_key('st_re')$$) AS dropped_in_savepoint;
+SELECT idempotency.create_stream('st_re', 10);
+SELECT idempotency.next_key('st_re') AS new_in_savepoint;
+ROLLBACK TO SAVEPOINT s;
+SELECT idempotency.next_key('st_re') AS after_rollback_to, pg_temp.bound('st_re') AS bound;
+COMMIT;
+SELECT idempotency.next_key('st_re') AS after_commit, pg_temp.bound('st_re') AS bound;
+
 -- Errors.
 SELECT statement, pg_temp.try_streams(statement) AS result FROM (VALUES
     ($$SELECT idempotency.create_stream(NULL)$$),
@@ -132,5 +157,5 @@ ALTER TABLE idempotency.streams ENABLE TRIGGER streams_refuse_update;
 SELECT idempotency.next_key('st_max') AS largest;
 SELECT pg_temp.try_streams($$SELECT idempotency.next_key('st_max')$$) AS exhausted;
 
-SELECT idempotency.drop_stream(s) FROM unnest(ARRAY['st_a', 'st_b', 'st_one', 'st_evil_path', 'st_max']) AS s;
+SELECT idempotency.drop_stream(s) FROM unnest(ARRAY['st_a', 'st_b', 'st_one', 'st_evil_path', 'st_max', 'st_re']) AS s;
 SELECT count(*) AS streams_left FROM idempotency.streams WHERE stream LIKE 'st\_%';

@@ -101,11 +101,12 @@ class Scanner {
     const unsigned char *end_;
 };
 
-// Which containers are open: one bit per level (1 = object).
+// Which containers are open: one bit per level (1 = object), in the caller's words.
 class Nesting {
   public:
+    explicit Nesting(NestingBits bits) : bits_(bits.words), capacity_(bits.count * 64) {}
     bool push(bool object) {
-        if (depth_ == kMaxCheckedDepth) return false;
+        if (depth_ == capacity_) return false;
         std::uint64_t bit = std::uint64_t{1} << (depth_ % 64);
         if (object)
             bits_[depth_ / 64] |= bit;
@@ -122,12 +123,13 @@ class Nesting {
     }
 
   private:
-    std::uint64_t bits_[kMaxCheckedDepth / 64];
+    std::uint64_t *bits_;
+    std::size_t capacity_;
     std::size_t depth_ = 0;
 };
 
-JsonCheck check_value(Scanner &s) {
-    Nesting nesting;
+JsonCheck check_value(Scanner &s, NestingBits bits) {
+    Nesting nesting(bits);
     for (;;) {
         // A value is expected.
         s.skip_space();
@@ -201,12 +203,18 @@ JsonCheck check_value(Scanner &s) {
 
 }  // namespace
 
-JsonCheck check_json_value(std::string_view text) noexcept {
+JsonCheck check_json_value(std::string_view text, NestingBits bits) noexcept {
     Scanner s(text);
-    return check_value(s);
+    return check_value(s, bits);
 }
 
-JsonCheck check_outbox_content(std::string_view content, OutboxContent *out) noexcept {
+JsonCheck check_json_value(std::string_view text) noexcept {
+    std::uint64_t words[kMaxCheckedDepth / 64];
+    return check_json_value(text, NestingBits{words, kMaxCheckedDepth / 64});
+}
+
+JsonCheck check_outbox_content(std::string_view content, OutboxContent *out,
+                               NestingBits bits) noexcept {
     if (content.size() < kContentTopicStart.size() + 2 + kContentPayloadStart.size() + 2 ||
         content.substr(0, kContentTopicStart.size()) != kContentTopicStart || content.back() != '}')
         return JsonCheck::Invalid;
@@ -219,10 +227,15 @@ JsonCheck check_outbox_content(std::string_view content, OutboxContent *out) noe
     if (rest.substr(0, kContentPayloadStart.size()) != kContentPayloadStart)
         return JsonCheck::Invalid;
     std::string_view payload = rest.substr(kContentPayloadStart.size());
-    JsonCheck check = check_json_value(payload);
+    JsonCheck check = check_json_value(payload, bits);
     if (check == JsonCheck::Invalid) return check;
     *out = OutboxContent{topic, payload, content.substr(1, content.size() - 2)};
     return check;
+}
+
+JsonCheck check_outbox_content(std::string_view content, OutboxContent *out) noexcept {
+    std::uint64_t words[kMaxCheckedDepth / 64];
+    return check_outbox_content(content, out, NestingBits{words, kMaxCheckedDepth / 64});
 }
 
 }  // namespace idem::core

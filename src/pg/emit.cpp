@@ -47,6 +47,10 @@ IDEM_FUNCTION(idem_emit) {
     PreventCommandIfReadOnly("idempotency.emit()");
     PreventCommandDuringRecovery("idempotency.emit()");
     StringInfo content = outbox_content(topic, payload);
+    // The plugin's output line adds up to 256 bytes and must fit one allocation.
+    if (Size(content->len) > MaxAllocSize - 512)
+        raise_sql(ERRCODE_PROGRAM_LIMIT_EXCEEDED, "message is too large to decode (%d bytes)",
+                  content->len);
     XLogRecPtr lsn = LogLogicalMessage(kOutboxPrefix, content->data, content->len, true);
     PG_RETURN_LSN(lsn);
 }

@@ -17,7 +17,6 @@
 #include "core/outbox_content.hpp"
 
 extern "C" {
-#include "common/jsonapi.h"
 #include "mb/pg_wchar.h"
 #include "replication/logical.h"
 #include "replication/output_plugin.h"
@@ -141,24 +140,34 @@ void parse_options(LogicalDecodingContext *ctx, PluginState *state) {
 
 // --- message content -------------------------------------------------------------------------
 
-bool pg_is_json(std::string_view text) {
-    JsonLexContext *lex = makeJsonLexContextCstringLen(
-        const_cast<char *>(text.data()), int(text.size()), GetDatabaseEncoding(), false);
-    return pg_parse_json(lex, &nullSemAction) == JSON_SUCCESS;
-}
+// A line adds less than 256 bytes to the content (key, LSNs, xid, commit time); the text
+// datum of the SQL functions must stay within MaxAllocSize too.
+constexpr Size kMaxContentSize = MaxAllocSize - 256;
 
-// Splits the content written by emit; false for anything else.
-bool parse_content(const char *message, Size size, core::OutboxContent *out) {
-    if (size > Size(MaxAllocSize) || !pg_verifymbstr(message, int(size), true)) return false;
-    switch (core::check_outbox_content(std::string_view(message, size), out)) {
+enum class Content { Valid, Forged, TooLarge };
+
+// Splits the content written by emit. Never calls PostgreSQL's JSON parser, which recurses
+// and would raise "stack depth limit exceeded" here on deeply nested content, an error that
+// would stop the slot at that message for good.
+Content parse_content(const char *message, Size size, core::OutboxContent *out) {
+    if (size > kMaxContentSize) return Content::TooLarge;
+    if (!pg_verifymbstr(message, int(size), true)) return Content::Forged;
+    std::string_view content(message, size);
+    switch (core::check_outbox_content(content, out)) {
         case core::JsonCheck::Valid:
-            return true;
-        case core::JsonCheck::TooDeep:  // PostgreSQL's parser has no depth limit of its own
-            return pg_is_json(out->payload);
+            return Content::Valid;
         case core::JsonCheck::Invalid:
+            return Content::Forged;
+        case core::JsonCheck::TooDeep:
             break;
     }
-    return false;
+    // Deeper than the checker's own bits: again with one bit per byte, enough for any depth.
+    size_t words = core::nesting_words_for(size);
+    auto *bits = static_cast<uint64_t *>(palloc(words * sizeof(uint64_t)));
+    return core::check_outbox_content(content, out, core::NestingBits{bits, words}) ==
+                   core::JsonCheck::Valid
+               ? Content::Valid
+               : Content::Forged;
 }
 
 bool topic_wanted(const PluginState *state, const core::OutboxContent &content) {
@@ -281,7 +290,14 @@ void on_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr m
     }
     MemoryContext caller = MemoryContextSwitchTo(state->scratch);
     core::OutboxContent content;
-    if (!parse_content(message, message_size, &content)) {
+    Content parsed = parse_content(message, message_size, &content);
+    if (parsed == Content::TooLarge) {
+        ereport(WARNING,
+                (errmsg("idempotency: skipped a message too large to decode"),
+                 errdetail("The message at %X/%X has %zu bytes; an output line is limited to "
+                           "%zu bytes of content.",
+                           hi(message_lsn), lo(message_lsn), message_size, kMaxContentSize)));
+    } else if (parsed == Content::Forged) {
         ereport(WARNING,
                 (errmsg("idempotency: skipped a message that idempotency.emit did not write"),
                  errdetail("The message at %X/%X has the prefix \"%s\" but its content is not "

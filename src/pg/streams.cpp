@@ -12,8 +12,13 @@
 //
 // The stream's lock (a heavyweight lock, so waits are deadlock-checked) serialises refills
 // with each other and with create_stream / drop_stream, which hold it until their
-// transaction ends; their cache entries are forgotten at commit or abort, before the lock
-// is released, so no cached block outlives the row it came from.
+// transaction ends. Only a committed row, one this transaction did not write, gets a shared
+// block: a transaction that created or dropped a stream ("touched" it) reads the row before
+// it uses the cache (the cached block may belong to a row it no longer sees), and its own
+// uncommitted row is served one value at a time. Other sessions cannot see an uncommitted
+// row, so they wait for the lock and then find the stream or not. Entries of touched streams
+// are forgotten when the transaction ends, before the lock is released: after a committed
+// drop the entry belongs to a row that is gone.
 
 #include "pg/streams.hpp"
 
@@ -32,8 +37,13 @@ extern "C" {
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/xact.h"
 #include "access/xlog.h"
+#include "miscadmin.h"
 #include "replication/syncrep.h"
+#include "replication/walsender.h"
+#include "replication/walsender_private.h"
+#include "storage/lwlock.h"
 #include "tcop/utility.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
@@ -101,9 +111,22 @@ void stream_lock_tag(LOCKTAG *tag, const StreamKey &key) {
                    nullptr, "Create it with idempotency.create_stream.");
 }
 
-// --- streams created or dropped by this transaction: their entries go at its end ----------
+// --- streams created or dropped by this transaction ------------------------------------------
 
 List *touched = NIL;  // StreamKey *, in TopTransactionContext
+
+bool same_stream(const StreamKey &a, const StreamKey &b) {
+    return a.database == b.database && a.table == b.table && a.length == b.length &&
+           std::memcmp(a.name, b.name, a.length) == 0;
+}
+
+// Did this transaction (or one of its subtransactions, even rolled back) create or drop it?
+bool is_touched(const StreamKey &key) {
+    ListCell *cell;
+    foreach (cell, touched)
+        if (same_stream(*static_cast<StreamKey *>(lfirst(cell)), key)) return true;
+    return false;
+}
 
 void forget_touched() {
     ListCell *cell;
@@ -131,22 +154,17 @@ void on_xact_event(XactEvent event, void *) {
     }
 }
 
-// A rolled-back subtransaction may have created a stream and cached its block.
-void on_subxact_event(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
-    if (event == SUBXACT_EVENT_ABORT_SUB) forget_touched();
-}
-
-// Takes the stream's lock until the transaction ends and forgets its entry then.
+// Takes the stream's lock until the transaction ends and marks the stream touched.
 void lock_for_ddl(const StreamKey &key) {
-    static bool callbacks_registered = false;
-    if (!callbacks_registered) {
+    static bool callback_registered = false;
+    if (!callback_registered) {
         RegisterXactCallback(on_xact_event, nullptr);
-        RegisterSubXactCallback(on_subxact_event, nullptr);
-        callbacks_registered = true;
+        callback_registered = true;
     }
     LOCKTAG tag;
     stream_lock_tag(&tag, key);
     (void)LockAcquire(&tag, ExclusiveLock, false, false);
+    if (is_touched(key)) return;
     MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
     StreamKey *copy = static_cast<StreamKey *>(palloc(sizeof(StreamKey)));
     *copy = key;
@@ -169,9 +187,55 @@ uint64 run_as_owner(const char *sql, int nargs, Oid *types, Datum *values, int e
 
 // --- the durable bound -----------------------------------------------------------------------
 
-// Under the stream's lock: moves the stream's bound above max(stored bound, floor) by one
-// block (one value if single) and makes it durable. False if the stream does not exist.
-bool write_next_block(const StreamKey &key, int64 floor, bool single, core::Block *block) {
+// Have the synchronous standbys (if any are required) flushed WAL up to `end`? Mirrors the
+// tests of SyncRepWaitForLSN, whose wait a query cancel or statement_timeout cuts short with
+// a mere WARNING.
+bool standbys_have(XLogRecPtr end) {
+    if (!SyncRepRequested()) return true;
+    int mode = synchronous_commit == SYNCHRONOUS_COMMIT_REMOTE_WRITE ? SYNC_REP_WAIT_WRITE
+                                                                     : SYNC_REP_WAIT_FLUSH;
+    LWLockAcquire(SyncRepLock, LW_SHARED);
+    bool have = end <= WalSndCtl->lsn[mode];
+#ifdef SYNC_STANDBY_DEFINED
+    bits8 status = WalSndCtl->sync_standbys_status;
+    if (status & SYNC_STANDBY_INIT)
+        have = have || !(status & SYNC_STANDBY_DEFINED);
+    else
+        have = have || SyncRepStandbyNames == nullptr || SyncRepStandbyNames[0] == '\0';
+#else
+    have = have || !WalSndCtl->sync_standbys_defined;
+#endif
+    LWLockRelease(SyncRepLock);
+    return have;
+}
+
+// Makes the WAL up to `end` durable, here and on the synchronous standbys, or raises 57014.
+void make_durable(XLogRecPtr end) {
+    XLogFlush(end);
+    HOLD_INTERRUPTS();  // SyncRepWaitForLSN expects it
+    SyncRepWaitForLSN(end, false);
+    RESUME_INTERRUPTS();
+    if (!standbys_have(end))
+        throw SqlError(ERRCODE_QUERY_CANCELED,
+                       "next_key was canceled while waiting for synchronous standbys",
+                       "No value of the new block was handed out.");
+}
+
+enum class Refill {
+    Unknown,  // no such stream (visible to this transaction)
+    Taken,    // *value comes from the shared block
+    Shared,   // *block is new and may be shared
+    Private,  // *block is new, one value, for this transaction only
+};
+
+// Under the stream's lock: finds the stream's row (in a fresh snapshot, so the newest
+// committed row, or this transaction's own). A row that is committed and not this
+// transaction's is served through the shared cache when `use_cache`: from its block if
+// `cache_first` and the block has values left, otherwise a new block above max(stored bound,
+// cached bound). Any other row (this transaction's, not yet committed) gets a block of one
+// value. A new bound is durable before this returns.
+Refill write_next_block(const StreamKey &key, bool use_cache, bool cache_first, core::Block *block,
+                        int64 *value) {
     Relation rel = table_open(key.table, RowExclusiveLock);
     ScanKeyData scan_key;
     ScanKeyInit(&scan_key, kStreamColumn, BTEqualStrategyNumber, F_TEXTEQ,
@@ -183,13 +247,20 @@ bool write_next_block(const StreamKey &key, int64 floor, bool single, core::Bloc
                                   &old, &state);
     if (old == nullptr) {
         table_close(rel, NoLock);
-        return false;
+        return Refill::Unknown;
+    }
+    bool shared =
+        use_cache && !TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(old->t_data));
+    if (shared && cache_first && stream_cache_take(key, value)) {
+        systable_inplace_update_cancel(state);
+        table_close(rel, NoLock);
+        return Refill::Taken;
     }
     TupleDesc desc = RelationGetDescr(rel);
     bool isnull;
     int64 stored = DatumGetInt64(heap_getattr(old, kReservedColumn, desc, &isnull));
-    int64 size = single ? 1 : DatumGetInt32(heap_getattr(old, kBlockColumn, desc, &isnull));
-    int64 base = Max(stored, floor);
+    int64 size = shared ? DatumGetInt32(heap_getattr(old, kBlockColumn, desc, &isnull)) : 1;
+    int64 base = shared ? Max(stored, stream_cache_reserved(key)) : stored;
     if (base >= core::kMaxStreamValue || size < 1) {
         systable_inplace_update_cancel(state);
         table_close(rel, NoLock);
@@ -199,32 +270,42 @@ bool write_next_block(const StreamKey &key, int64 floor, bool single, core::Bloc
     }
     *block = core::next_block(base, size);  // cannot throw: both checked above
     int column = kReservedColumn;
-    Datum value = Int64GetDatum(block->last);
+    Datum new_bound = Int64GetDatum(block->last);
     bool null = false;
-    HeapTuple updated = heap_modify_tuple_by_cols(old, desc, 1, &column, &value, &null);
+    HeapTuple updated = heap_modify_tuple_by_cols(old, desc, 1, &column, &new_bound, &null);
     systable_inplace_update_finish(state, updated);
     table_close(rel, NoLock);
     // Durable before any value of the block is handed out, whatever the caller's transaction
-    // does next.
-    XLogFlush(XactLastRecEnd);
-    SyncRepWaitForLSN(XactLastRecEnd, false);
-    return true;
+    // does next. If this throws, the block is lost (a gap), never handed out.
+    make_durable(XactLastRecEnd);
+    return shared ? Refill::Shared : Refill::Private;
 }
 
-int64 refill_and_take(const StreamKey &key) {
+// `touched`: this transaction created or dropped the stream, so a cached block may belong to
+// a row it no longer sees; write_next_block looks at the row before using the cache.
+int64 refill_and_take(const StreamKey &key, bool touched) {
     LOCKTAG tag;
     stream_lock_tag(&tag, key);
     (void)LockAcquire(&tag, ExclusiveLock, false, false);
     bool cached = stream_cache_available();
     int64 value;
-    if (cached && stream_cache_take(key, &value)) {  // refilled while we waited
+    if (cached && !touched && stream_cache_take(key, &value)) {  // refilled while we waited
         LockRelease(&tag, ExclusiveLock, false);
         return value;
     }
     core::Block block;
-    if (!write_next_block(key, cached ? stream_cache_reserved(key) : 0, !cached, &block))
-        raise_unknown(key);  // the lock goes with the transaction
-    value = cached ? stream_cache_start(key, block) : block.first;
+    switch (write_next_block(key, cached, touched, &block, &value)) {
+        case Refill::Unknown:
+            raise_unknown(key);  // the lock goes with the transaction
+        case Refill::Taken:
+            break;
+        case Refill::Shared:
+            value = stream_cache_start(key, block);
+            break;
+        case Refill::Private:
+            value = block.first;
+            break;
+    }
     LockRelease(&tag, ExclusiveLock, false);
     return value;
 }
@@ -266,9 +347,11 @@ IDEM_FUNCTION(idem_next_key) {
     PreventCommandIfReadOnly("next_key()");
     PreventCommandDuringRecovery("next_key()");
     StreamKey key = stream_key(name);
+    bool touched = is_touched(key);
     int64 value;
-    if (stream_cache_available() && stream_cache_take(key, &value)) PG_RETURN_INT64(value);
-    PG_RETURN_INT64(refill_and_take(key));
+    if (!touched && stream_cache_available() && stream_cache_take(key, &value))
+        PG_RETURN_INT64(value);
+    PG_RETURN_INT64(refill_and_take(key, touched));
 }
 
 }  // namespace idem::pg

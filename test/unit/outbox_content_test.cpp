@@ -2,6 +2,7 @@
 
 #include <random>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -75,6 +76,49 @@ TEST(OutboxContent, Depth) {
     std::string unbalanced(1000, '[');
     unbalanced += std::string(999, ']');
     EXPECT_EQ(check_json_value(unbalanced), JsonCheck::Invalid);
+}
+
+// With bits sized from the text, any depth is checked: one byte opens at most one level.
+TEST(OutboxContent, AnyDepthWithBitsSizedFromTheText) {
+    auto check = [](const std::string &text) {
+        std::vector<std::uint64_t> words(nesting_words_for(text.size()));
+        return check_json_value(text, NestingBits{words.data(), words.size()});
+    };
+    const std::size_t depth = 4 * kMaxCheckedDepth + 3;
+    std::string arrays = std::string(depth, '[') + std::string(depth, ']');
+    EXPECT_EQ(check(arrays), JsonCheck::Valid);
+    std::string objects;
+    for (std::size_t i = 0; i < depth; ++i) objects += "{\"a\":";
+    objects += "[1,{}]" + std::string(depth, '}');
+    EXPECT_EQ(check(objects), JsonCheck::Valid);
+    // Mixed: every other level an object, closed by the wrong bracket at the deepest level.
+    std::string mixed, closing;
+    for (std::size_t i = 0; i < depth; ++i) {
+        mixed += i % 2 ? "[" : "{\"k\":";
+        closing.insert(0, i % 2 ? "]" : "}");
+    }
+    EXPECT_EQ(check(mixed + "0" + closing), JsonCheck::Valid);
+    EXPECT_EQ(check(mixed + "0" + closing.substr(1)), JsonCheck::Invalid);
+    EXPECT_EQ(check(std::string(depth, '[') + std::string(depth - 1, ']')), JsonCheck::Invalid);
+    EXPECT_EQ(check(std::string(depth, '[') + std::string(depth, ']') + "]"), JsonCheck::Invalid);
+    // Smallest texts: a single bracket, and bits for an empty text.
+    EXPECT_EQ(check("["), JsonCheck::Invalid);
+    EXPECT_EQ(check("[]"), JsonCheck::Valid);
+    EXPECT_EQ(check(""), JsonCheck::Invalid);
+    // Too few bits: TooDeep, not a wrong answer.
+    std::uint64_t one_word;
+    std::string deep65 = std::string(65, '[') + std::string(65, ']');
+    EXPECT_EQ(check_json_value(deep65, NestingBits{&one_word, 1}), JsonCheck::TooDeep);
+    std::string deep64 = std::string(64, '[') + std::string(64, ']');
+    EXPECT_EQ(check_json_value(deep64, NestingBits{&one_word, 1}), JsonCheck::Valid);
+    // The content check takes the same bits.
+    std::string content = "{\"topic\":\"t\",\"payload\":" + arrays + "}";
+    OutboxContent parts;
+    EXPECT_EQ(check_outbox_content(content, &parts), JsonCheck::TooDeep);
+    std::vector<std::uint64_t> words(nesting_words_for(content.size()));
+    ASSERT_EQ(check_outbox_content(content, &parts, NestingBits{words.data(), words.size()}),
+              JsonCheck::Valid);
+    EXPECT_EQ(parts.payload, arrays);
 }
 
 TEST(OutboxContent, Layout) {
