@@ -11,10 +11,10 @@
 namespace idem::pg {
 
 struct PendingClaim {
-    KeyRecord record;              // the 'processing' row to insert at commit
-    SubTransactionId created_in;   // forgotten if this subtransaction aborts
-    SubTransactionId written_in;   // InvalidSubTransactionId while only in memory
-    SubTransactionId forgotten_in; // set by forget; undone if this subtransaction aborts
+    KeyRecord record;               // the 'processing' row to insert at commit
+    SubTransactionId created_in;    // forgotten if this subtransaction aborts
+    SubTransactionId written_in;    // InvalidSubTransactionId while only in memory
+    SubTransactionId forgotten_in;  // set by forget; undone if this subtransaction aborts
     PendingClaim *next;
 };
 
