@@ -7,7 +7,7 @@
 
 namespace idem::core {
 
-constexpr std::size_t kMaxNameBytes = 255;        // scope and key
+constexpr std::size_t kMaxNameBytes = 255;           // scope and key
 constexpr std::size_t kMaxResponseBytes = 10 << 20;  // stored response / error, as jsonb
 
 // Throws Error(InvalidParameter) naming `what` if text is empty, or
