@@ -40,8 +40,15 @@ as_pg() {
   if is_root; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
+apt_updated=0
+apt_install() {
+  [[ $apt_updated == 1 ]] || { as_root apt-get update; apt_updated=1; }
+  as_root env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "$@"
+}
+
 ensure_packages() {
-  local pkg missing=()
+  local pkg missing=() server dev
   # shellcheck disable=SC2086 # word splitting of the list is intended
   for pkg in $IDEM_PACKAGES; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' ||
@@ -50,11 +57,19 @@ ensure_packages() {
   # Node.js for the HTTP example: any install will do (Debian's, or one the machine ships).
   command -v node >/dev/null || missing+=(nodejs)
   command -v npm >/dev/null || missing+=(npm)
-  [[ ${#missing[@]} -eq 0 ]] && return 0
-  log "installing ${missing[*]}"
-  as_root apt-get update
-  as_root env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends "${missing[@]}"
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    log "installing ${missing[*]}"
+    apt_install "${missing[@]}"
+  fi
+  # The server must be the minor release of the headers we build with: a Debian 12 image may
+  # carry an older postgresql-15 than the postgresql-server-dev-15 just installed, and
+  # output_plugin_libraries only exists from 15.19 on.
+  server=$(dpkg-query -W -f='${Version}' postgresql-15)
+  dev=$(dpkg-query -W -f='${Version}' postgresql-server-dev-15)
+  if [[ $server != "$dev" ]]; then
+    log "postgresql-15 is $server, its headers $dev: upgrading both to the current release"
+    apt_install postgresql-15 postgresql-client-15 postgresql-server-dev-15
+  fi
 }
 
 # (Each step is chained: callers may run these functions where set -e is off.)
