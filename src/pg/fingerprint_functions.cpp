@@ -81,11 +81,9 @@ IDEM_FUNCTION(idem_uuidv7) {
 }
 
 IDEM_FUNCTION(idem_key_time) {
-    std::optional<int64_t> unix_ms = core::key_time_ms(text_view(PG_GETARG_TEXT_PP(0)));
-    if (!unix_ms) PG_RETURN_NULL();
-    constexpr int64 kEpochShiftMs =
-        int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
-    PG_RETURN_TIMESTAMPTZ((*unix_ms - kEpochShiftMs) * 1000);
+    TimestampTz created;
+    if (!key_creation_time(PG_GETARG_TEXT_PP(0), &created)) PG_RETURN_NULL();
+    PG_RETURN_TIMESTAMPTZ(created);
 }
 
 }  // namespace idem::pg

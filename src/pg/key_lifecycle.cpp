@@ -13,7 +13,6 @@
 #include "pg/stats.hpp"
 
 #include "core/key_rules.hpp"
-#include "core/key_time.hpp"
 
 extern "C" {
 #include "catalog/pg_enum.h"
@@ -58,25 +57,6 @@ void lock_key(Datum scope, Datum key) {
     (void)acquire_key_lock(&tag, false);
 }
 
-void connect_spi() {
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
-}
-
-// The calls below run between connect_spi() + become_key_owner() and their undoing.
-struct Storage {
-    SavedUser user;
-};
-
-Storage open_storage() {
-    connect_spi();
-    return Storage{become_key_owner()};
-}
-
-void close_storage(Storage storage) {
-    restore_user(storage.user);
-    SPI_finish();
-}
-
 bool attempt_is_stale(FunctionCallInfo fcinfo, int n, int32 current) {
     return !PG_ARGISNULL(n) && PG_GETARG_INT32(n) != current;
 }
@@ -106,8 +86,20 @@ bool current_record(Datum scope, Datum key, TimestampTz now, KeyRecord *record,
     return find_live_key(scope, key, now, record);
 }
 
+// In REPEATABLE READ and SERIALIZABLE the transaction's snapshot may predate the last write
+// to the key (made by the holder we waited for): acting on it would claim the key twice.
 void check_snapshot_is_current(Datum scope, Datum key, TimestampTz now, bool found,
-                               const KeyRecord &seen);
+                               const KeyRecord &seen) {
+    if (!IsolationUsesXactSnapshot()) return;
+    KeyRecord latest;
+    bool latest_found = find_live_key(scope, key, now, &latest, GetLatestSnapshot());
+    if (latest_found != found ||
+        (found && (latest.state() != seen.state() || latest.attempt() != seen.attempt())))
+        throw SqlError(ERRCODE_T_R_SERIALIZATION_FAILURE,
+                       "could not serialize access due to concurrent use of idempotency key",
+                       "The key changed after this transaction's snapshot was taken.",
+                       "Retry the transaction.");
+}
 
 // current_record for a call that writes: refuses a stale snapshot.
 bool record_to_write(Datum scope, Datum key, TimestampTz now, KeyRecord *record,
@@ -151,12 +143,8 @@ bool hashes_differ(const KeyRecord &record, const bytea *request_hash) {
 }
 
 bool is_too_old(Datum key, TimestampTz now, int64 retention) {
-    std::optional<int64_t> unix_ms = core::key_time_ms(text_view(DatumGetTextPP(key)));
-    if (!unix_ms) return false;
-    // PostgreSQL timestamps count microseconds from 2000-01-01.
-    constexpr int64 kEpochShiftMs =
-        int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
-    return (*unix_ms - kEpochShiftMs) * 1000 < now - retention;
+    TimestampTz created;
+    return key_creation_time(DatumGetTextPP(key), &created) && created < now - retention;
 }
 
 KeyRecord new_claim(const ReserveRequest &req, TimestampTz now, int32 attempt) {
@@ -236,21 +224,6 @@ bool pause_until(TimestampTz deadline, int *pause_ms) {
     return true;
 }
 
-// In REPEATABLE READ and SERIALIZABLE the transaction's snapshot may predate the last write
-// to the key (made by the holder we waited for): acting on it would claim the key twice.
-void check_snapshot_is_current(Datum scope, Datum key, TimestampTz now, bool found,
-                               const KeyRecord &seen) {
-    if (!IsolationUsesXactSnapshot()) return;
-    KeyRecord latest;
-    bool latest_found = find_live_key(scope, key, now, &latest, GetLatestSnapshot());
-    if (latest_found != found ||
-        (found && (latest.state() != seen.state() || latest.attempt() != seen.attempt())))
-        throw SqlError(ERRCODE_T_R_SERIALIZATION_FAILURE,
-                       "could not serialize access due to concurrent use of idempotency key",
-                       "The key changed after this transaction's snapshot was taken.",
-                       "Retry the transaction.");
-}
-
 Outcome finished_outcome(const KeyRecord &record, const ReserveRequest &req) {
     return hashes_differ(record, req.request_hash) ? Outcome::Mismatch : Outcome::Replay;
 }
@@ -287,9 +260,7 @@ Reservation reserve_key(const ReserveRequest &req) {
             now = GetCurrentTimestamp();
         }
         PendingClaim *claim;
-        bool found = current_record(req.scope, req.key, now, &result.record, &claim);
-        if (claim == nullptr)
-            check_snapshot_is_current(req.scope, req.key, now, found, result.record);
+        bool found = record_to_write(req.scope, req.key, now, &result.record, &claim);
         if (!found) {
             if (is_too_old(req.key, now, req.retention)) {
                 clear_record(&result.record);

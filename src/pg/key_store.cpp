@@ -44,17 +44,6 @@ const Oid kRecordTypes[kKeyColumnCount] = {
 
 SPIPlanPtr find_plan, insert_plan, update_plan, delete_plan;
 
-SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *types) {
-    if (*slot == nullptr) {
-        SPIPlanPtr plan = SPI_prepare(sql, nargs, const_cast<Oid *>(types));
-        if (plan == nullptr)
-            elog(ERROR, "idempotency: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-        SPI_keepplan(plan);
-        *slot = plan;
-    }
-    return *slot;
-}
-
 char null_flags(const bool *nulls, int i) {
     return nulls[i] ? 'n' : ' ';
 }
@@ -125,6 +114,27 @@ SavedUser become_key_owner() {
 
 void restore_user(SavedUser saved) {
     SetUserIdAndSecContext(saved.user, saved.security_context);
+}
+
+Storage open_storage() {
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    return Storage{become_key_owner()};
+}
+
+void close_storage(Storage storage) {
+    restore_user(storage.user);
+    SPI_finish();
+}
+
+SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *types) {
+    if (*slot == nullptr) {
+        SPIPlanPtr plan = SPI_prepare(sql, nargs, const_cast<Oid *>(types));
+        if (plan == nullptr)
+            elog(ERROR, "idempotency: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+        SPI_keepplan(plan);
+        *slot = plan;
+    }
+    return *slot;
 }
 
 bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record, Snapshot snapshot) {

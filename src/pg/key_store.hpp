@@ -53,6 +53,17 @@ struct SavedUser {
 SavedUser become_key_owner();
 void restore_user(SavedUser saved);
 
+// SPI connected and the owner's identity in force, for the glue's table access; undone by
+// close_storage (or by the transaction's abort on error).
+struct Storage {
+    SavedUser user;
+};
+Storage open_storage();
+void close_storage(Storage storage);
+
+// The plan in *slot, prepared and kept for the session on first use.
+SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *types);
+
 // The live record of (scope, key) (expires_at > now), if any; fills record->values[kScope..].
 // Read with a fresh snapshot in READ COMMITTED (never the statement's, which may predate a
 // lock wait), or with `snapshot` when given.

@@ -25,7 +25,7 @@ bool matches(const PendingClaim *claim, Datum scope, Datum key) {
 void write_unwritten_claims() {
     if (claims == nullptr) return;
     bool connected = false;
-    SavedUser saved{};
+    Storage storage{};
     for (PendingClaim *claim = claims; claim != nullptr; claim = claim->next) {
         if (claim->written_in != InvalidSubTransactionId ||
             claim->forgotten_in != InvalidSubTransactionId)
@@ -33,16 +33,14 @@ void write_unwritten_claims() {
         if (!connected) {
             // Portals are closed by now: the statements need a snapshot of their own.
             PushActiveSnapshot(GetTransactionSnapshot());
-            if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
-            saved = become_key_owner();
+            storage = open_storage();
             connected = true;
         }
         insert_key(claim->record);
         claim->written_in = GetCurrentSubTransactionId();
     }
     if (connected) {
-        restore_user(saved);
-        SPI_finish();
+        close_storage(storage);
         PopActiveSnapshot();
     }
 }

@@ -1,6 +1,7 @@
 #include "pg/sql_errors.hpp"
 
 #include "core/key_rules.hpp"
+#include "core/key_time.hpp"
 
 #include <cstdarg>
 #include <cstdio>
@@ -40,6 +41,16 @@ int64 interval_arg_usecs(FunctionCallInfo fcinfo, int n, const char *what, bool 
         raise_sql(ERRCODE_INVALID_PARAMETER_VALUE, "%s must be %s", what,
                   zero_allowed ? "zero or positive" : "positive");
     return usecs;
+}
+
+bool key_creation_time(const text *key, TimestampTz *time) {
+    std::optional<int64_t> unix_ms = core::key_time_ms(text_view(key));
+    if (!unix_ms) return false;
+    // PostgreSQL timestamps count microseconds from 2000-01-01.
+    constexpr int64 kEpochShiftMs =
+        int64(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
+    *time = (*unix_ms - kEpochShiftMs) * 1000;
+    return true;
 }
 
 }  // namespace idem::pg

@@ -30,4 +30,7 @@ Datum name_arg(FunctionCallInfo fcinfo, int n, const char *what);
 // zero_allowed.
 int64 interval_arg_usecs(FunctionCallInfo fcinfo, int n, const char *what, bool zero_allowed);
 
+// The creation time embedded in a UUIDv7 or ULID key; false for any other key.
+bool key_creation_time(const text *key, TimestampTz *time);
+
 }  // namespace idem::pg

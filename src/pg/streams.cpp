@@ -174,14 +174,12 @@ void lock_for_ddl(const StreamKey &key) {
 
 // Runs a statement on idempotency.streams as its owner; returns the rows it processed.
 uint64 run_as_owner(const char *sql, int nargs, Oid *types, Datum *values, int expected) {
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
-    SavedUser user = become_key_owner();
+    Storage storage = open_storage();
     int rc = SPI_execute_with_args(sql, nargs, types, values, nullptr, false, 0);
     if (rc != expected)
         elog(ERROR, "idempotency: SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
     uint64 processed = SPI_processed;
-    restore_user(user);
-    SPI_finish();
+    close_storage(storage);
     return processed;
 }
 

@@ -50,17 +50,6 @@ constexpr const char *kWatermarkSql =
 
 SPIPlanPtr advance_plan, accept_plan, watermark_plan;
 
-SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types) {
-    if (*slot == nullptr) {
-        SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
-        if (plan == nullptr)
-            elog(ERROR, "idempotency: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-        SPI_keepplan(plan);
-        *slot = plan;
-    }
-    return *slot;
-}
-
 Datum uuid_datum(const core::Position &position) {
     pg_uuid_t *uuid = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
     std::memcpy(uuid->data, position.data(), UUID_LEN);
@@ -70,8 +59,7 @@ Datum uuid_datum(const core::Position &position) {
 bool accept(FunctionCallInfo fcinfo, Datum position) {
     Datum consumer = name_arg(fcinfo, 0, "consumer");
     Datum partition = name_arg(fcinfo, 1, "partition");
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
-    SavedUser user = become_key_owner();
+    Storage storage = open_storage();
     Oid types[] = {TEXTOID, TEXTOID, UUIDOID};
     Datum args[] = {consumer, partition, position};
     int rc =
@@ -86,8 +74,7 @@ bool accept(FunctionCallInfo fcinfo, Datum position) {
             elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
         accepted = SPI_processed == 1;
     }
-    restore_user(user);
-    SPI_finish();
+    close_storage(storage);
     return accepted;
 }
 
@@ -118,8 +105,7 @@ IDEM_FUNCTION(idem_watermark) {
     Datum consumer = name_arg(fcinfo, 0, "consumer");
     Datum partition = name_arg(fcinfo, 1, "partition");
     MemoryContext caller = CurrentMemoryContext;
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
-    SavedUser user = become_key_owner();
+    Storage storage = open_storage();
     Oid types[] = {TEXTOID, TEXTOID};
     Datum args[] = {consumer, partition};
     int rc = SPI_execute_plan(saved_plan(&watermark_plan, kWatermarkSql, 2, types), args, nullptr,
@@ -133,8 +119,7 @@ IDEM_FUNCTION(idem_watermark) {
         Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
         std::memcpy(&position, DatumGetUUIDP(value), sizeof position);
     }
-    restore_user(user);
-    SPI_finish();
+    close_storage(storage);
     MemoryContextSwitchTo(caller);
     if (!found) PG_RETURN_NULL();
     return numeric_of(&position);
