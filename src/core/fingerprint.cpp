@@ -136,10 +136,43 @@ std::int64_t plain_digits(const Significand &s) {
 
 // ---- output ----
 
+// SHA-256 through OpenSSL's EVP interface. The algorithm is fetched once and the context
+// reused per thread: OpenSSL 3 would otherwise look the provider up on every digest, which
+// cost more than hashing a small request body.
+class Sha256Digest {
+  public:
+    Sha256Digest() {
+        static EVP_MD *const algorithm = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+        thread_local const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(
+            EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+        ctx_ = context.get();
+        if (algorithm == nullptr || ctx_ == nullptr ||
+            EVP_DigestInit_ex2(ctx_, algorithm, nullptr) != 1) {
+            throw std::runtime_error("SHA-256 init failed");
+        }
+    }
+    void update(std::string_view bytes) {
+        if (EVP_DigestUpdate(ctx_, bytes.data(), bytes.size()) != 1) {
+            throw std::runtime_error("SHA-256 update failed");
+        }
+    }
+    Sha256 finish() {
+        Sha256 hash{};
+        unsigned int size = 0;
+        if (EVP_DigestFinal_ex(ctx_, hash.data(), &size) != 1 || size != hash.size()) {
+            throw std::runtime_error("SHA-256 final failed");
+        }
+        return hash;
+    }
+
+  private:
+    EVP_MD_CTX *ctx_;
+};
+
 // Collects the canonical text, or feeds it to a SHA-256 digest in chunks.
 class Out {
   public:
-    explicit Out(EVP_MD_CTX *digest = nullptr) : digest_(digest) {}
+    explicit Out(Sha256Digest *digest = nullptr) : digest_(digest) {}
 
     void put(char c) { buf_.push_back(c); }
     void put(std::string_view s) { buf_.append(s.data(), s.size()); }
@@ -148,15 +181,13 @@ class Out {
         if (digest_ != nullptr && buf_.size() >= kFlushBytes) flush();
     }
     void flush() {
-        if (EVP_DigestUpdate(digest_, buf_.data(), buf_.size()) != 1) {
-            throw std::runtime_error("SHA-256 update failed");
-        }
+        digest_->update(buf_);
         buf_.clear();
     }
     std::string &text() { return buf_; }
 
   private:
-    EVP_MD_CTX *digest_;
+    Sha256Digest *digest_;
     std::string buf_;
 };
 
@@ -650,13 +681,9 @@ void canonicalize(std::string_view json, const std::vector<std::string> &exclude
 }  // namespace
 
 Sha256 sha256(std::string_view bytes) {
-    Sha256 hash{};
-    unsigned int size = 0;
-    if (EVP_Digest(bytes.data(), bytes.size(), hash.data(), &size, EVP_sha256(), nullptr) != 1 ||
-        size != hash.size()) {
-        throw std::runtime_error("SHA-256 failed");
-    }
-    return hash;
+    Sha256Digest digest;
+    digest.update(bytes);
+    return digest.finish();
 }
 
 std::string canonical_json(std::string_view json, const std::vector<std::string> &exclude) {
@@ -667,21 +694,12 @@ std::string canonical_json(std::string_view json, const std::vector<std::string>
 }
 
 Sha256 fingerprint_json(std::string_view json, const std::vector<std::string> &exclude) {
-    const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
-                                                                      &EVP_MD_CTX_free);
-    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-        throw std::runtime_error("SHA-256 init failed");
-    }
-    Out out(ctx.get());
+    Sha256Digest digest;
+    Out out(&digest);
     out.text().reserve(std::min(json.size(), kFlushBytes) + 1024);
     canonicalize(json, exclude, out);
     out.flush();
-    Sha256 hash{};
-    unsigned int size = 0;
-    if (EVP_DigestFinal_ex(ctx.get(), hash.data(), &size) != 1 || size != hash.size()) {
-        throw std::runtime_error("SHA-256 final failed");
-    }
-    return hash;
+    return digest.finish();
 }
 
 }  // namespace idem::core
