@@ -19,7 +19,11 @@ extern "C" {
 #include "storage/proc.h"
 #include "tcop/utility.h"
 #include "utils/syscache.h"
+#include "utils/inval.h"
+#include "utils/typcache.h"
 }
+
+#include <iterator>
 
 namespace idem::pg {
 
@@ -297,13 +301,53 @@ void check_reachable(TimestampTz now, int64 span, const char *what) {
         raise_sql(ERRCODE_INVALID_PARAMETER_VALUE, "%s is out of range", what);
 }
 
+// The pg_enum OIDs of the outcome labels, looked up once per outcome type (a new type after
+// the extension is recreated; any change to pg_type forgets them).
+struct OutcomeLabels {
+    Oid type = InvalidOid;
+    Oid labels[std::size(kOutcomeLabels)];
+} outcome_labels;
+
+void forget_outcome_labels(Datum, int, uint32) {
+    outcome_labels.type = InvalidOid;
+}
+
+Oid outcome_label(Oid outcome_type, Outcome outcome) {
+    static bool registered = false;
+    if (!registered) {
+        CacheRegisterSyscacheCallback(TYPEOID, forget_outcome_labels, (Datum)0);
+        registered = true;
+    }
+    if (outcome_labels.type != outcome_type) {
+        outcome_labels.type = InvalidOid;
+        for (size_t i = 0; i < std::size(kOutcomeLabels); i++) {
+            Oid label =
+                GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid, ObjectIdGetDatum(outcome_type),
+                                CStringGetDatum(kOutcomeLabels[i]));
+            if (!OidIsValid(label))
+                elog(ERROR, "idempotency: outcome label \"%s\" is missing", kOutcomeLabels[i]);
+            outcome_labels.labels[i] = label;
+        }
+        outcome_labels.type = outcome_type;
+    }
+    return outcome_labels.labels[int(outcome)];
+}
+
+// idempotency.reservation's descriptor from the type cache (no copy per call); released by
+// the caller with ReleaseTupleDesc.
+TupleDesc reservation_desc(FunctionCallInfo fcinfo) {
+    Oid type = get_fn_expr_rettype(fcinfo->flinfo);
+    if (!OidIsValid(type) || type == RECORDOID) {
+        TupleDesc desc;
+        if (get_call_result_type(fcinfo, &type, &desc) != TYPEFUNC_COMPOSITE)
+            elog(ERROR, "idempotency.reserve must return idempotency.reservation");
+    }
+    return lookup_rowtype_tupdesc(type, -1);
+}
+
 Datum reservation_datum(FunctionCallInfo fcinfo, const Reservation &r) {
-    TupleDesc desc;
-    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
-        elog(ERROR, "idempotency.reserve must return idempotency.reservation");
-    Oid outcome_type = TupleDescAttr(desc, 0)->atttypid;
-    Oid label = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid, ObjectIdGetDatum(outcome_type),
-                                CStringGetDatum(kOutcomeLabels[int(r.outcome)]));
+    TupleDesc desc = reservation_desc(fcinfo);
+    Oid label = outcome_label(TupleDescAttr(desc, 0)->atttypid, r.outcome);
     const KeyRecord &rec = r.record;
     bool shown = r.outcome != Outcome::TooOld;
     bool replay = r.outcome == Outcome::Replay;
@@ -320,7 +364,9 @@ Datum reservation_datum(FunctionCallInfo fcinfo, const Reservation &r) {
         nulls[i + 1] = hidden || rec.is_null(c);
         values[i + 1] = nulls[i + 1] ? (Datum)0 : rec.values[c];
     }
-    return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
+    HeapTuple tuple = heap_form_tuple(desc, values, nulls);
+    ReleaseTupleDesc(desc);
+    return HeapTupleGetDatum(tuple);
 }
 
 }  // namespace
