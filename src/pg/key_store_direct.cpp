@@ -12,6 +12,7 @@ extern "C" {
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/partcache.h"
 #include "utils/rel.h"
 }
@@ -86,6 +87,41 @@ bool leaf_supported(Relation leaf) {
            checks_match(constr) && !constr->has_generated_stored;
 }
 
+// The verdicts of parent_supported and leaf_supported, kept until the relation's relcache
+// entry is invalidated (every change of columns, constraints, triggers or row security
+// invalidates it, and table_open takes those invalidations before a verdict is read).
+enum class Role { kParent, kLeaf };
+struct Verdict {
+    Oid relation;
+    Role role;
+    bool supported;
+};
+constexpr int kVerdictSlots = 32;
+Verdict verdicts[kVerdictSlots];
+int verdict_count = 0;
+
+void forget_verdicts(Datum, Oid relation) {
+    bool known = false;
+    for (int i = 0; i < verdict_count; i++) known |= verdicts[i].relation == relation;
+    if (known || !OidIsValid(relation)) verdict_count = 0;
+}
+
+bool supported(Relation rel, Role role) {
+    static bool registered = false;
+    if (!registered) {
+        CacheRegisterRelcacheCallback(forget_verdicts, (Datum)0);
+        registered = true;
+    }
+    Oid relation = RelationGetRelid(rel);
+    for (int i = 0; i < verdict_count; i++)
+        if (verdicts[i].relation == relation && verdicts[i].role == role)
+            return verdicts[i].supported;
+    bool verdict = role == Role::kParent ? parent_supported(rel) : leaf_supported(rel);
+    if (verdict_count == kVerdictSlots) verdict_count = 0;
+    verdicts[verdict_count++] = Verdict{relation, role, verdict};
+    return verdict;
+}
+
 // The partitions of the table as the executor would see them, or nullptr when detached
 // partitions are about (their visibility depends on the snapshot: leave them to SPI).
 PartitionDesc partitions(Relation parent) {
@@ -120,14 +156,14 @@ bool satisfies_constraints(const KeyRecord &record) {
     return true;
 }
 
-// The leaf's primary key if it is the btree (scope, key, ...) with text equality.
+// The leaf's primary key if it is the btree (key, scope, ...) with text equality.
 Relation open_primary_key(Relation leaf) {
     Oid pk = RelationGetPrimaryKeyIndex(leaf);
     if (!OidIsValid(pk)) return nullptr;
     Relation index = index_open(pk, AccessShareLock);
     Form_pg_index form = index->rd_index;
     if (index->rd_rel->relam != BTREE_AM_OID || form->indnkeyatts < 2 ||
-        form->indkey.values[0] != kScope + 1 || form->indkey.values[1] != kKey + 1 ||
+        form->indkey.values[0] != kKey + 1 || form->indkey.values[1] != kScope + 1 ||
         index->rd_opfamily[0] != TEXT_BTREE_FAM_OID ||
         index->rd_opfamily[1] != TEXT_BTREE_FAM_OID) {
         index_close(index, NoLock);
@@ -140,16 +176,16 @@ Relation open_primary_key(Relation leaf) {
 Direct probe_leaf(Oid leaf_oid, Datum scope, Datum key, TimestampTz now, KeyRecord *record,
                   Snapshot snapshot) {
     Relation leaf = table_open(leaf_oid, AccessShareLock);
-    Relation index = leaf_supported(leaf) ? open_primary_key(leaf) : nullptr;
+    Relation index = supported(leaf, Role::kLeaf) ? open_primary_key(leaf) : nullptr;
     if (index == nullptr) {
         table_close(leaf, NoLock);
         return Direct::kUnsupported;
     }
     ScanKeyData keys[2];
     ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-                           index->rd_indcollation[0], F_TEXTEQ, scope);
+                           index->rd_indcollation[0], F_TEXTEQ, key);
     ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-                           index->rd_indcollation[1], F_TEXTEQ, key);
+                           index->rd_indcollation[1], F_TEXTEQ, scope);
     IndexScanDesc scan = index_beginscan(leaf, index, snapshot, 2, 0);
     index_rescan(scan, keys, 2, nullptr, 0);
     TupleTableSlot *slot = table_slot_create(leaf, nullptr);
@@ -183,7 +219,7 @@ Direct probe_leaf(Oid leaf_oid, Datum scope, Datum key, TimestampTz now, KeyReco
 Direct find_live_key_direct(Oid table, Datum scope, Datum key, TimestampTz now, KeyRecord *record,
                             Snapshot snapshot) {
     Relation parent = table_open(table, AccessShareLock);
-    PartitionDesc desc = parent_supported(parent) ? partitions(parent) : nullptr;
+    PartitionDesc desc = supported(parent, Role::kParent) ? partitions(parent) : nullptr;
     if (desc == nullptr) {
         table_close(parent, NoLock);
         return Direct::kUnsupported;
@@ -229,7 +265,7 @@ Direct insert_key_direct(Oid table, const KeyRecord &record) {
     // The executor refuses writes in read-only transactions; heap_insert does not check.
     if (XactReadOnly || !satisfies_constraints(record)) return Direct::kUnsupported;
     Relation parent = table_open(table, RowExclusiveLock);
-    PartitionDesc desc = parent_supported(parent) ? partitions(parent) : nullptr;
+    PartitionDesc desc = supported(parent, Role::kParent) ? partitions(parent) : nullptr;
     int part = -1;
     if (desc != nullptr) {
         PartitionBoundInfo bounds = desc->boundinfo;
@@ -243,7 +279,7 @@ Direct insert_key_direct(Oid table, const KeyRecord &record) {
         return Direct::kUnsupported;
     }
     Relation leaf = table_open(desc->oids[part], RowExclusiveLock);
-    if (!leaf_supported(leaf)) {
+    if (!supported(leaf, Role::kLeaf)) {
         table_close(leaf, NoLock);
         table_close(parent, NoLock);
         return Direct::kUnsupported;

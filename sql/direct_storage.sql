@@ -1,0 +1,69 @@
+-- The direct storage path (idempotency.direct_storage) handles only the table shape the install
+-- script creates. A session that has already written keys directly must notice a trigger or a
+-- constraint added afterwards, and go through SPI, which fires the trigger and checks the
+-- constraint. Also: the outcome labels survive the extension being dropped and recreated.
+\set VERBOSITY terse
+-- Written directly: this session now knows the table's shape.
+SELECT outcome FROM idempotency.reserve('direct', 'k1');
+SELECT idempotency.complete('direct', 'k1', 201, '{"n": 1}');
+SELECT outcome, status_code, response FROM idempotency.reserve('direct', 'k1');
+
+-- A row trigger on the partition that takes the session's keys.
+CREATE TABLE direct_inserted (key text);
+CREATE FUNCTION direct_log_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO direct_inserted VALUES (NEW.key);
+    RETURN NEW;
+END $$;
+DO $$
+BEGIN
+    EXECUTE format('CREATE TRIGGER direct_log AFTER INSERT ON %s FOR EACH ROW
+                    EXECUTE FUNCTION direct_log_insert()',
+                   (SELECT tableoid::regclass FROM idempotency.keys
+                    WHERE scope = 'direct' AND key = 'k1'));
+END $$;
+
+SELECT outcome FROM idempotency.reserve('direct', 'k2');
+SELECT idempotency.complete('direct', 'k2', 201, '{"n": 2}');
+SELECT key FROM direct_inserted;
+
+-- Without the trigger, and with one more CHECK constraint on that partition: the constraint
+-- is checked.
+DO $$
+DECLARE
+    leaf regclass := (SELECT tableoid::regclass FROM idempotency.keys
+                      WHERE scope = 'direct' AND key = 'k1');
+BEGIN
+    EXECUTE format('DROP TRIGGER direct_log ON %s', leaf);
+    EXECUTE format('ALTER TABLE %s ADD CONSTRAINT direct_no_forbidden
+                    CHECK (key <> ''forbidden'')', leaf);
+END $$;
+SELECT outcome FROM idempotency.reserve('direct', 'k3');
+SELECT idempotency.complete('direct', 'k3', 201, '{"n": 3}');
+SELECT key FROM direct_inserted;
+BEGIN;
+SELECT outcome FROM idempotency.reserve('direct', 'forbidden');
+\set VERBOSITY sqlstate
+SELECT idempotency.complete('direct', 'forbidden', 201, '{}');
+\set VERBOSITY terse
+ROLLBACK;
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT direct_no_forbidden',
+                   (SELECT tableoid::regclass FROM idempotency.keys
+                    WHERE scope = 'direct' AND key = 'k1'));
+END $$;
+SELECT outcome FROM idempotency.reserve('direct', 'forbidden');
+SELECT idempotency.complete('direct', 'forbidden', 201, '{}');
+SELECT key, state, status_code FROM idempotency.keys WHERE scope = 'direct' ORDER BY key;
+
+-- The extension dropped and recreated in this session: reserve answers with the new type's
+-- labels.
+DROP EXTENSION idempotency;
+CREATE EXTENSION idempotency;
+SELECT outcome FROM idempotency.reserve('direct', 'k1');
+SELECT outcome, status_code FROM idempotency.reserve('direct', 'k1');
+
+DROP TABLE direct_inserted;
+DROP FUNCTION direct_log_insert();
