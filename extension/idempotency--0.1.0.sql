@@ -34,7 +34,7 @@ CREATE TABLE idempotency.keys (
     completed_at timestamptz,
     locked_until timestamptz,
     expires_at timestamptz NOT NULL,
-    PRIMARY KEY (scope, key, expires_at)
+    PRIMARY KEY (key, scope, expires_at)
 ) PARTITION BY RANGE (expires_at);
 
 CREATE TABLE idempotency.keys_default PARTITION OF idempotency.keys DEFAULT;
