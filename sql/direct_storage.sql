@@ -1,7 +1,8 @@
 -- The direct storage path (idempotency.direct_storage) handles only the table shape the install
 -- script creates. A session that has already written keys directly must notice a trigger or a
 -- constraint added afterwards, and go through SPI, which fires the trigger and checks the
--- constraint. Also: the outcome labels survive the extension being dropped and recreated.
+-- constraint. Also: the relation locks it takes, and the outcome labels surviving the
+-- extension being dropped and recreated.
 \set VERBOSITY terse
 -- Written directly: this session now knows the table's shape.
 SELECT outcome FROM idempotency.reserve('direct', 'k1');
@@ -57,6 +58,22 @@ END $$;
 SELECT outcome FROM idempotency.reserve('direct', 'forbidden');
 SELECT idempotency.complete('direct', 'forbidden', 201, '{}');
 SELECT key, state, status_code FROM idempotency.keys WHERE scope = 'direct' ORDER BY key;
+
+-- The relation locks a call holds: a lookup only reads (AccessShareLock), and a reserve +
+-- complete reads and writes under RowExclusiveLock alone (through SPI it would hold both).
+BEGIN;
+SELECT count(*) FROM idempotency.lookup('direct', 'k1');
+SELECT c.relname, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+WHERE l.pid = pg_backend_pid() AND c.relnamespace = 'idempotency'::regnamespace
+  AND c.relname = 'keys' ORDER BY 1, 2;
+ROLLBACK;
+BEGIN;
+SELECT outcome FROM idempotency.reserve('direct', 'k4');
+SELECT idempotency.complete('direct', 'k4', 201, '{}');
+SELECT c.relname, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+WHERE l.pid = pg_backend_pid() AND c.relnamespace = 'idempotency'::regnamespace
+  AND c.relname = 'keys' ORDER BY 1, 2;
+ROLLBACK;
 
 -- The extension dropped and recreated in this session: reserve answers with the new type's
 -- labels.

@@ -531,7 +531,7 @@ IDEM_FUNCTION(idem_lookup) {
 
     auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
     InitMaterializedSRF(fcinfo, 0);
-    Storage storage = open_storage();
+    Storage storage = open_storage(Access::kRead);
     KeyRecord record;
     PendingClaim *claim;
     bool found = current_record(scope, key, GetCurrentTimestamp(), &record, &claim);

@@ -94,6 +94,8 @@ Oid key_table_owner() {
 
 bool direct_storage = true;  // idempotency.direct_storage
 
+LOCKMODE read_lock = AccessShareLock;  // set by open_storage
+
 }  // namespace
 
 void define_key_store_settings() {
@@ -116,8 +118,9 @@ void restore_user(SavedUser saved) {
     SetUserIdAndSecContext(saved.user, saved.security_context);
 }
 
-Storage open_storage() {
+Storage open_storage(Access access) {
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    read_lock = access == Access::kWrite ? RowExclusiveLock : AccessShareLock;
     return Storage{become_key_owner()};
 }
 
@@ -138,8 +141,8 @@ SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *t
 }
 
 bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record, Snapshot snapshot) {
-    Direct direct = direct_storage ? find_live_key_direct(current_key_table().table, scope, key,
-                                                          now, record, snapshot)
+    Direct direct = direct_storage ? find_live_key_direct(current_key_table().table, read_lock,
+                                                          scope, key, now, record, snapshot)
                                    : Direct::kUnsupported;
     if (direct != Direct::kUnsupported) return direct == Direct::kFound;
     const Oid types[] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};

@@ -54,11 +54,13 @@ SavedUser become_key_owner();
 void restore_user(SavedUser saved);
 
 // SPI connected and the owner's identity in force, for the glue's table access; undone by
-// close_storage (or by the transaction's abort on error).
+// close_storage (or by the transaction's abort on error). kWrite: the call may write keys, so
+// its reads lock the table as its writes will (one lock per relation instead of two).
+enum class Access { kRead, kWrite };
 struct Storage {
     SavedUser user;
 };
-Storage open_storage();
+Storage open_storage(Access access = Access::kWrite);
 void close_storage(Storage storage);
 
 // The plan in *slot, prepared and kept for the session on first use.

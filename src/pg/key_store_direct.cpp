@@ -157,10 +157,10 @@ bool satisfies_constraints(const KeyRecord &record) {
 }
 
 // The leaf's primary key if it is the btree (key, scope, ...) with text equality.
-Relation open_primary_key(Relation leaf) {
+Relation open_primary_key(Relation leaf, LOCKMODE lock) {
     Oid pk = RelationGetPrimaryKeyIndex(leaf);
     if (!OidIsValid(pk)) return nullptr;
-    Relation index = index_open(pk, AccessShareLock);
+    Relation index = index_open(pk, lock);
     Form_pg_index form = index->rd_index;
     if (index->rd_rel->relam != BTREE_AM_OID || form->indnkeyatts < 2 ||
         form->indkey.values[0] != kKey + 1 || form->indkey.values[1] != kScope + 1 ||
@@ -173,10 +173,10 @@ Relation open_primary_key(Relation leaf) {
 }
 
 // Scans one leaf for a row of (scope, key) with expires_at > now.
-Direct probe_leaf(Oid leaf_oid, Datum scope, Datum key, TimestampTz now, KeyRecord *record,
-                  Snapshot snapshot) {
-    Relation leaf = table_open(leaf_oid, AccessShareLock);
-    Relation index = supported(leaf, Role::kLeaf) ? open_primary_key(leaf) : nullptr;
+Direct probe_leaf(Oid leaf_oid, LOCKMODE lock, Datum scope, Datum key, TimestampTz now,
+                  KeyRecord *record, Snapshot snapshot) {
+    Relation leaf = table_open(leaf_oid, lock);
+    Relation index = supported(leaf, Role::kLeaf) ? open_primary_key(leaf, lock) : nullptr;
     if (index == nullptr) {
         table_close(leaf, NoLock);
         return Direct::kUnsupported;
@@ -216,9 +216,9 @@ Direct probe_leaf(Oid leaf_oid, Datum scope, Datum key, TimestampTz now, KeyReco
 
 }  // namespace
 
-Direct find_live_key_direct(Oid table, Datum scope, Datum key, TimestampTz now, KeyRecord *record,
-                            Snapshot snapshot) {
-    Relation parent = table_open(table, AccessShareLock);
+Direct find_live_key_direct(Oid table, LOCKMODE lock, Datum scope, Datum key, TimestampTz now,
+                            KeyRecord *record, Snapshot snapshot) {
+    Relation parent = table_open(table, lock);
     PartitionDesc desc = supported(parent, Role::kParent) ? partitions(parent) : nullptr;
     if (desc == nullptr) {
         table_close(parent, NoLock);
@@ -255,7 +255,7 @@ Direct find_live_key_direct(Oid table, Datum scope, Datum key, TimestampTz now, 
     UpdateActiveSnapshotCommandId();
     Direct result = Direct::kNotFound;
     for (int i = 0; i < n && result == Direct::kNotFound; i++)
-        result = probe_leaf(leaves[i], scope, key, now, record, GetActiveSnapshot());
+        result = probe_leaf(leaves[i], lock, scope, key, now, record, GetActiveSnapshot());
     PopActiveSnapshot();
     table_close(parent, NoLock);
     return result;

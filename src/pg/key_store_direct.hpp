@@ -16,9 +16,10 @@ namespace idem::pg {
 
 enum class Direct { kFound, kNotFound, kUnsupported };
 
-// find_live_key through the indexes, with the snapshot and command counter SPI would use.
-Direct find_live_key_direct(Oid table, Datum scope, Datum key, TimestampTz now, KeyRecord *record,
-                            Snapshot snapshot);
+// find_live_key through the indexes, with the snapshot and command counter SPI would use;
+// the relations are locked in `lock`.
+Direct find_live_key_direct(Oid table, LOCKMODE lock, Datum scope, Datum key, TimestampTz now,
+                            KeyRecord *record, Snapshot snapshot);
 
 // insert_key into the partition that takes record's expires_at: kFound once inserted.
 // Values that break one of the table's constraints are kUnsupported, so that SPI's INSERT

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Reads on a hot standby: lookup, fingerprint and the views answer from the replicated keys
+# (the library is preloaded there too), while reserve and complete (writes) are refused with
+# 25006.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
+cluster_setup test-cluster/standby-reads 54446
+PRIMARY_DATA=$CLUSTER_DATA PRIMARY_PORT=$CLUSTER_PORT PRIMARY_SOCK=$CLUSTER_SOCK
+PRIMARY_LOG=$CLUSTER_LOG
+STANDBY_DATA=$(dirname "$PRIMARY_DATA")/standby STANDBY_PORT=54447
+STANDBY_SOCK=/tmp/idempotency-$STANDBY_PORT
+cleanup() {
+  cluster_stop "$STANDBY_DATA" >/dev/null 2>&1 || true
+  cluster_stop "$PRIMARY_DATA" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  echo "--- primary log"; tail -n 20 "$PRIMARY_LOG" || true
+  echo "--- standby log"; tail -n 20 "$(dirname "$STANDBY_DATA")/server.log" || true
+  exit 1
+}
+primary() { cluster_psql "$PRIMARY_DATA" "$PRIMARY_PORT" "$PRIMARY_SOCK" -d postgres -qAt "$@"; }
+standby() { cluster_psql "$STANDBY_DATA" "$STANDBY_PORT" "$STANDBY_SOCK" -d postgres -qAt "$@"; }
+CHECKS=0
+expect() { # expect WHAT ACTUAL WANTED
+  [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
+  CHECKS=$((CHECKS + 1))
+  echo "ok: $1 ($2)"
+}
+
+cluster_init "$PRIMARY_DATA" "$PRIMARY_PORT" "$PRIMARY_SOCK"
+cluster_start "$PRIMARY_DATA"
+primary -c "CREATE EXTENSION idempotency" >/dev/null
+primary >/dev/null <<'SQL'
+SELECT outcome FROM idempotency.reserve('standby', 'done', idempotency.fingerprint('{"a": 1}'::jsonb));
+SELECT idempotency.complete('standby', 'done', 201, '{"id": 7}');
+SELECT outcome FROM idempotency.reserve('standby', 'claimed', lock_ttl => '1 hour');
+SQL
+
+# A streaming standby of it, with the replicated keys.
+cluster_stop "$STANDBY_DATA" >/dev/null 2>&1 || true
+rm -rf "$STANDBY_DATA" "$STANDBY_SOCK"
+mkdir -m 0700 "$STANDBY_SOCK"
+is_root && chown postgres: "$STANDBY_SOCK"
+as_pg "$PGBIN/pg_basebackup" -D "$STANDBY_DATA" -h "$PRIMARY_SOCK" -p "$PRIMARY_PORT" \
+  -U postgres -R -X stream -c fast --no-sync || fail "pg_basebackup failed"
+{
+  echo "port = $STANDBY_PORT"
+  echo "unix_socket_directories = '$STANDBY_SOCK'"
+  echo "hot_standby = on"
+} | as_pg tee -a "$STANDBY_DATA/postgresql.conf" >/dev/null
+cluster_start "$STANDBY_DATA"
+expect "standby is in recovery" "$(standby -c "SELECT pg_is_in_recovery()")" "t"
+
+expect "lookup of a completed key" \
+  "$(standby -F ' ' -c "SELECT state, status_code, response FROM idempotency.lookup('standby', 'done')" 2>&1)" \
+  'completed 201 {"id": 7}'
+expect "lookup of a committed claim" \
+  "$(standby -F ' ' -c "SELECT state, attempt FROM idempotency.lookup('standby', 'claimed')" 2>&1)" \
+  "processing 1"
+expect "lookup of an unknown key" \
+  "$(standby -c "SELECT count(*) FROM idempotency.lookup('standby', 'nothing')" 2>&1)" "0"
+expect "in_flight view" \
+  "$(standby -c "SELECT key FROM idempotency.in_flight WHERE scope = 'standby'" 2>&1)" "claimed"
+expect "fingerprint" \
+  "$(standby -c "SELECT request_hash = idempotency.fingerprint('{\"a\": 1}'::jsonb)
+                 FROM idempotency.keys WHERE scope = 'standby' AND key = 'done'" 2>&1)" "t"
+err=$(standby -c "\\set VERBOSITY sqlstate" \
+  -c "SELECT outcome FROM idempotency.reserve('standby', 'new-key')" 2>&1 || true)
+expect "reserve refused" "$err" "ERROR:  25006"
+err=$(standby -c "\\set VERBOSITY sqlstate" \
+  -c "SELECT idempotency.complete('standby', 'claimed', 200, '{}')" 2>&1 || true)
+expect "complete refused" "$err" "ERROR:  25006"
+
+echo "$CHECKS checks passed"
