@@ -59,6 +59,44 @@ SELECT outcome FROM idempotency.reserve('direct', 'forbidden');
 SELECT idempotency.complete('direct', 'forbidden', 201, '{}');
 SELECT key, state, status_code FROM idempotency.keys WHERE scope = 'direct' ORDER BY key;
 
+-- More indexes on the partition: plain ones get the new rows' entries (and check uniqueness),
+-- an expression index gets them through the executor.
+DO $$
+DECLARE
+    leaf regclass := (SELECT tableoid::regclass FROM idempotency.keys
+                      WHERE scope = 'direct' AND key = 'k1');
+BEGIN
+    EXECUTE format('CREATE INDEX direct_by_scope ON %s (scope, completed_at)', leaf);
+    EXECUTE format('CREATE UNIQUE INDEX direct_one_per_response ON %s (response)', leaf);
+END $$;
+SELECT outcome FROM idempotency.reserve('direct', 'k5');
+SELECT idempotency.complete('direct', 'k5', 201, '{"n": 5}');
+BEGIN;
+SELECT outcome FROM idempotency.reserve('direct', 'k6');
+\set VERBOSITY sqlstate
+SELECT idempotency.complete('direct', 'k6', 201, '{"n": 5}');
+\set VERBOSITY terse
+ROLLBACK;
+DO $$
+DECLARE
+    leaf regclass := (SELECT tableoid::regclass FROM idempotency.keys
+                      WHERE scope = 'direct' AND key = 'k1');
+BEGIN
+    EXECUTE format('DROP INDEX idempotency.direct_one_per_response');
+    EXECUTE format('CREATE INDEX direct_by_upper_key ON %s (upper(key))', leaf);
+END $$;
+SELECT outcome FROM idempotency.reserve('direct', 'k7');
+SELECT idempotency.complete('direct', 'k7', 201, '{"n": 7}');
+-- amcheck: every heap row of the partition has its entry in each of its btree indexes.
+CREATE EXTENSION amcheck;
+SELECT i.indexrelid::regclass::text LIKE '%pkey' AS primary_key, bt_index_check(i.indexrelid, true)
+FROM pg_index i
+WHERE i.indrelid = (SELECT tableoid FROM idempotency.keys WHERE scope = 'direct' AND key = 'k1')
+ORDER BY 1, i.indexrelid::regclass::text;
+SELECT key FROM idempotency.keys WHERE scope = 'direct' ORDER BY key;
+DROP EXTENSION amcheck;
+DROP INDEX idempotency.direct_by_scope, idempotency.direct_by_upper_key;
+
 -- The relation locks a call holds: a lookup only reads (AccessShareLock), and a reserve +
 -- complete reads and writes under RowExclusiveLock alone (through SPI it would hold both).
 BEGIN;

@@ -2,6 +2,9 @@
 
 extern "C" {
 #include "access/genam.h"
+#include "access/heapam.h"
+#include "catalog/index.h"
+#include "catalog/pg_index.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/pg_am_d.h"
@@ -82,9 +85,9 @@ bool parent_supported(Relation parent) {
 
 bool leaf_supported(Relation leaf) {
     TupleConstr *constr = RelationGetDescr(leaf)->constr;
-    return leaf->rd_rel->relkind == RELKIND_RELATION && leaf->trigdesc == nullptr &&
-           !leaf->rd_rel->relrowsecurity && layout_matches(leaf) && constr != nullptr &&
-           checks_match(constr) && !constr->has_generated_stored;
+    return leaf->rd_rel->relkind == RELKIND_RELATION && leaf->rd_rel->relam == HEAP_TABLE_AM_OID &&
+           leaf->trigdesc == nullptr && !leaf->rd_rel->relrowsecurity && layout_matches(leaf) &&
+           constr != nullptr && checks_match(constr) && !constr->has_generated_stored;
 }
 
 // The verdicts of parent_supported and leaf_supported, kept until the relation's relcache
@@ -214,6 +217,79 @@ Direct probe_leaf(Oid leaf_oid, LOCKMODE lock, Datum scope, Datum key, Timestamp
     return result;
 }
 
+// Indexes whose entries are the row's columns as they are: no expressions, no predicate, no
+// exclusion or deferred constraint, ready for inserts.
+constexpr int kMaxPlainIndexes = 8;
+
+bool is_plain_index(Relation index) {
+    Form_pg_index form = index->rd_index;
+    return form->indisready && form->indimmediate && !form->indisexclusion &&
+           heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, nullptr) &&
+           heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, nullptr);
+}
+
+// Opens the leaf's indexes into `indexes` and returns how many, if all are plain; otherwise
+// opens none and returns -1.
+int open_plain_indexes(Relation leaf, Relation *indexes) {
+    List *oids = RelationGetIndexList(leaf);
+    int count = 0;
+    bool plain = list_length(oids) <= kMaxPlainIndexes;
+    ListCell *cell;
+    foreach (cell, oids) {
+        if (!plain) break;
+        Relation index = index_open(lfirst_oid(cell), RowExclusiveLock);
+        indexes[count++] = index;
+        plain = is_plain_index(index);
+    }
+    list_free(oids);
+    if (plain) return count;
+    for (int i = 0; i < count; i++) index_close(indexes[i], NoLock);
+    return -1;
+}
+
+// The row into the heap, then its entries into the (plain) indexes, which check uniqueness;
+// what ExecInsertIndexTuples would do, without an executor state.
+void insert_plain(Relation leaf, Relation *indexes, int index_count, const KeyRecord &record) {
+    HeapTuple tuple = heap_form_tuple(RelationGetDescr(leaf), const_cast<Datum *>(record.values),
+                                      const_cast<bool *>(record.nulls));
+    heap_insert(leaf, tuple, GetCurrentCommandId(true), 0, nullptr);
+    for (int i = 0; i < index_count; i++) {
+        Relation index = indexes[i];
+        IndexInfo *info = BuildIndexInfo(index);
+        Datum values[INDEX_MAX_KEYS];
+        bool nulls[INDEX_MAX_KEYS];
+        for (int k = 0; k < info->ii_NumIndexAttrs; k++) {
+            int column = info->ii_IndexAttrNumbers[k] - 1;
+            values[k] = record.values[column];
+            nulls[k] = record.nulls[column];
+        }
+        (void)index_insert(index, values, nulls, &tuple->t_self, leaf,
+                           index->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false,
+                           info);
+        index_close(index, NoLock);
+    }
+    heap_freetuple(tuple);
+}
+
+// The same through the executor's index machinery, for any other index.
+void insert_through_executor(Relation leaf, const KeyRecord &record) {
+    EState *estate = CreateExecutorState();
+    estate->es_output_cid = GetCurrentCommandId(true);
+    ResultRelInfo *info = makeNode(ResultRelInfo);
+    InitResultRelInfo(info, leaf, 1, nullptr, 0);
+    ExecOpenIndices(info, false);
+    TupleTableSlot *slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(leaf), &TTSOpsHeapTuple);
+    HeapTuple tuple = heap_form_tuple(RelationGetDescr(leaf), const_cast<Datum *>(record.values),
+                                      const_cast<bool *>(record.nulls));
+    ExecStoreHeapTuple(tuple, slot, false);
+    simple_table_tuple_insert(leaf, slot);
+    List *recheck = ExecInsertIndexTuples(info, slot, estate, false, false, nullptr, NIL);
+    list_free(recheck);  // only deferred constraints are rechecked; the table has none
+    ExecCloseIndices(info);
+    ExecResetTupleTable(estate->es_tupleTable, false);
+    FreeExecutorState(estate);
+}
+
 }  // namespace
 
 Direct find_live_key_direct(Oid table, LOCKMODE lock, Datum scope, Datum key, TimestampTz now,
@@ -285,21 +361,12 @@ Direct insert_key_direct(Oid table, const KeyRecord &record) {
         return Direct::kUnsupported;
     }
     CommandCounterIncrement();  // as SPI does before each statement
-    EState *estate = CreateExecutorState();
-    estate->es_output_cid = GetCurrentCommandId(true);
-    ResultRelInfo *info = makeNode(ResultRelInfo);
-    InitResultRelInfo(info, leaf, 1, nullptr, 0);
-    ExecOpenIndices(info, false);
-    TupleTableSlot *slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(leaf), &TTSOpsHeapTuple);
-    HeapTuple tuple = heap_form_tuple(RelationGetDescr(leaf), const_cast<Datum *>(record.values),
-                                      const_cast<bool *>(record.nulls));
-    ExecStoreHeapTuple(tuple, slot, false);
-    simple_table_tuple_insert(leaf, slot);
-    List *recheck = ExecInsertIndexTuples(info, slot, estate, false, false, nullptr, NIL);
-    list_free(recheck);  // only deferred constraints are rechecked; the table has none
-    ExecCloseIndices(info);
-    ExecResetTupleTable(estate->es_tupleTable, false);
-    FreeExecutorState(estate);
+    Relation indexes[kMaxPlainIndexes];
+    int index_count = open_plain_indexes(leaf, indexes);
+    if (index_count >= 0)
+        insert_plain(leaf, indexes, index_count, record);
+    else
+        insert_through_executor(leaf, record);
     table_close(leaf, NoLock);
     table_close(parent, NoLock);
     return Direct::kFound;
