@@ -16,13 +16,9 @@ BEGIN
     INSERT INTO direct_inserted VALUES (NEW.key);
     RETURN NEW;
 END $$;
-DO $$
-BEGIN
-    EXECUTE format('CREATE TRIGGER direct_log AFTER INSERT ON %s FOR EACH ROW
-                    EXECUTE FUNCTION direct_log_insert()',
-                   (SELECT tableoid::regclass FROM idempotency.keys
-                    WHERE scope = 'direct' AND key = 'k1'));
-END $$;
+SELECT tableoid::regclass AS leaf FROM idempotency.keys
+WHERE scope = 'direct' AND key = 'k1' \gset
+CREATE TRIGGER direct_log AFTER INSERT ON :leaf FOR EACH ROW EXECUTE FUNCTION direct_log_insert();
 
 SELECT outcome FROM idempotency.reserve('direct', 'k2');
 SELECT idempotency.complete('direct', 'k2', 201, '{"n": 2}');
@@ -30,15 +26,8 @@ SELECT key FROM direct_inserted;
 
 -- Without the trigger, and with one more CHECK constraint on that partition: the constraint
 -- is checked.
-DO $$
-DECLARE
-    leaf regclass := (SELECT tableoid::regclass FROM idempotency.keys
-                      WHERE scope = 'direct' AND key = 'k1');
-BEGIN
-    EXECUTE format('DROP TRIGGER direct_log ON %s', leaf);
-    EXECUTE format('ALTER TABLE %s ADD CONSTRAINT direct_no_forbidden
-                    CHECK (key <> ''forbidden'')', leaf);
-END $$;
+DROP TRIGGER direct_log ON :leaf;
+ALTER TABLE :leaf ADD CONSTRAINT direct_no_forbidden CHECK (key <> 'forbidden');
 SELECT outcome FROM idempotency.reserve('direct', 'k3');
 SELECT idempotency.complete('direct', 'k3', 201, '{"n": 3}');
 SELECT key FROM direct_inserted;
@@ -49,26 +38,15 @@ SELECT idempotency.complete('direct', 'forbidden', 201, '{}');
 \set VERBOSITY terse
 ROLLBACK;
 
-DO $$
-BEGIN
-    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT direct_no_forbidden',
-                   (SELECT tableoid::regclass FROM idempotency.keys
-                    WHERE scope = 'direct' AND key = 'k1'));
-END $$;
+ALTER TABLE :leaf DROP CONSTRAINT direct_no_forbidden;
 SELECT outcome FROM idempotency.reserve('direct', 'forbidden');
 SELECT idempotency.complete('direct', 'forbidden', 201, '{}');
 SELECT key, state, status_code FROM idempotency.keys WHERE scope = 'direct' ORDER BY key;
 
 -- More indexes on the partition: plain ones get the new rows' entries (and check uniqueness),
 -- an expression index gets them through the executor.
-DO $$
-DECLARE
-    leaf regclass := (SELECT tableoid::regclass FROM idempotency.keys
-                      WHERE scope = 'direct' AND key = 'k1');
-BEGIN
-    EXECUTE format('CREATE INDEX direct_by_scope ON %s (scope, completed_at)', leaf);
-    EXECUTE format('CREATE UNIQUE INDEX direct_one_per_response ON %s (response)', leaf);
-END $$;
+CREATE INDEX direct_by_scope ON :leaf (scope, completed_at);
+CREATE UNIQUE INDEX direct_one_per_response ON :leaf (response);
 SELECT outcome FROM idempotency.reserve('direct', 'k5');
 SELECT idempotency.complete('direct', 'k5', 201, '{"n": 5}');
 BEGIN;
@@ -77,21 +55,15 @@ SELECT outcome FROM idempotency.reserve('direct', 'k6');
 SELECT idempotency.complete('direct', 'k6', 201, '{"n": 5}');
 \set VERBOSITY terse
 ROLLBACK;
-DO $$
-DECLARE
-    leaf regclass := (SELECT tableoid::regclass FROM idempotency.keys
-                      WHERE scope = 'direct' AND key = 'k1');
-BEGIN
-    EXECUTE format('DROP INDEX idempotency.direct_one_per_response');
-    EXECUTE format('CREATE INDEX direct_by_upper_key ON %s (upper(key))', leaf);
-END $$;
+DROP INDEX idempotency.direct_one_per_response;
+CREATE INDEX direct_by_upper_key ON :leaf (upper(key));
 SELECT outcome FROM idempotency.reserve('direct', 'k7');
 SELECT idempotency.complete('direct', 'k7', 201, '{"n": 7}');
 -- amcheck: every heap row of the partition has its entry in each of its btree indexes.
 CREATE EXTENSION amcheck;
 SELECT i.indexrelid::regclass::text LIKE '%pkey' AS primary_key, bt_index_check(i.indexrelid, true)
 FROM pg_index i
-WHERE i.indrelid = (SELECT tableoid FROM idempotency.keys WHERE scope = 'direct' AND key = 'k1')
+WHERE i.indrelid = :'leaf'::regclass
 ORDER BY 1, i.indexrelid::regclass::text;
 SELECT key FROM idempotency.keys WHERE scope = 'direct' ORDER BY key;
 DROP EXTENSION amcheck;
