@@ -18,8 +18,8 @@ extern "C" {
 #include "catalog/pg_enum.h"
 #include "storage/proc.h"
 #include "tcop/utility.h"
-#include "utils/syscache.h"
 #include "utils/inval.h"
+#include "utils/syscache.h"
 #include "utils/typcache.h"
 }
 

@@ -4,9 +4,9 @@
 // the table's CHECK constraints on every INSERT, costing more than the rest of a request.
 //
 // Both handle only the table shape the install script creates (range partitions on
-// expires_at, the 13 columns, no triggers, row security or extra constraints); for anything
-// else they answer kUnsupported and key_store goes through SPI, which gives the same results
-// (and the same errors). Like key_store, they expect SPI to be connected and hold no C++
+// expires_at, heap leaves, the 13 columns, no triggers, row security or extra constraints;
+// extra indexes are fine); for anything else they answer kUnsupported and key_store goes
+// through SPI, which gives the same results (and the same errors). Like key_store, they expect SPI to be connected and hold no C++
 // objects, so PostgreSQL errors may pass through.
 #pragma once
 
