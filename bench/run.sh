@@ -7,8 +7,8 @@
 #   bash bench/run.sh --smoke    a few seconds; writes its report under bench/out/ only
 #
 # Knobs (environment):
-#   BENCH_DURATION=8         seconds per pgbench run
-#   BENCH_ROUNDS=3           rounds; each round runs every configuration once
+#   BENCH_DURATION=6         seconds per pgbench run
+#   BENCH_ROUNDS=5           rounds; each round runs every configuration once
 #   BENCH_CLIENTS="8 1"      client counts
 #   BENCH_MODES="plain pipelined"
 #   BENCH_WORKLOADS="w0 w1 w2 w3 w4 w2s"   (w2s: W2 with idempotency.direct_storage off,
@@ -27,8 +27,8 @@ BENCH=$IDEM_ROOT/bench
 
 SMOKE=0
 [[ ${1:-} == --smoke ]] && SMOKE=1
-DURATION=${BENCH_DURATION:-8}
-ROUNDS=${BENCH_ROUNDS:-3}
+DURATION=${BENCH_DURATION:-6}
+ROUNDS=${BENCH_ROUNDS:-5}
 CLIENTS=${BENCH_CLIENTS:-8 1}
 MODES=${BENCH_MODES:-plain pipelined}
 WORKLOADS=${BENCH_WORKLOADS:-w0 w1 w2 w3 w4 w2s}
@@ -72,6 +72,8 @@ export PGDATABASE=$DB
 PM_STAT=/proc/$(head -n1 "$(q -c 'SHOW data_directory')/postmaster.pid" 2>/dev/null || echo 0)/stat
 TICK=$(getconf CLK_TCK)
 child_ticks() { [[ -r $1 ]] && awk '{ print $16 + $17 }' "$1" || echo -1; }
+# CPU ticks the hypervisor gave to other guests ("steal"), and all ticks, of this machine.
+cpu_ticks() { awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
 
 rm -rf "$OUT"
 mkdir -p "$OUT/scripts" "$OUT/logs"
@@ -125,7 +127,7 @@ wait_backends() {
 
 # --- rounds ----------------------------------------------------------------------------------
 runs=$OUT/runs.tsv
-printf 'round\tclients\tmode\tworkload\ttps\ttxns\tserver_cpu_s\tclient_cpu_s\tlogs\n' >"$runs"
+printf 'round\tclients\tmode\tworkload\ttps\ttxns\tserver_cpu_s\tclient_cpu_s\tsteal_pct\tlogs\n' >"$runs"
 read -ra wl <<<"$WORKLOADS"
 total=$((ROUNDS * $(wc -w <<<"$CLIENTS") * $(wc -w <<<"$MODES") * ${#wl[@]}))
 LENGTH="${DURATION} s"
@@ -142,7 +144,9 @@ for round in $(seq 1 "$ROUNDS"); do
         tag=r$round-c$c-$mode-$w
         [[ -z $TXNS ]] && q -c CHECKPOINT
         before=$(child_ticks "$PM_STAT")
+        read -r steal0 all0 <<<"$(cpu_ticks)"
         pgbench_run "$w" "$mode" "$c" "$tag"
+        read -r steal1 all1 <<<"$(cpu_ticks)"
         out=$PGBENCH_OUT
         wait_backends
         after=$(child_ticks "$PM_STAT")
@@ -151,9 +155,11 @@ for round in $(seq 1 "$ROUNDS"); do
         server=-1
         [[ $before -ge 0 ]] && server=$(awk -v t=$((after - before)) -v k="$TICK" 'BEGIN { print t / k }')
         client=$(awk -v k="$TICK" '{ print $1 / k }' "$out.cpu")
-        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$c" "$mode" "$w" "$tps" "$txns" \
-          "$server" "$client" "$OUT/logs/$tag" >>"$runs"
-        printf '[%3d/%d] %-28s %10.1f tps\n' "$n" "$total" "$tag" "$tps" >&2
+        steal=$(awk -v s=$((steal1 - steal0)) -v a=$((all1 - all0)) \
+          'BEGIN { printf "%.1f", (a > 0 ? 100 * s / a : 0) }')
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$c" "$mode" "$w" "$tps" \
+          "$txns" "$server" "$client" "$steal" "$OUT/logs/$tag" >>"$runs"
+        printf '[%3d/%d] %-28s %10.1f tps  steal %5s%%\n' "$n" "$total" "$tag" "$tps" "$steal" >&2
       done
     done
   done
