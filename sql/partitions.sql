@@ -22,8 +22,9 @@ INSERT INTO idempotency.keys (scope, key, state, attempt, first_seen_at, expires
 
 -- The first run: current and premade partitions (around keys_live), the early key moved out
 -- of the default partition, nothing dropped.
--- (Other tests' keys may sit in the default partition too: at least ours moves.)
-SELECT action, count(*) >= 3 AS created_ahead, sum(rows) >= 1 AS moved_rows
+-- (Other tests' keys may sit in the default partition too: at least ours moves. Two or three
+-- are created: keys_live ends 20 minutes from now, in this slot or, late in the day, the next.)
+SELECT action, count(*) >= 2 AS created_ahead, sum(rows) >= 1 AS moved_rows
 FROM idempotency.maintain() GROUP BY action ORDER BY action;
 SELECT tableoid::regclass = 'idempotency.keys_default'::regclass AS in_default
 FROM idempotency.keys WHERE scope = 'partitions_t' AND key = 'early';
@@ -110,9 +111,13 @@ INSERT INTO idempotency.keys (scope, key, state, attempt, first_seen_at, expires
      date_bin('1 day', now(), '2000-01-01 00:00+00'));
 SELECT tableoid::regclass AS lands_in FROM idempotency.keys
 WHERE scope = 'partitions_t' AND key = 'expired-now';
-SELECT action, range_start IS NOT DISTINCT FROM date_bin('1 day', now(), '2000-01-01 00:00+00')
-           AS current_slot, rows >= 1 AS some_rows
-FROM idempotency.maintain() ORDER BY action;
+-- (Run in the last 20 minutes of a UTC day, keys_live also covered part of the next slot,
+-- which is then created too: hence the aggregates.)
+SELECT action,
+       bool_or(range_start IS NOT DISTINCT FROM date_bin('1 day', now(), '2000-01-01 00:00+00'))
+           AS current_slot,
+       bool_or(rows >= 1) AS some_rows
+FROM idempotency.maintain() GROUP BY action ORDER BY action;
 SELECT count(*) FROM idempotency.keys WHERE scope = 'partitions_t' AND key = 'expired-now';
 SELECT count(*) AS current_partitions FROM idempotency.partitions
 WHERE range_start = date_bin('1 day', now(), '2000-01-01 00:00+00');
