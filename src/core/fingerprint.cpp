@@ -138,7 +138,8 @@ std::int64_t plain_digits(const Significand &s) {
 
 // SHA-256 through OpenSSL's EVP interface. The algorithm is fetched once and the context
 // reused per thread: OpenSSL 3 would otherwise look the provider up on every digest, which
-// cost more than hashing a small request body.
+// cost more than hashing a small request body. So one digest per thread at a time: each is
+// finished before the next one starts.
 class Sha256Digest {
   public:
     Sha256Digest() {

@@ -6,8 +6,8 @@
 // Both handle only the table shape the install script creates (range partitions on
 // expires_at, heap leaves, the 13 columns, no triggers, row security or extra constraints;
 // extra indexes are fine); for anything else they answer kUnsupported and key_store goes
-// through SPI, which gives the same results (and the same errors). Like key_store, they expect SPI to be connected and hold no C++
-// objects, so PostgreSQL errors may pass through.
+// through SPI, which gives the same results (and the same errors). Like key_store, they
+// expect SPI to be connected and hold no C++ objects, so PostgreSQL errors may pass through.
 #pragma once
 
 #include "pg/key_store.hpp"
