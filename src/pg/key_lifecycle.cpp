@@ -466,10 +466,7 @@ IDEM_FUNCTION(idem_complete) {
     } else {
         record.set_state("completed");
         record.set(kStatusCode, Int32GetDatum(status_code));
-        if (response_null)
-            record.set_null(kResponse);
-        else
-            record.set(kResponse, response);
+        record.set_or_null(kResponse, response, response_null);
         record.set(kCompletedAt, TimestampTzGetDatum(c.now));
         record.set_null(kLockedUntil);
         store_record(record, c.claim);
@@ -492,10 +489,7 @@ IDEM_FUNCTION(idem_fail) {
         raise_no_claim("fail", record.state() == 'c' ? "The key is already completed."
                                                      : "The claim was already released.");
     record.set_state("failed");
-    if (error_null)
-        record.set_null(kLastError);
-    else
-        record.set(kLastError, error);
+    record.set_or_null(kLastError, error, error_null);
     record.set_null(kLockedUntil);
     store_record(record, c.claim);
     count_stat(kStatFail);
@@ -512,10 +506,7 @@ IDEM_FUNCTION(idem_checkpoint) {
     ClaimCall c = open_claim_call(fcinfo, scope, key, "checkpoint", 3);
     KeyRecord &record = c.record;
     if (record.state() != 'p') raise_no_claim("checkpoint", "The key is not being processed.");
-    if (point_null)
-        record.set_null(kRecoveryPoint);
-    else
-        record.set(kRecoveryPoint, PG_GETARG_DATUM(2));
+    record.set_or_null(kRecoveryPoint, PG_GETARG_DATUM(2), point_null);
     // A claim still in memory is written now: a savepoint rolled back later undoes the
     // checkpoint with the row.
     store_record(record, c.claim);

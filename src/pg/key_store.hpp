@@ -33,6 +33,9 @@ struct KeyRecord {
     bool is_null(KeyColumn c) const { return nulls[c]; }
     void set(KeyColumn c, Datum value) { values[c] = value, nulls[c] = false; }
     void set_null(KeyColumn c) { values[c] = (Datum)0, nulls[c] = true; }
+    void set_or_null(KeyColumn c, Datum value, bool is_null) {
+        is_null ? set_null(c) : set(c, value);
+    }
     // 'p'rocessing, 'c'ompleted or 'f'ailed; 0 for a record with no state.
     char state() const {
         return nulls[kState] ? '\0' : VARDATA_ANY(DatumGetTextPP(values[kState]))[0];

@@ -249,9 +249,8 @@ int open_plain_indexes(Relation leaf, Relation *indexes) {
 
 // The row into the heap, then its entries into the (plain) indexes, which check uniqueness;
 // what ExecInsertIndexTuples would do, without an executor state.
-void insert_plain(Relation leaf, Relation *indexes, int index_count, const KeyRecord &record) {
-    HeapTuple tuple = heap_form_tuple(RelationGetDescr(leaf), const_cast<Datum *>(record.values),
-                                      const_cast<bool *>(record.nulls));
+void insert_plain(Relation leaf, Relation *indexes, int index_count, const KeyRecord &record,
+                  HeapTuple tuple) {
     heap_insert(leaf, tuple, GetCurrentCommandId(true), 0, nullptr);
     for (int i = 0; i < index_count; i++) {
         Relation index = indexes[i];
@@ -268,19 +267,16 @@ void insert_plain(Relation leaf, Relation *indexes, int index_count, const KeyRe
                            info);
         index_close(index, NoLock);
     }
-    heap_freetuple(tuple);
 }
 
 // The same through the executor's index machinery, for any other index.
-void insert_through_executor(Relation leaf, const KeyRecord &record) {
+void insert_through_executor(Relation leaf, HeapTuple tuple) {
     EState *estate = CreateExecutorState();
     estate->es_output_cid = GetCurrentCommandId(true);
     ResultRelInfo *info = makeNode(ResultRelInfo);
     InitResultRelInfo(info, leaf, 1, nullptr, 0);
     ExecOpenIndices(info, false);
     TupleTableSlot *slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(leaf), &TTSOpsHeapTuple);
-    HeapTuple tuple = heap_form_tuple(RelationGetDescr(leaf), const_cast<Datum *>(record.values),
-                                      const_cast<bool *>(record.nulls));
     ExecStoreHeapTuple(tuple, slot, false);
     simple_table_tuple_insert(leaf, slot);
     List *recheck = ExecInsertIndexTuples(info, slot, estate, false, false, nullptr, NIL);
@@ -361,12 +357,15 @@ Direct insert_key_direct(Oid table, const KeyRecord &record) {
         return Direct::kUnsupported;
     }
     CommandCounterIncrement();  // as SPI does before each statement
+    HeapTuple tuple = heap_form_tuple(RelationGetDescr(leaf), const_cast<Datum *>(record.values),
+                                      const_cast<bool *>(record.nulls));
     Relation indexes[kMaxPlainIndexes];
     int index_count = open_plain_indexes(leaf, indexes);
     if (index_count >= 0)
-        insert_plain(leaf, indexes, index_count, record);
+        insert_plain(leaf, indexes, index_count, record, tuple);
     else
-        insert_through_executor(leaf, record);
+        insert_through_executor(leaf, tuple);
+    heap_freetuple(tuple);
     table_close(leaf, NoLock);
     table_close(parent, NoLock);
     return Direct::kFound;
