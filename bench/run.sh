@@ -11,8 +11,9 @@
 #   BENCH_ROUNDS=5           rounds; each round runs every configuration once
 #   BENCH_CLIENTS="8 1"      client counts
 #   BENCH_MODES="plain pipelined"
-#   BENCH_WORKLOADS="w0 w1 w2 w3 w4 w2s"   (w2s: W2 with idempotency.direct_storage off,
-#                            i.e. through SPI as before the optimisation)
+#   BENCH_WORKLOADS="w0 w1 w2 w3 w4 w5"   (w5: W2's reads and writes as plain SQL, a floor;
+#                            also w2s: W2 with idempotency.direct_storage off, i.e. through SPI
+#                            as before the optimisation)
 #   BENCH_W3_KEYS=20000      completed keys W3 replays
 #   BENCH_STATS_TXNS=2000    transactions of the WAL / row-version measurement
 #   BENCH_PGHOST, BENCH_PGPORT   reuse this running cluster (superuser postgres) instead of
@@ -31,7 +32,7 @@ DURATION=${BENCH_DURATION:-6}
 ROUNDS=${BENCH_ROUNDS:-5}
 CLIENTS=${BENCH_CLIENTS:-8 1}
 MODES=${BENCH_MODES:-plain pipelined}
-WORKLOADS=${BENCH_WORKLOADS:-w0 w1 w2 w3 w4 w2s}
+WORKLOADS=${BENCH_WORKLOADS:-w0 w1 w2 w3 w4 w5}
 W3_KEYS=${BENCH_W3_KEYS:-20000}
 STATS_TXNS=${BENCH_STATS_TXNS:-2000}
 TXNS=""   # smoke: a fixed number of transactions per run instead of a duration
@@ -45,7 +46,7 @@ REPORT_DIR=$BENCH
 [[ $SMOKE == 1 ]] && REPORT_DIR=$OUT
 
 declare -A SCRIPT=([w0]=w0_baseline [w1]=w1_handwritten [w2]=w2_extension [w3]=w3_replay
-  [w4]=w4_mixed [w2s]=w2_extension)
+  [w4]=w4_mixed [w5]=w5_floor [w2s]=w2_extension)
 
 # --- cluster ---------------------------------------------------------------------------------
 DATA=""
@@ -175,7 +176,7 @@ snapshot() {
       sum(n_tup_hot_upd) hot FROM pg_stat_user_tables
       WHERE schemaname IN ('bench', 'idempotency')) t"
 }
-for w in w0 w1 w2; do
+for w in w0 w1 w2 w5; do
   [[ " $WORKLOADS " == *" $w "* ]] || continue
   # Warm up first, so the measured run writes few full-page images.
   pgbench_run "$w" plain 1 "writes-warm-$w" -t "$WARM_TXNS"

@@ -47,14 +47,35 @@ BEGIN
 END $$;
 CALL bench.complete_w3_keys(:w3keys);
 
--- As many completed keys in W1's table, so both key tables start equal, and its statistics
--- are real: analyzed empty, the planner would scan W1's table sequentially (its generic plans
--- are chosen on each connection's sixth execution, before autovacuum looks at the table).
+-- W5: W2's key row in a plain table of the same columns and primary key, without checks.
+CREATE TABLE bench.key_floor (
+    scope text NOT NULL,
+    key text NOT NULL,
+    state text NOT NULL,
+    attempt integer NOT NULL,
+    request_hash bytea,
+    status_code integer,
+    response jsonb,
+    first_seen_at timestamptz NOT NULL,
+    completed_at timestamptz,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (key, scope, expires_at)
+);
+
+-- As many completed keys in W1's and W5's tables, so all key tables start equal and their
+-- statistics are real: analyzed empty, the planner would scan them sequentially (generic plans
+-- are chosen on each connection's sixth execution, before autovacuum looks at the tables).
 INSERT INTO bench.idempotency_keys (scope, key, request_hash, status, response_code,
                                     response_body, locked_until)
 SELECT 'bench-w1-seed', i::text,
        sha256(convert_to(jsonb_build_object('amount', i)::text, 'UTF8')), 'completed', 201,
        jsonb_build_object('status', 'created', 'amount', i), NULL
 FROM generate_series(1, :w3keys) AS i;
+INSERT INTO bench.key_floor (scope, key, state, attempt, request_hash, status_code, response,
+                             first_seen_at, completed_at, expires_at)
+SELECT 'bench-w5-seed', i::text, 'completed', 1,
+       sha256(convert_to(jsonb_build_object('amount', i)::text, 'UTF8')), 201,
+       jsonb_build_object('status', 'created', 'amount', i), now(), now(), now() + interval '24 hours'
+FROM generate_series(1, :w3keys) AS i;
 
-VACUUM ANALYZE bench.orders, bench.idempotency_keys, idempotency.keys;
+VACUUM ANALYZE bench.orders, bench.idempotency_keys, bench.key_floor, idempotency.keys;

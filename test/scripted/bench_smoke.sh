@@ -6,8 +6,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=$(BENCH_BUILD=0 bash bench/run.sh --smoke 2>&1) || { echo "$out"; exit 1; }
 echo "$out" | tail -40
 for workload in "W0 baseline insert" "W1 hand-written pattern" "W2 extension" "W3 replay" \
-  "W4 mixed"; do
+  "W4 mixed" "W5 floor"; do
   grep -q "$workload" <<<"$out" || { echo "missing workload: $workload"; exit 1; }
 done
 [[ $(grep -c '^target ' <<<"$out") -eq 5 ]] || { echo "expected 5 target lines"; exit 1; }
+[[ $(grep -c '^reference ' <<<"$out") -eq 3 ]] || { echo "expected 3 reference lines"; exit 1; }
 echo "bench smoke: ok"
