@@ -1,6 +1,7 @@
 -- W5 floor: W2's reads and writes as plain SQL, with nothing else: the key probe, the business
 -- insert, the finished key row; no lock, no checks. Not a correct idempotency layer (two
--- concurrent requests with one key would both run); a lower bound on what W2's statements cost.
+-- concurrent requests with one key would both run): what W2's statements cost without the
+-- extension's logic.
 \set n :n + 1
 \set k :run * 1000000000000 + :client_id * 1000000000 + :n
 BEGIN;
