@@ -42,11 +42,10 @@ constexpr const char *kPartitionsSql =
     " AND b.expr OPERATOR(pg_catalog.<>) 'DEFAULT'"
     " ORDER BY 3 NULLS FIRST, 2";
 
-// Per width-aligned bucket of the default partition: live and expired rows.
+// Per width-aligned bucket of the default partition: live rows.
 constexpr const char *kDefaultBucketsSql =
     "SELECT pg_catalog.date_bin($1, expires_at, $2),"
-    " pg_catalog.count(*) FILTER (WHERE expires_at OPERATOR(pg_catalog.>) $3),"
-    " pg_catalog.count(*) FILTER (WHERE expires_at OPERATOR(pg_catalog.<=) $3)"
+    " pg_catalog.count(*) FILTER (WHERE expires_at OPERATOR(pg_catalog.>) $3)"
     " FROM ONLY %s GROUP BY 1";
 
 constexpr const char *kLockExclusiveSql =
@@ -55,14 +54,6 @@ constexpr const char *kLockExclusiveSql =
 const char *const kSkipped =
     "could not lock idempotency.keys within "
     "idempotency.maintenance_lock_timeout; retried on the next run";
-
-// Schema-qualified, quoted name of a relation; nullptr when it no longer exists.
-char *relation_name(Oid oid) {
-    char *name = get_rel_name(oid);
-    if (name == nullptr) return nullptr;
-    char *schema = get_namespace_name(get_rel_namespace(oid));
-    return schema == nullptr ? nullptr : quote_qualified_identifier(schema, name);
-}
 
 struct CreateStep {
     const PartitionInfo *target;
@@ -135,11 +126,10 @@ void purge_step(void *arg) {
 struct DefaultContent {
     int64 *live_buckets;
     int n_live_buckets;
-    int64 expired_rows;
 };
 
 DefaultContent read_default(Oid def, int64 width, int64 now) {
-    DefaultContent content{nullptr, 0, 0};
+    DefaultContent content{nullptr, 0};
     if (!OidIsValid(def)) return content;
     Interval *stride = static_cast<Interval *>(palloc0(sizeof(Interval)));
     stride->time = width;
@@ -156,8 +146,6 @@ DefaultContent read_default(Oid def, int64 width, int64 now) {
         HeapTuple row = SPI_tuptable->vals[i];
         int64 bucket = DatumGetTimestampTz(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
         int64 live = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
-        content.expired_rows +=
-            DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 3, &isnull));
         if (live > 0) content.live_buckets[content.n_live_buckets++] = bucket;
     }
     return content;
@@ -180,10 +168,7 @@ void make_plan(const PartitionList &parts, const DefaultContent &content, int64 
     in.width = width;
     in.premake = premake;
     in.max_creates = kMaxCreatesPerRun;
-    for (int i = 0; i < parts.count; i++) {
-        int64 lo = parts.items[i].lo == PG_INT64_MIN ? -core::kUnbounded : parts.items[i].lo;
-        in.existing.push_back({lo, parts.items[i].hi});
-    }
+    for (int i = 0; i < parts.count; i++) in.existing.push_back(time_range(parts.items[i]));
     in.default_buckets.assign(content.live_buckets, content.live_buckets + content.n_live_buckets);
     core::Plan plan = core::plan_partitions(in);
     out->n_creates = 0;
@@ -298,6 +283,12 @@ Oid default_partition_oid() {
 
 // Like every read here, not read-only: a fresh snapshot that sees this transaction's own
 // changes (pg_partman's partitions, rows just moved) and rows committed since the call began.
+char *relation_name(Oid oid) {
+    char *name = OidIsValid(oid) ? get_rel_name(oid) : nullptr;
+    char *schema = name != nullptr ? get_namespace_name(get_rel_namespace(oid)) : nullptr;
+    return schema != nullptr ? quote_qualified_identifier(schema, name) : nullptr;
+}
+
 PartitionList read_partitions() {
     Oid types[] = {OIDOID};
     Datum args[] = {ObjectIdGetDatum(key_table_oid())};
@@ -329,7 +320,14 @@ void spi_run(const char *sql, int expected) {
         elog(ERROR, "idempotency: statement failed (%s): %s", SPI_result_code_string(rc), sql);
 }
 
-MaintenanceScope enter_maintenance() {
+MaintenanceScope enter_maintenance(const char *caller) {
+    // Under REPEATABLE READ / SERIALIZABLE the steps would not see rows committed after the
+    // transaction's snapshot, and ATTACH PARTITION would then find them in the default
+    // partition.
+    if (IsolationUsesXactSnapshot())
+        throw SqlError(ERRCODE_ACTIVE_SQL_TRANSACTION,
+                       psprintf("%s must run in a READ COMMITTED transaction", caller), nullptr,
+                       "Call it in a transaction of its own (autocommit).");
     MaintenanceScope scope;
     scope.user = become_key_owner();
     Oid owner;
@@ -446,28 +444,20 @@ void purge_default(ActionSink *out, int64 now) {
 }
 
 void partition_default_rows(ActionSink *out, int64 now, int64 width) {
-    PartitionList parts = read_partitions();
     DefaultContent content = read_default(default_partition_oid(), width, now);
     if (content.n_live_buckets == 0) return;
-    run_creates(out, plan_for(parts, content, now, width, -1));
+    run_creates(out, plan_for(read_partitions(), content, now, width, -1));
 }
 
 }  // namespace idem::pg
 
 IDEM_FUNCTION(idem_maintain) {
     using namespace idem::pg;
-    // Under REPEATABLE READ / SERIALIZABLE the steps would not see rows committed after the
-    // transaction's snapshot, and ATTACH PARTITION would then find them in the default
-    // partition.
-    if (IsolationUsesXactSnapshot())
-        throw SqlError(ERRCODE_ACTIVE_SQL_TRANSACTION,
-                       "idempotency.maintain() must run in a READ COMMITTED transaction", nullptr,
-                       "Call it in a transaction of its own (autocommit).");
     auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
     InitMaterializedSRF(fcinfo, 0);
     ActionSink sink{rsinfo->setResult, rsinfo->setDesc};
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
-    MaintenanceScope scope = enter_maintenance();
+    MaintenanceScope scope = enter_maintenance("idempotency.maintain()");
     char *error = nullptr;
     StepResult locked = run_step(
         [](void *) {

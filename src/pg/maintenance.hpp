@@ -6,6 +6,8 @@
 #include "pg/key_store.hpp"
 #include "pg/postgres_headers.hpp"
 
+#include "core/partition_plan.hpp"
+
 namespace idem::pg {
 
 // One attached partition of idempotency.keys (the default partition excluded).
@@ -16,6 +18,11 @@ struct PartitionInfo {
     double reltuples;  // pg_class estimate, < 0 when unknown
 };
 
+// The partition's bounds as the core's planner takes them.
+inline core::TimeRange time_range(const PartitionInfo &p) {
+    return {p.lo == PG_INT64_MIN ? -core::kUnbounded : p.lo, p.hi};
+}
+
 struct PartitionList {
     PartitionInfo *items;
     int count;
@@ -25,6 +32,8 @@ Oid key_table_oid();
 // The default partition of idempotency.keys, or InvalidOid.
 Oid default_partition_oid();
 PartitionList read_partitions();
+// Schema-qualified, quoted name of a relation; nullptr when there is none (any more).
+char *relation_name(Oid oid);
 // Schema of pg_partman when it is installed, else nullptr.
 char *partman_schema();
 // True when pg_partman's part_config lists idempotency.keys.
@@ -45,7 +54,8 @@ struct MaintenanceScope {
     SavedUser user;
     int guc_level;
 };
-MaintenanceScope enter_maintenance();
+// Refuses (25001) a transaction that does not use READ COMMITTED; caller names the function.
+MaintenanceScope enter_maintenance(const char *caller);
 void leave_maintenance(MaintenanceScope scope);
 
 // Literal of a time for SQL text: 'YYYY-MM-DD HH:MI:SS.ffffff+00' (needs TimeZone = UTC).

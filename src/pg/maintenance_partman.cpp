@@ -17,7 +17,6 @@
 
 extern "C" {
 #include "commands/extension.h"
-#include "utils/guc.h"
 }
 
 namespace idem::pg {
@@ -35,7 +34,7 @@ bool listed(const PartitionList &list, const char *name) {
 int first_misfit(const PartitionList &list, int64 width) {
     for (int i = 0; i < list.count; i++) {
         const PartitionInfo &p = list.items[i];
-        core::TimeRange r{p.lo == PG_INT64_MIN ? -core::kUnbounded : p.lo, p.hi};
+        core::TimeRange r = time_range(p);
         if (!core::is_bucket(r, width)) return i;
         if (("keys_p" + core::partition_suffix(r.lo, width)) != p.name) return i;
     }
@@ -109,13 +108,6 @@ void partman_step(void *arg) {
     spi_run(s->sql, SPI_OK_SELECT);
 }
 
-// Schema-qualified, quoted name of a relation; nullptr when there is none (any more).
-char *qualified_name(Oid oid) {
-    char *name = OidIsValid(oid) ? get_rel_name(oid) : nullptr;
-    char *schema = name != nullptr ? get_namespace_name(get_rel_namespace(oid)) : nullptr;
-    return schema != nullptr ? quote_qualified_identifier(schema, name) : nullptr;
-}
-
 // The locks pg_partman's maintenance will need, taken in readers' order (parent first): the
 // parent, the default partition (ATTACH scans it) and the partitions due to drop; nullptr
 // when it has nothing to create or drop.
@@ -128,7 +120,7 @@ const char *partman_lock_sql(const PartitionList &parts, const PartmanConfig &co
     for (int i = 0; i < parts.count; i++) {
         const PartitionInfo &p = parts.items[i];
         if (p.hi != PG_INT64_MAX) newest = Max(newest, p.hi);
-        char *name = p.hi != PG_INT64_MAX && p.hi <= now ? qualified_name(p.oid) : nullptr;
+        char *name = core::due_to_drop(time_range(p), now) ? relation_name(p.oid) : nullptr;
         if (name != nullptr) {
             work = true;
             appendStringInfo(&sql, ", ONLY %s", name);
@@ -138,7 +130,7 @@ const char *partman_lock_sql(const PartitionList &parts, const PartmanConfig &co
         newest < idem::core::bucket_start(now, config.width) + (config.premake + 1) * config.width)
         work = true;
     if (!work) return nullptr;
-    char *def = qualified_name(default_partition_oid());
+    char *def = relation_name(default_partition_oid());
     if (def != nullptr) appendStringInfo(&sql, ", ONLY %s", def);
     appendStringInfoString(&sql, " IN ACCESS EXCLUSIVE MODE");
     return sql.data;
@@ -218,11 +210,8 @@ void partman_maintain(const char *schema, ActionSink *out) {
 // already managed it (its settings are refreshed).
 IDEM_FUNCTION(idem_use_partman) {
     using namespace idem::pg;
-    if (IsolationUsesXactSnapshot())
-        throw SqlError(ERRCODE_ACTIVE_SQL_TRANSACTION,
-                       "idempotency.use_partman() must run in a READ COMMITTED transaction");
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
-    MaintenanceScope scope = enter_maintenance();
+    MaintenanceScope scope = enter_maintenance("idempotency.use_partman()");
     char *schema = partman_schema();
     if (schema == nullptr)
         throw SqlError(ERRCODE_UNDEFINED_OBJECT, "pg_partman is not installed in this database",
@@ -246,8 +235,7 @@ IDEM_FUNCTION(idem_use_partman) {
         Oid old_default = default_partition_oid();
         char *old_name = nullptr;
         if (OidIsValid(old_default)) {
-            char *name = quote_qualified_identifier(
-                get_namespace_name(get_rel_namespace(old_default)), get_rel_name(old_default));
+            char *name = relation_name(old_default);
             spi_run(psprintf("ALTER TABLE idempotency.keys DETACH PARTITION %s", name),
                     SPI_OK_UTILITY);
             spi_run(psprintf("ALTER TABLE %s RENAME TO keys_default_before_partman", name),
