@@ -72,7 +72,7 @@ int partman_premake(int64 width) {
 }
 
 struct PartmanConfig {
-    int64 width;  // partition_interval in microseconds; <= 0 when it has months
+    int64 width;  // partition_interval in microseconds; <= 0 when it has months or years
     int premake;
 };
 
@@ -80,7 +80,9 @@ PartmanConfig read_partman_config(const char *partman) {
     spi_run(
         psprintf("SELECT (pg_catalog.date_part('epoch', partition_interval::pg_catalog.interval)"
                  " OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8,"
-                 " pg_catalog.date_part('month', partition_interval::pg_catalog.interval),"
+                 " pg_catalog.date_part('year', partition_interval::pg_catalog.interval)"
+                 " OPERATOR(pg_catalog.<>) 0 OR pg_catalog.date_part('month',"
+                 " partition_interval::pg_catalog.interval) OPERATOR(pg_catalog.<>) 0,"
                  " premake FROM %s.part_config WHERE parent_table OPERATOR(pg_catalog.=) "
                  "'idempotency.keys'",
                  partman),
@@ -91,7 +93,7 @@ PartmanConfig read_partman_config(const char *partman) {
     TupleDesc desc = SPI_tuptable->tupdesc;
     PartmanConfig config;
     config.width = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
-    if (DatumGetFloat8(SPI_getbinval(row, desc, 2, &isnull)) != 0) config.width = 0;
+    if (DatumGetBool(SPI_getbinval(row, desc, 2, &isnull))) config.width = 0;
     config.premake = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
     return config;
 }
