@@ -115,11 +115,6 @@ void stream_lock_tag(LOCKTAG *tag, const StreamKey &key) {
 
 List *touched = NIL;  // StreamKey *, in TopTransactionContext
 
-bool same_stream(const StreamKey &a, const StreamKey &b) {
-    return a.database == b.database && a.table == b.table && a.length == b.length &&
-           std::memcmp(a.name, b.name, a.length) == 0;
-}
-
 // Did this transaction (or one of its subtransactions, even rolled back) create or drop it?
 bool is_touched(const StreamKey &key) {
     ListCell *cell;

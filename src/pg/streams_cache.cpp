@@ -37,9 +37,7 @@ uint32 hash_key(const void *key, Size) {
 int match_key(const void *a, const void *b, Size) {
     const StreamKey *x = static_cast<const StreamKey *>(a);
     const StreamKey *y = static_cast<const StreamKey *>(b);
-    bool same = x->database == y->database && x->table == y->table && x->length == y->length &&
-                std::memcmp(x->name, y->name, x->length) == 0;
-    return same ? 0 : 1;
+    return same_stream(*x, *y) ? 0 : 1;
 }
 
 void *copy_key(void *dest, const void *src, Size) {

@@ -11,6 +11,8 @@
 #include "core/block_allocator.hpp"
 #include "core/key_rules.hpp"
 
+#include <cstring>
+
 namespace idem::pg {
 
 struct StreamKey {
@@ -19,6 +21,11 @@ struct StreamKey {
     uint32 length;
     char name[core::kMaxNameBytes + 1];
 };
+
+inline bool same_stream(const StreamKey &a, const StreamKey &b) {
+    return a.database == b.database && a.table == b.table && a.length == b.length &&
+           std::memcmp(a.name, b.name, a.length) == 0;
+}
 
 // Defines idempotency.max_streams and, when preloading, requests the shared memory.
 void register_stream_cache();

@@ -93,10 +93,8 @@ TEST(OutboxContent, AnyDepthWithBitsSizedFromTheText) {
     EXPECT_EQ(check(objects), JsonCheck::Valid);
     // Mixed: every other level an object, closed by the wrong bracket at the deepest level.
     std::string mixed, closing;
-    for (std::size_t i = 0; i < depth; ++i) {
-        mixed += i % 2 ? "[" : "{\"k\":";
-        closing.insert(0, i % 2 ? "]" : "}");
-    }
+    for (std::size_t i = 0; i < depth; ++i) mixed += i % 2 ? "[" : "{\"k\":";
+    for (std::size_t i = depth; i-- > 0;) closing += i % 2 ? "]" : "}";
     EXPECT_EQ(check(mixed + "0" + closing), JsonCheck::Valid);
     EXPECT_EQ(check(mixed + "0" + closing.substr(1)), JsonCheck::Invalid);
     EXPECT_EQ(check(std::string(depth, '[') + std::string(depth - 1, ']')), JsonCheck::Invalid);
