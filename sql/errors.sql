@@ -1,12 +1,6 @@
 -- Behaviour 10: bad input is refused with a specific SQLSTATE and no partial write.
 \set VERBOSITY terse
-CREATE FUNCTION pg_temp.try(statement text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE statement;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/try.sql
 
 SELECT statement, pg_temp.try(statement) AS result FROM (VALUES
     ($$SELECT idempotency.reserve(NULL, 'k')$$),

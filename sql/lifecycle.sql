@@ -1,12 +1,6 @@
 -- The life of a key within one session: behaviours 1, 2, 4-9 of the core issue.
 \set VERBOSITY terse
-CREATE FUNCTION pg_temp.try(statement text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE statement;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/try.sql
 
 -- 1. Unknown key: new, attempt 1; completed in the same transaction; later a replay.
 BEGIN;

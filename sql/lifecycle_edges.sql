@@ -1,13 +1,7 @@
 -- Edge cases of the key lifecycle: savepoints around checkpoint and forget, read-only
 -- transactions, and intervals that would overflow a timestamp.
 \set VERBOSITY terse
-CREATE FUNCTION pg_temp.try(statement text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE statement;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/try.sql
 
 -- A checkpoint inside a rolled-back savepoint is undone, also for a claim made in the same
 -- transaction.

@@ -1,12 +1,6 @@
 -- Monotonic keys: create_stream, drop_stream, next_key.
 \set VERBOSITY terse
-CREATE FUNCTION pg_temp.try_streams(statement text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE statement;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/try.sql
 CREATE FUNCTION pg_temp.bound(name text) RETURNS bigint LANGUAGE sql AS
     $$SELECT reserved_up_to FROM idempotency.streams WHERE stream = name$$;
 
@@ -59,7 +53,7 @@ BEGIN;
 SELECT idempotency.create_stream('st_tx', 2), idempotency.next_key('st_tx') AS first;
 SELECT idempotency.next_key('st_tx') AS second;
 ROLLBACK;
-SELECT pg_temp.try_streams($$SELECT idempotency.next_key('st_tx')$$) AS after_rollback;
+SELECT pg_temp.try($$SELECT idempotency.next_key('st_tx')$$) AS after_rollback;
 
 -- Same for a rolled-back savepoint.
 BEGIN;
@@ -67,13 +61,13 @@ SAVEPOINT s;
 SELECT idempotency.create_stream('st_sp', 5);
 SELECT idempotency.next_key('st_sp') AS in_savepoint;
 ROLLBACK TO SAVEPOINT s;
-SELECT pg_temp.try_streams($$SELECT idempotency.next_key('st_sp')$$) AS after_savepoint;
+SELECT pg_temp.try($$SELECT idempotency.next_key('st_sp')$$) AS after_savepoint;
 COMMIT;
 
 -- drop_stream: the stream and its cached block are gone. Re-creating a name starts afresh
 -- at 1 (a new stream: the README says so).
 SELECT idempotency.drop_stream('st_b');
-SELECT pg_temp.try_streams($$SELECT idempotency.next_key('st_b')$$) AS after_drop;
+SELECT pg_temp.try($$SELECT idempotency.next_key('st_b')$$) AS after_drop;
 SELECT idempotency.create_stream('st_b', 10);
 SELECT idempotency.next_key('st_b') AS recreated;
 -- A drop that rolls back keeps the stream going where it was.
@@ -89,7 +83,7 @@ SELECT idempotency.create_stream('st_re', 10);
 SELECT idempotency.next_key('st_re') AS old_stream;
 BEGIN;
 SELECT idempotency.drop_stream('st_re');
-SELECT pg_temp.try_streams($$SELECT idempotency.next_key('st_re')$$) AS dropped_in_tx;
+SELECT pg_temp.try($$SELECT idempotency.next_key('st_re')$$) AS dropped_in_tx;
 SELECT idempotency.create_stream('st_re', 10);
 SELECT idempotency.next_key('st_re') AS new_stream, pg_temp.bound('st_re') AS bound;
 SELECT idempotency.next_key('st_re') AS new_stream, pg_temp.bound('st_re') AS bound;
@@ -99,7 +93,7 @@ SELECT idempotency.next_key('st_re') AS after_commit, pg_temp.bound('st_re') AS 
 BEGIN;
 SAVEPOINT s;
 SELECT idempotency.drop_stream('st_re');
-SELECT pg_temp.try_streams($$SELECT idempotency.next_key('st_re')$$) AS dropped_in_savepoint;
+SELECT pg_temp.try($$SELECT idempotency.next_key('st_re')$$) AS dropped_in_savepoint;
 SELECT idempotency.create_stream('st_re', 10);
 SELECT idempotency.next_key('st_re') AS new_in_savepoint;
 ROLLBACK TO SAVEPOINT s;
@@ -108,7 +102,7 @@ COMMIT;
 SELECT idempotency.next_key('st_re') AS after_commit, pg_temp.bound('st_re') AS bound;
 
 -- Errors.
-SELECT statement, pg_temp.try_streams(statement) AS result FROM (VALUES
+SELECT statement, pg_temp.try(statement) AS result FROM (VALUES
     ($$SELECT idempotency.create_stream(NULL)$$),
     ($$SELECT idempotency.create_stream('')$$),
     ($$SELECT idempotency.create_stream(repeat('s', 256))$$),
@@ -129,7 +123,7 @@ SELECT count(*) AS streams_named_st_err FROM idempotency.streams WHERE stream = 
 
 -- next_key writes: refused in a read-only transaction.
 BEGIN READ ONLY;
-SELECT pg_temp.try_streams($$SELECT idempotency.next_key('st_a')$$) AS read_only;
+SELECT pg_temp.try($$SELECT idempotency.next_key('st_a')$$) AS read_only;
 ROLLBACK;
 
 -- A hostile search_path changes nothing.
@@ -155,7 +149,7 @@ RESET client_min_messages;
 UPDATE idempotency.streams SET reserved_up_to = 9223372036854775806 WHERE stream = 'st_max';
 ALTER TABLE idempotency.streams ENABLE TRIGGER streams_refuse_update;
 SELECT idempotency.next_key('st_max') AS largest;
-SELECT pg_temp.try_streams($$SELECT idempotency.next_key('st_max')$$) AS exhausted;
+SELECT pg_temp.try($$SELECT idempotency.next_key('st_max')$$) AS exhausted;
 
 SELECT idempotency.drop_stream(s) FROM unnest(ARRAY['st_a', 'st_b', 'st_one', 'st_evil_path', 'st_max', 'st_re']) AS s;
 SELECT count(*) AS streams_left FROM idempotency.streams WHERE stream LIKE 'st\_%';

@@ -1,12 +1,6 @@
 -- Consumer watermarks: accept, watermark, the watermarks view.
 \set VERBOSITY terse
-CREATE FUNCTION pg_temp.try_wm(statement text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE statement;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/try.sql
 
 -- No watermark yet.
 SELECT idempotency.watermark('wm_c', 'p0') IS NULL AS no_watermark;
@@ -85,7 +79,7 @@ SELECT consumer, partition, watermark, position FROM idempotency.watermarks
 WHERE consumer LIKE 'wm\_%' ORDER BY consumer, partition;
 
 -- Errors.
-SELECT statement, pg_temp.try_wm(statement) AS result FROM (VALUES
+SELECT statement, pg_temp.try(statement) AS result FROM (VALUES
     ($$SELECT idempotency.accept(NULL, 'p', 1)$$),
     ($$SELECT idempotency.accept('wm_e', NULL, 1)$$),
     ($$SELECT idempotency.accept('', 'p', 1)$$),
