@@ -8,9 +8,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/worker 54461
 cleanup() { cluster_stop "$CLUSTER_DATA" || true; }
 trap cleanup EXIT
+# premake 4: a pass covers 4 s ahead, so the key below (expiring 2 s after it is reserved) finds
+# its partition even when the reserve comes up to a second after the pass.
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
   "idempotency.database = 'postgres'" "idempotency.maintenance_interval = '1s'" \
-  "idempotency.partition_width = '1s'" "idempotency.premake = 2"
+  "idempotency.partition_width = '1s'" "idempotency.premake = 4"
 cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 
 q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
