@@ -203,21 +203,12 @@ void run_creates(ActionSink *out, const PlanArrays &plan) {
             create_step(&step);
             continue;
         }
-        char *error = nullptr;
-        switch (run_step(create_step, &step, &error)) {
-            case StepResult::kDone:
-                emit_action(out, "created", p.name, p.lo, p.hi, true, int64(step.moved),
-                            step.moved > 0 ? psprintf("moved %llu rows from the default partition",
-                                                      (unsigned long long)step.moved)
-                                           : nullptr);
-                break;
-            case StepResult::kSkipped:
-                emit_action(out, "skipped", p.name, p.lo, p.hi, true, -1, kSkipped);
-                break;
-            case StepResult::kFailed:
-                emit_action(out, "failed", p.name, p.lo, p.hi, true, -1, error);
-                break;
-        }
+        if (run_reported_step(create_step, &step, out,
+                              StepReport{p.name, p.lo, p.hi, true, -1, kSkipped, nullptr}))
+            emit_action(out, "created", p.name, p.lo, p.hi, true, int64(step.moved),
+                        step.moved > 0 ? psprintf("moved %llu rows from the default partition",
+                                                  (unsigned long long)step.moved)
+                                       : nullptr);
     }
     if (plan.capped && out != nullptr)
         emit_action(out, "deferred", nullptr, 0, 0, false, -1,
@@ -237,19 +228,10 @@ void maintain_partitions(ActionSink *out) {
         const PartitionInfo &p = parts.items[plan.drops[i]];
         DropStep step{&p, false};
         int64 rows = p.reltuples >= 0 ? int64(p.reltuples) : -1;
-        char *error = nullptr;
-        switch (run_step(drop_step, &step, &error)) {
-            case StepResult::kDone:
-                if (!step.gone)
-                    emit_action(out, "dropped", p.name, p.lo, p.hi, true, rows, nullptr);
-                break;
-            case StepResult::kSkipped:
-                emit_action(out, "skipped", p.name, p.lo, p.hi, true, rows, kSkipped);
-                break;
-            case StepResult::kFailed:
-                emit_action(out, "failed", p.name, p.lo, p.hi, true, rows, error);
-                break;
-        }
+        if (run_reported_step(drop_step, &step, out,
+                              StepReport{p.name, p.lo, p.hi, true, rows, kSkipped, nullptr}) &&
+            !step.gone)
+            emit_action(out, "dropped", p.name, p.lo, p.hi, true, rows, nullptr);
     }
 }
 
@@ -358,6 +340,11 @@ char *time_literal(int64 t) {
     return quote_literal_cstr(text);
 }
 
+namespace {
+
+enum class StepResult { kDone, kSkipped, kFailed };
+
+// The step's outcome; the message of a failed step in *error.
 StepResult run_step(void (*step)(void *), void *arg, char **error) {
     MemoryContext context = CurrentMemoryContext;
     ResourceOwner owner = CurrentResourceOwner;
@@ -394,6 +381,21 @@ StepResult run_step(void (*step)(void *), void *arg, char **error) {
     return result;
 }
 
+}  // namespace
+
+bool run_reported_step(void (*step)(void *), void *arg, ActionSink *out, const StepReport &report) {
+    char *error = nullptr;
+    StepResult result = run_step(step, arg, &error);
+    if (result == StepResult::kSkipped)
+        emit_action(out, "skipped", report.partition, report.lo, report.hi, report.has_range,
+                    report.rows, report.skipped);
+    if (result == StepResult::kFailed)
+        emit_action(out, "failed", report.partition, report.lo, report.hi, report.has_range,
+                    report.rows,
+                    report.failed_prefix ? psprintf("%s: %s", report.failed_prefix, error) : error);
+    return result == StepResult::kDone;
+}
+
 void emit_action(ActionSink *out, const char *action, const char *partition, int64 lo, int64 hi,
                  bool has_range, int64 rows, const char *detail) {
     Datum values[6];
@@ -426,21 +428,17 @@ void purge_default(ActionSink *out, int64 now) {
     if (SPI_processed == 0) return;
     char *name = get_rel_name(def);
     PurgeStep step{def, now, 0};
-    char *error = nullptr;
-    switch (run_step(purge_step, &step, &error)) {
-        case StepResult::kDone:
-            emit_action(out, "purged", name, 0, 0, false, int64(step.purged),
-                        "deleted expired rows from the default partition");
-            break;
-        case StepResult::kSkipped:
-            emit_action(out, "skipped", name, 0, 0, false, -1,
-                        "could not lock the default partition (or one of its rows) within "
-                        "idempotency.maintenance_lock_timeout; retried on the next run");
-            break;
-        case StepResult::kFailed:
-            emit_action(out, "failed", name, 0, 0, false, -1, error);
-            break;
-    }
+    StepReport report{name,
+                      0,
+                      0,
+                      false,
+                      -1,
+                      "could not lock the default partition (or one of its rows) within "
+                      "idempotency.maintenance_lock_timeout; retried on the next run",
+                      nullptr};
+    if (run_reported_step(purge_step, &step, out, report))
+        emit_action(out, "purged", name, 0, 0, false, int64(step.purged),
+                    "deleted expired rows from the default partition");
 }
 
 void partition_default_rows(ActionSink *out, int64 now, int64 width) {
@@ -458,20 +456,18 @@ IDEM_FUNCTION(idem_maintain) {
     ActionSink sink{rsinfo->setResult, rsinfo->setDesc};
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
     MaintenanceScope scope = enter_maintenance("idempotency.maintain()");
-    char *error = nullptr;
-    StepResult locked = run_step(
-        [](void *) {
-            spi_run("LOCK TABLE ONLY idempotency.keys IN SHARE UPDATE EXCLUSIVE MODE",
-                    SPI_OK_UTILITY);
-        },
-        nullptr, &error);
-    if (locked == StepResult::kSkipped) {
-        emit_action(&sink, "skipped", nullptr, 0, 0, false, -1,
-                    "another maintain() is running, or a long lock on idempotency.keys; "
-                    "retried on the next run");
-    } else if (locked == StepResult::kFailed) {
-        emit_action(&sink, "failed", nullptr, 0, 0, false, -1, error);
-    } else {
+    StepReport report{nullptr,
+                      0,
+                      0,
+                      false,
+                      -1,
+                      "another maintain() is running, or a long lock on idempotency.keys; "
+                      "retried on the next run",
+                      nullptr};
+    auto lock_keys = [](void *) {
+        spi_run("LOCK TABLE ONLY idempotency.keys IN SHARE UPDATE EXCLUSIVE MODE", SPI_OK_UTILITY);
+    };
+    if (run_reported_step(lock_keys, nullptr, &sink, report)) {
         char *partman = partman_schema();
         if (partman != nullptr && partman_manages_keys(partman))
             partman_maintain(partman, &sink);

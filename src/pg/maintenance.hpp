@@ -61,12 +61,6 @@ void leave_maintenance(MaintenanceScope scope);
 // Literal of a time for SQL text: 'YYYY-MM-DD HH:MI:SS.ffffff+00' (needs TimeZone = UTC).
 char *time_literal(int64 t);
 
-// Runs step(arg) in a subtransaction. A lock_timeout (55P03) rolls it back: kSkipped. Any
-// other error rolls it back too: kFailed, with the message in *error; except cancels,
-// shutdowns, resource exhaustion and internal errors, which are re-raised.
-enum class StepResult { kDone, kSkipped, kFailed };
-StepResult run_step(void (*step)(void *), void *arg, char **error);
-
 // One result row of maintain(); partition may be nullptr, lo/hi/rows < 0 or NULL-ish.
 struct ActionSink {
     Tuplestorestate *store;
@@ -74,6 +68,21 @@ struct ActionSink {
 };
 void emit_action(ActionSink *out, const char *action, const char *partition, int64 lo, int64 hi,
                  bool has_range, int64 rows, const char *detail);
+
+// How run_reported_step reports a step that did not run to the end.
+struct StepReport {
+    const char *partition;  // may be nullptr
+    int64 lo, hi;
+    bool has_range;
+    int64 rows;                 // < 0: NULL
+    const char *skipped;        // detail of the 'skipped' row
+    const char *failed_prefix;  // nullptr, or put before the error in the 'failed' row
+};
+// Runs step(arg) in a subtransaction; true when it ran to the end (the caller then reports
+// what it did). A lock_timeout (55P03) rolls it back and reports it 'skipped'; any other
+// error rolls it back too and reports it 'failed' with its message, except cancels,
+// shutdowns, resource exhaustion and internal errors, which are re-raised.
+bool run_reported_step(void (*step)(void *), void *arg, ActionSink *out, const StepReport &report);
 
 // Deletes expired rows from the default partition, without the exclusive lock (no call sees
 // them); reports 'purged' (or 'skipped' / 'failed').

@@ -176,20 +176,15 @@ void partman_maintain(const char *schema, ActionSink *out) {
                      psprintf("SELECT %s.run_maintenance(p_parent_table => 'idempotency.keys', "
                               "p_analyze => false, p_jobmon => false)",
                               partman)};
-    char *error = nullptr;
-    switch (run_step(partman_step, &step, &error)) {
-        case StepResult::kDone:
-            break;
-        case StepResult::kSkipped:
-            emit_action(out, "skipped", nullptr, 0, 0, false, -1,
-                        "could not lock idempotency.keys for pg_partman within "
-                        "idempotency.maintenance_lock_timeout; retried on the next run");
-            return;
-        case StepResult::kFailed:
-            emit_action(out, "failed", nullptr, 0, 0, false, -1,
-                        psprintf("pg_partman's run_maintenance: %s", error));
-            return;
-    }
+    StepReport report{nullptr,
+                      0,
+                      0,
+                      false,
+                      -1,
+                      "could not lock idempotency.keys for pg_partman within "
+                      "idempotency.maintenance_lock_timeout; retried on the next run",
+                      "pg_partman's run_maintenance"};
+    if (!run_reported_step(partman_step, &step, out, report)) return;
     PartitionList after = read_partitions();
     for (int i = 0; i < after.count; i++)
         if (!listed(before, after.items[i].name))
