@@ -214,21 +214,14 @@ void make_durable(XLogRecPtr end) {
                        "No value of the new block was handed out.");
 }
 
-enum class Refill {
-    Unknown,  // no such stream (visible to this transaction)
-    Taken,    // *value comes from the shared block
-    Shared,   // *block is new and may be shared
-    Private,  // *block is new, one value, for this transaction only
-};
-
 // Under the stream's lock: finds the stream's row (in a fresh snapshot, so the newest
 // committed row, or this transaction's own). A row that is committed and not this
 // transaction's is served through the shared cache when `use_cache`: from its block if
 // `cache_first` and the block has values left, otherwise a new block above max(stored bound,
 // cached bound). Any other row (this transaction's, not yet committed) gets a block of one
-// value. A new bound is durable before this returns.
-Refill write_next_block(const StreamKey &key, bool use_cache, bool cache_first, core::Block *block,
-                        int64 *value) {
+// value. A new bound is durable before this returns, and *value is the first value handed
+// out from it. False when there is no such stream (visible to this transaction).
+bool write_next_block(const StreamKey &key, bool use_cache, bool cache_first, int64 *value) {
     Relation rel = table_open(key.table, RowExclusiveLock);
     ScanKeyData scan_key;
     ScanKeyInit(&scan_key, kStreamColumn, BTEqualStrategyNumber, F_TEXTEQ,
@@ -240,14 +233,14 @@ Refill write_next_block(const StreamKey &key, bool use_cache, bool cache_first, 
                                   &old, &state);
     if (old == nullptr) {
         table_close(rel, NoLock);
-        return Refill::Unknown;
+        return false;
     }
     bool shared =
         use_cache && !TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(old->t_data));
     if (shared && cache_first && stream_cache_take(key, value)) {
         systable_inplace_update_cancel(state);
         table_close(rel, NoLock);
-        return Refill::Taken;
+        return true;
     }
     TupleDesc desc = RelationGetDescr(rel);
     bool isnull;
@@ -261,9 +254,9 @@ Refill write_next_block(const StreamKey &key, bool use_cache, bool cache_first, 
                        psprintf("stream \"%s\" has reached its maximum value", key.name), nullptr,
                        "Drop it and create a new stream.");
     }
-    *block = core::next_block(base, size);  // cannot throw: both checked above
+    core::Block block = core::next_block(base, size);  // cannot throw: both checked above
     int column = kReservedColumn;
-    Datum new_bound = Int64GetDatum(block->last);
+    Datum new_bound = Int64GetDatum(block.last);
     bool null = false;
     HeapTuple updated = heap_modify_tuple_by_cols(old, desc, 1, &column, &new_bound, &null);
     systable_inplace_update_finish(state, updated);
@@ -271,7 +264,8 @@ Refill write_next_block(const StreamKey &key, bool use_cache, bool cache_first, 
     // Durable before any value of the block is handed out, whatever the caller's transaction
     // does next. If this throws, the block is lost (a gap), never handed out.
     make_durable(XactLastRecEnd);
-    return shared ? Refill::Shared : Refill::Private;
+    *value = shared ? stream_cache_start(key, block) : block.first;
+    return true;
 }
 
 // `touched`: this transaction created or dropped the stream, so a cached block may belong to
@@ -286,19 +280,8 @@ int64 refill_and_take(const StreamKey &key, bool touched) {
         LockRelease(&tag, ExclusiveLock, false);
         return value;
     }
-    core::Block block;
-    switch (write_next_block(key, cached, touched, &block, &value)) {
-        case Refill::Unknown:
-            raise_unknown(key);  // the lock goes with the transaction
-        case Refill::Taken:
-            break;
-        case Refill::Shared:
-            value = stream_cache_start(key, block);
-            break;
-        case Refill::Private:
-            value = block.first;
-            break;
-    }
+    if (!write_next_block(key, cached, touched, &value))
+        raise_unknown(key);  // the lock goes with the transaction
     LockRelease(&tag, ExclusiveLock, false);
     return value;
 }
