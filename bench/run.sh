@@ -40,7 +40,7 @@ if [[ $SMOKE == 1 ]]; then
   TXNS=40 ROUNDS=1 CLIENTS=2 W3_KEYS=1000 STATS_TXNS=100
 fi
 DB=${BENCH_DB:-idempotency_bench}
-PORT=${BENCH_PORT:-54450}
+PORT=${BENCH_PORT:-$((54450 + ${IDEM_PORT_OFFSET:-0}))}
 OUT=$BENCH/out/$([[ $SMOKE == 1 ]] && echo smoke || echo full)
 REPORT_DIR=$BENCH
 [[ $SMOKE == 1 ]] && REPORT_DIR=$OUT

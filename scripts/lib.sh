@@ -15,6 +15,8 @@
 # otherwise. The data dir is <repo>/.NAME/data and the server log
 # <repo>/.NAME/server.log, or /tmp/idempotency-NAME-PORT/... when the postgres
 # user cannot reach the checkout. The socket dir is /tmp/idempotency-PORT (0700).
+# IDEM_PORT_OFFSET (default 0) is added to every port, so that two checkouts can run their
+# tests side by side.
 
 IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export IDEM_ROOT
@@ -85,7 +87,7 @@ checkout_reachable() { as_pg test -x "$IDEM_ROOT" 2>/dev/null; }
 
 # shellcheck disable=SC2034 # the CLUSTER_* variables are for the caller
 cluster_setup() {
-  local name=$1 port=$2 base
+  local name=$1 port=$(($2 + ${IDEM_PORT_OFFSET:-0})) base
   if checkout_reachable; then
     base=$IDEM_ROOT/.$name
   else

@@ -7,7 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/standby-reads 54446
 PRIMARY_DATA=$CLUSTER_DATA PRIMARY_PORT=$CLUSTER_PORT PRIMARY_SOCK=$CLUSTER_SOCK
 PRIMARY_LOG=$CLUSTER_LOG
-STANDBY_DATA=$(dirname "$PRIMARY_DATA")/standby STANDBY_PORT=54447
+STANDBY_DATA=$(dirname "$PRIMARY_DATA")/standby STANDBY_PORT=$((PRIMARY_PORT + 1))
 STANDBY_SOCK=/tmp/idempotency-$STANDBY_PORT
 cleanup() {
   cluster_stop "$STANDBY_DATA" >/dev/null 2>&1 || true
