@@ -6,7 +6,7 @@ EXTENSION = idempotency
 MODULE_big = idempotency
 
 CORE_SRCS = $(sort $(wildcard src/core/*.cpp))
-GLUE_SRCS = $(sort $(wildcard src/pg/*.cpp))
+GLUE_SRCS = $(sort $(wildcard src/pg/*.cpp src/pg/*/*.cpp))
 OBJS = $(CORE_SRCS:.cpp=.o) $(GLUE_SRCS:.cpp=.o)
 
 DATA = $(sort $(wildcard extension/idempotency--*.sql))
@@ -38,8 +38,8 @@ CORE_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden $(IDEM_WARNINGS) -Is
 src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 	$(CXX) $(CORE_CXXFLAGS) -c -o $@ $<
 
-$(GLUE_SRCS:.cpp=.o): $(wildcard src/core/*.hpp src/pg/*.hpp)
+$(GLUE_SRCS:.cpp=.o): $(wildcard src/core/*.hpp src/pg/*.hpp src/pg/*/*.hpp)
 
 .PHONY: format
 format:
-	clang-format -i src/core/*.cpp src/core/*.hpp src/pg/*.cpp src/pg/*.hpp test/unit/*.cpp
+	clang-format -i src/core/*.[ch]pp src/pg/*.[ch]pp src/pg/*/*.[ch]pp test/unit/*.cpp

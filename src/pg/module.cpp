@@ -1,9 +1,9 @@
 // The library's entry: module magic and start-up registration.
 
-#include "pg/key_store.hpp"
-#include "pg/pending_claims.hpp"
+#include "pg/storage/key_store.hpp"
+#include "pg/keys/pending_claims.hpp"
 #include "pg/settings.hpp"
-#include "pg/streams.hpp"
+#include "pg/streams/streams.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;

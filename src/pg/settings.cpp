@@ -2,7 +2,7 @@
 
 #include "pg/sql_errors.hpp"
 #include "pg/stats.hpp"
-#include "pg/worker.hpp"
+#include "pg/storage/worker.hpp"
 
 extern "C" {
 #include "utils/guc.h"

@@ -6,8 +6,8 @@
 // until they are completed, failed or committed (pending_claims).
 
 #include "pg/guard.hpp"
-#include "pg/key_store.hpp"
-#include "pg/pending_claims.hpp"
+#include "pg/storage/key_store.hpp"
+#include "pg/keys/pending_claims.hpp"
 #include "pg/settings.hpp"
 #include "pg/sql_errors.hpp"
 #include "pg/stats.hpp"

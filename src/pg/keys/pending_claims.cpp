@@ -1,4 +1,4 @@
-#include "pg/pending_claims.hpp"
+#include "pg/keys/pending_claims.hpp"
 
 namespace idem::pg {
 

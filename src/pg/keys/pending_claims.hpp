@@ -6,7 +6,7 @@
 // survives for a later complete. Aborting a (sub)transaction forgets what it added.
 #pragma once
 
-#include "pg/key_store.hpp"
+#include "pg/storage/key_store.hpp"
 
 namespace idem::pg {
 

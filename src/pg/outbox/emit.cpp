@@ -1,7 +1,7 @@
 // emit(topic, payload): the outbox's write side, one transactional logical message.
 
 #include "pg/guard.hpp"
-#include "pg/output_plugin.hpp"
+#include "pg/outbox/output_plugin.hpp"
 #include "pg/sql_errors.hpp"
 
 #include "core/outbox_content.hpp"

@@ -11,7 +11,7 @@
 // ereport), and the core functions they call are noexcept.
 
 #include "pg/postgres_headers.hpp"
-#include "pg/output_plugin.hpp"
+#include "pg/outbox/output_plugin.hpp"
 
 #include "core/lsn_key.hpp"
 #include "core/outbox_content.hpp"

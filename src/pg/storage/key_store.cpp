@@ -1,5 +1,5 @@
-#include "pg/key_store.hpp"
-#include "pg/key_store_direct.hpp"
+#include "pg/storage/key_store.hpp"
+#include "pg/storage/key_store_direct.hpp"
 
 extern "C" {
 #include "utils/guc.h"

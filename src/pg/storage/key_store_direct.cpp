@@ -1,4 +1,4 @@
-#include "pg/key_store_direct.hpp"
+#include "pg/storage/key_store_direct.hpp"
 
 extern "C" {
 #include "access/genam.h"

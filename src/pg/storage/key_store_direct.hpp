@@ -10,7 +10,7 @@
 // expect SPI to be connected and hold no C++ objects, so PostgreSQL errors may pass through.
 #pragma once
 
-#include "pg/key_store.hpp"
+#include "pg/storage/key_store.hpp"
 
 namespace idem::pg {
 

@@ -6,10 +6,10 @@
 // queues behind a long transaction with every reserve queued behind it; a step that fails
 // otherwise is reported and the next one runs.
 
-#include "pg/maintenance.hpp"
+#include "pg/storage/maintenance.hpp"
 
 #include "pg/guard.hpp"
-#include "pg/key_store.hpp"
+#include "pg/storage/key_store.hpp"
 #include "pg/settings.hpp"
 
 #include "core/partition_plan.hpp"

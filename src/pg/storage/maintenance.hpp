@@ -3,7 +3,7 @@
 // and runs with SPI connected, as the owner of idempotency.keys.
 #pragma once
 
-#include "pg/key_store.hpp"
+#include "pg/storage/key_store.hpp"
 #include "pg/postgres_headers.hpp"
 
 #include "core/partition_plan.hpp"

@@ -5,10 +5,10 @@
 // Everything runs inside enter_maintenance(): pg_partman's PL/pgSQL calls built-ins
 // unqualified, so the caller's search_path must not reach it.
 
-#include "pg/maintenance.hpp"
+#include "pg/storage/maintenance.hpp"
 
 #include "pg/guard.hpp"
-#include "pg/key_store.hpp"
+#include "pg/storage/key_store.hpp"
 #include "pg/settings.hpp"
 
 #include "core/partition_plan.hpp"

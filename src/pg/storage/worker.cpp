@@ -1,7 +1,7 @@
 // Written C-style: PostgreSQL calls these entry points directly, and no C++ object with a
 // destructor lives in them.
 
-#include "pg/worker.hpp"
+#include "pg/storage/worker.hpp"
 
 #include "pg/postgres_headers.hpp"
 #include "pg/settings.hpp"

@@ -20,12 +20,12 @@
 // are forgotten when the transaction ends, before the lock is released: after a committed
 // drop the entry belongs to a row that is gone.
 
-#include "pg/streams.hpp"
+#include "pg/streams/streams.hpp"
 
 #include "pg/guard.hpp"
-#include "pg/key_store.hpp"
+#include "pg/storage/key_store.hpp"
 #include "pg/sql_errors.hpp"
-#include "pg/streams_cache.hpp"
+#include "pg/streams/streams_cache.hpp"
 
 #include "core/block_allocator.hpp"
 #include "core/key_rules.hpp"

@@ -1,4 +1,4 @@
-#include "pg/streams_cache.hpp"
+#include "pg/streams/streams_cache.hpp"
 
 #include <cstring>
 

@@ -14,7 +14,7 @@
 // winner's commit (or the row as it was, if the winner rolled back).
 
 #include "pg/guard.hpp"
-#include "pg/key_store.hpp"
+#include "pg/storage/key_store.hpp"
 #include "pg/sql_errors.hpp"
 
 #include "core/position.hpp"
