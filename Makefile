@@ -30,10 +30,25 @@ SHLIB_LINK = -lcrypto -lstdc++
 override with_llvm = no
 
 PG_CONFIG ?= pg_config
+# The majors src/pg/compat.hpp knows; any other stops here, before anything is compiled.
+IDEM_SUPPORTED_MAJORS = 15 16 17 18
+PG_MAJOR := $(shell $(PG_CONFIG) --version 2>/dev/null | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+ifeq ($(filter $(PG_MAJOR),$(IDEM_SUPPORTED_MAJORS)),)
+$(error $(PG_CONFIG) is PostgreSQL $(or $(PG_MAJOR),(unknown)); idempotency supports PostgreSQL $(IDEM_SUPPORTED_MAJORS))
+endif
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 CORE_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden $(IDEM_WARNINGS) -Isrc
+
+# Objects compiled against another major's headers are never reused: the stamp names the
+# server the last build was for, and changes (so everything rebuilds) when PG_CONFIG does.
+BUILD_STAMP = .build-for-pg
+EXTRA_CLEAN += $(BUILD_STAMP)
+$(BUILD_STAMP): FORCE
+	@echo '$(PG_CONFIG) $(VERSION)' | cmp -s - $@ || echo '$(PG_CONFIG) $(VERSION)' >$@
+$(OBJS): $(BUILD_STAMP)
+.PHONY: FORCE
 
 src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 	$(CXX) $(CORE_CXXFLAGS) -c -o $@ $<

@@ -16,6 +16,7 @@
 
 extern "C" {
 #include "catalog/pg_enum.h"
+#include "common/int.h"
 #include "storage/proc.h"
 #include "tcop/utility.h"
 #include "utils/inval.h"

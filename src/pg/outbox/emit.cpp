@@ -1,5 +1,6 @@
 // emit(topic, payload): the outbox's write side, one transactional logical message.
 
+#include "pg/compat.hpp"
 #include "pg/guard.hpp"
 #include "pg/outbox/output_plugin.hpp"
 #include "pg/sql_errors.hpp"
@@ -51,6 +52,6 @@ IDEM_FUNCTION(idem_emit) {
     if (Size(content->len) > MaxAllocSize - 512)
         raise_sql(ERRCODE_PROGRAM_LIMIT_EXCEEDED, "message is too large to decode (%d bytes)",
                   content->len);
-    XLogRecPtr lsn = LogLogicalMessage(kOutboxPrefix, content->data, content->len, true);
+    XLogRecPtr lsn = compat::log_logical_message(kOutboxPrefix, content->data, content->len, true);
     PG_RETURN_LSN(lsn);
 }

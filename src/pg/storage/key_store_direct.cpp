@@ -1,5 +1,7 @@
 #include "pg/storage/key_store_direct.hpp"
 
+#include "pg/compat.hpp"
+
 extern "C" {
 #include "access/genam.h"
 #include "access/heapam.h"
@@ -161,7 +163,7 @@ bool satisfies_constraints(const KeyRecord &record) {
 
 // The leaf's primary key if it is the btree (key, scope, ...) with text equality.
 Relation open_primary_key(Relation leaf, LOCKMODE lock) {
-    Oid pk = RelationGetPrimaryKeyIndex(leaf);
+    Oid pk = compat::primary_key_index(leaf);
     if (!OidIsValid(pk)) return nullptr;
     Relation index = index_open(pk, lock);
     Form_pg_index form = index->rd_index;
@@ -189,7 +191,7 @@ Direct probe_leaf(Oid leaf_oid, LOCKMODE lock, Datum scope, Datum key, Timestamp
                            index->rd_indcollation[0], F_TEXTEQ, key);
     ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
                            index->rd_indcollation[1], F_TEXTEQ, scope);
-    IndexScanDesc scan = index_beginscan(leaf, index, snapshot, 2, 0);
+    IndexScanDesc scan = compat::index_begin_scan(leaf, index, snapshot, 2, 0);
     index_rescan(scan, keys, 2, nullptr, 0);
     TupleTableSlot *slot = table_slot_create(leaf, nullptr);
     Direct result = Direct::kNotFound;
@@ -279,7 +281,7 @@ void insert_through_executor(Relation leaf, HeapTuple tuple) {
     TupleTableSlot *slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(leaf), &TTSOpsHeapTuple);
     ExecStoreHeapTuple(tuple, slot, false);
     simple_table_tuple_insert(leaf, slot);
-    List *recheck = ExecInsertIndexTuples(info, slot, estate, false, false, nullptr, NIL);
+    List *recheck = compat::insert_index_tuples(info, slot, estate);
     list_free(recheck);  // only deferred constraints are rechecked; the table has none
     ExecCloseIndices(info);
     ExecResetTupleTable(estate->es_tupleTable, false);

@@ -22,6 +22,7 @@
 
 #include "pg/streams/streams.hpp"
 
+#include "pg/compat.hpp"
 #include "pg/guard.hpp"
 #include "pg/storage/key_store.hpp"
 #include "pg/sql_errors.hpp"
@@ -229,7 +230,7 @@ bool write_next_block(const StreamKey &key, bool use_cache, bool cache_first, in
     HeapTuple old;
     void *state;
     // A fresh snapshot: the newest committed row (waits out a concurrent writer of it).
-    systable_inplace_update_begin(rel, RelationGetPrimaryKeyIndex(rel), true, nullptr, 1, &scan_key,
+    systable_inplace_update_begin(rel, compat::primary_key_index(rel), true, nullptr, 1, &scan_key,
                                   &old, &state);
     if (old == nullptr) {
         table_close(rel, NoLock);
