@@ -80,7 +80,7 @@ const char *partman_datetime_format(int64_t width) {
     return "YYYY_MM_DD_HH24MISS";
 }
 
-std::string partition_suffix(int64_t lo, int64_t width) {
+std::string partition_suffix(int64_t lo, int64_t width, PartitionNaming naming) {
     constexpr int64_t kPgEpochDays = 10957;  // 1970-01-01 to 2000-01-01
     int64_t day = bucket_start(lo, kUsecsPerDay);
     int64_t in_day = lo - day;
@@ -88,18 +88,20 @@ std::string partition_suffix(int64_t lo, int64_t width) {
     civil_from_days(day / kUsecsPerDay + kPgEpochDays, &year, &month, &mday);
     int64_t secs = in_day / kUsecsPerSecond;
     int hour = int(secs / 3600), minute = int(secs / 60 % 60), second = int(secs % 60);
-    char buf[64];
+    long long micros = in_day % kUsecsPerSecond;
     bool whole_day = in_day == 0, whole_minute = in_day % (60 * kUsecsPerSecond) == 0;
+    const char *sep = naming == PartitionNaming::kPartman4 ? "_" : "";
+    char date[40], buf[80];
+    std::snprintf(date, sizeof date, "%04d%s%02d%s%02d", year, sep, month, sep, mday);
     if (width >= kUsecsPerDay && whole_day)
-        std::snprintf(buf, sizeof buf, "%04d_%02d_%02d", year, month, mday);
-    else if (width >= 60 * kUsecsPerSecond && whole_minute)
-        std::snprintf(buf, sizeof buf, "%04d_%02d_%02d_%02d%02d", year, month, mday, hour, minute);
-    else if (in_day % kUsecsPerSecond == 0)
-        std::snprintf(buf, sizeof buf, "%04d_%02d_%02d_%02d%02d%02d", year, month, mday, hour,
-                      minute, second);
+        std::snprintf(buf, sizeof buf, "%s", date);
+    else if (naming == PartitionNaming::kPartman4 && width >= 60 * kUsecsPerSecond && whole_minute)
+        std::snprintf(buf, sizeof buf, "%s_%02d%02d", date, hour, minute);
+    else if (micros == 0)
+        std::snprintf(buf, sizeof buf, "%s_%02d%02d%02d", date, hour, minute, second);
     else
-        std::snprintf(buf, sizeof buf, "%04d_%02d_%02d_%02d%02d%02d_%06lld", year, month, mday,
-                      hour, minute, second, (long long)(in_day % kUsecsPerSecond));
+        std::snprintf(buf, sizeof buf, "%s_%02d%02d%02d_%06lld", date, hour, minute, second,
+                      micros);
     return buf;
 }
 

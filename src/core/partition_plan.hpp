@@ -54,13 +54,21 @@ inline bool is_bucket(TimeRange r, int64_t width) {
 // premake < 0: only the buckets of default_buckets (no current or future ones).
 Plan plan_partitions(const PlanInput &in);
 
-// Name suffix of a partition starting at lo, in pg_partman 4.7's format for the width (so a
-// hand-off to pg_partman recognises the partitions): YYYY_MM_DD for widths of a day or more,
-// YYYY_MM_DD_HH24MI below a day, YYYY_MM_DD_HH24MISS below a minute. A start the format
-// cannot show exactly gets the finer format, so distinct starts never share a name.
-std::string partition_suffix(int64_t lo, int64_t width);
+// How partitions are named. maintain() names its own partitions the way pg_partman 4.x does,
+// so a hand-off to 4.x recognises them; 5.x changed the format, and use_partman() renames the
+// existing partitions to it when handing over to 5.x.
+enum class PartitionNaming { kPartman4, kPartman5 };
 
-// pg_partman's datetime_string for the width (as stored in partman.part_config).
+// Name suffix of a partition starting at lo, in that pg_partman's format for the width.
+//   4.x: YYYY_MM_DD for widths of a day or more, YYYY_MM_DD_HH24MI below a day,
+//        YYYY_MM_DD_HH24MISS below a minute;
+//   5.x: YYYYMMDD for a day or more, YYYYMMDD_HH24MISS below a day.
+// A start the format cannot show exactly gets a finer format, so distinct starts never share a
+// name.
+std::string partition_suffix(int64_t lo, int64_t width,
+                             PartitionNaming naming = PartitionNaming::kPartman4);
+
+// pg_partman 4.x's datetime_string for the width (as stored in partman.part_config).
 const char *partman_datetime_format(int64_t width);
 
 }  // namespace idem::core

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# use_partman() hands idempotency.keys to pg_partman 4.7; partman.run_maintenance() then drops
+# use_partman() hands idempotency.keys to pg_partman (4.7 on PostgreSQL 15 from Debian 12, 5.x
+# built from Debian's source package for 17 and 18); partman.run_maintenance() then drops
 # exactly the partitions idempotency.partitions reports as due to drop, as tables (not
 # detached), and live keys stay readable. Runs in a database of its own on the test cluster.
 set -euo pipefail
@@ -11,6 +12,14 @@ fail() { echo "FAIL: $*"; exit 1; }
 cleanup() { q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 q -d postgres -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
+# pg_partman names a daily partition keys_p2020_01_01 (4.x, as maintain() does) or
+# keys_p20200101 (5.x): the names expected below follow the installed version.
+PARTMAN=$(q -d postgres -c "SELECT default_version FROM pg_available_extensions WHERE name = 'pg_partman'")
+[[ -n $PARTMAN ]] || fail "pg_partman is not installed"
+if [[ ${PARTMAN%%.*} -ge 5 ]]; then DAY_FORMAT=YYYYMMDD; else DAY_FORMAT=YYYY_MM_DD; fi
+# partman_name DATE: pg_partman's name of the daily partition starting at DATE (UTC).
+partman_name() { q -d postgres -c "SELECT to_char(date '$1', '\"keys_p\"$DAY_FORMAT')"; }
+echo "pg_partman $PARTMAN: daily partitions are named like $(partman_name 2020-01-01)"
 
 q -d $DB <<'SQL'
 SET client_min_messages = warning;
@@ -32,7 +41,10 @@ SELECT (idempotency.reserve('pm', 'live')).outcome;
 SQL
 
 due=$(q -d $DB -c "SELECT string_agg(partition, ',' ORDER BY partition) FROM idempotency.partitions WHERE due_to_drop")
-before=$(q -d $DB -c "SELECT string_agg(partition, ',' ORDER BY partition) FROM idempotency.partitions WHERE NOT is_default")
+# Partitions are compared by their start: a hand-off to 5.x renames them.
+starts="SELECT string_agg(to_char(range_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI'), ',' ORDER BY range_start) FROM idempotency.partitions"
+due_starts=$(q -d $DB -c "$starts WHERE due_to_drop")
+before=$(q -d $DB -c "$starts WHERE NOT is_default")
 echo "due to drop: $due"
 [[ $due == keys_p2020_01_01,keys_p2020_01_02 ]] || fail "unexpected due_to_drop set: $due"
 
@@ -64,11 +76,11 @@ out=$(PGOPTIONS="-c idempotency.partition_width=12h" q -d $DB -c "SELECT idempot
 echo "ok: partition_interval '$interval'; a later change of width is refused"
 
 q -d $DB -c "SET client_min_messages = warning" -c "SELECT partman.run_maintenance(p_jobmon => false)" >/dev/null
-after=$(q -d $DB -c "SELECT string_agg(partition, ',' ORDER BY partition) FROM idempotency.partitions WHERE NOT is_default")
+after=$(q -d $DB -c "$starts WHERE NOT is_default")
 dropped=$(comm -23 <(tr , '\n' <<<"$before" | sort) <(tr , '\n' <<<"$after" | sort) | paste -sd,)
 echo "pg_partman dropped: $dropped"
-[[ $dropped == "$due" ]] || fail "pg_partman dropped '$dropped', expected '$due'"
-[[ $(q -d $DB -c "SELECT count(*) FROM pg_class WHERE relname IN ('keys_p2020_01_01', 'keys_p2020_01_02')") == 0 ]] ||
+[[ $dropped == "$due_starts" ]] || fail "pg_partman dropped the partitions starting at '$dropped', expected '$due_starts'"
+[[ $(q -d $DB -c "SELECT count(*) FROM pg_class WHERE relname IN ('keys_p2020_01_01', 'keys_p2020_01_02', '$(partman_name 2020-01-01)', '$(partman_name 2020-01-02)')") == 0 ]] ||
   fail "the expired partitions were detached, not dropped"
 [[ $(q -d $DB -c "SELECT count(*) FROM idempotency.partitions WHERE due_to_drop") == 0 ]] ||
   fail "partitions still due to drop"
@@ -92,11 +104,12 @@ echo "maintain(): $actions"
 [[ $(q -d $DB -c "SELECT state FROM idempotency.lookup('pm', 'farther')") == completed ]] || fail "farther key lost"
 misfits=$(q -d $DB -c "SELECT string_agg(partition, ',') FROM idempotency.partitions WHERE NOT is_default AND (
     range_end - range_start <> interval '24 hours'
-    OR partition <> to_char(range_start AT TIME ZONE 'UTC', '\"keys_p\"YYYY_MM_DD'))")
+    OR partition <> to_char(range_start AT TIME ZONE 'UTC', '\"keys_p\"$DAY_FORMAT'))")
 [[ -z $misfits ]] || fail "partitions that are not one UTC day, named by it: $misfits"
 # A long transaction reading the table: maintain() does not wait, pg_partman's drop is
 # 'skipped' (not an error), and done by the next run.
-q -d $DB -c "CREATE TABLE idempotency.keys_p2020_01_06 PARTITION OF idempotency.keys
+old6=$(partman_name 2020-01-06)
+q -d $DB -c "CREATE TABLE idempotency.$old6 PARTITION OF idempotency.keys
     FOR VALUES FROM ('2020-01-06 00:00+00') TO ('2020-01-07 00:00+00')"
 q -d $DB -c "BEGIN" -c "SELECT count(*) FROM idempotency.keys" -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null &
 holder=$!
@@ -107,7 +120,7 @@ echo "maintain() beside a long reader: $actions"
 wait $holder
 actions=$(q -d $DB -c "SET client_min_messages = warning" -c "SELECT string_agg(action || ':' || coalesce(partition, '-'), ',') FROM idempotency.maintain()")
 echo "maintain() after it: $actions"
-[[ $actions == *dropped:keys_p2020_01_06* ]] || fail "the expired partition was not dropped: $actions"
+[[ $actions == *dropped:$old6* ]] || fail "the expired partition was not dropped: $actions"
 
 q -d $DB -c "SET client_min_messages = warning" -c "DROP EXTENSION idempotency CASCADE" >/dev/null
 echo "PASS"

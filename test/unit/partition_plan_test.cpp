@@ -105,6 +105,23 @@ TEST(PartitionPlan, SuffixMatchesPartmanFormats) {
     EXPECT_STREQ(partman_datetime_format(kUsecsPerSecond), "YYYY_MM_DD_HH24MISS");
 }
 
+TEST(PartitionPlan, SuffixMatchesPartman5Formats) {
+    constexpr auto k5 = PartitionNaming::kPartman5;
+    int64_t day = 9821 * kDay;  // 2026-11-21
+    EXPECT_EQ(partition_suffix(day, kDay, k5), "20261121");
+    EXPECT_EQ(partition_suffix(day, 7 * kDay, k5), "20261121");
+    // Below a day, 5.x always shows seconds (4.x shows minutes for widths of a minute or more).
+    EXPECT_EQ(partition_suffix(day + 13 * kHour, kHour, k5), "20261121_130000");
+    EXPECT_EQ(partition_suffix(day + 13 * kHour + 7 * kUsecsPerSecond, kUsecsPerSecond, k5),
+              "20261121_130007");
+    // A start the width's format cannot show gets a finer one, as with 4.x.
+    EXPECT_EQ(partition_suffix(day + 12 * kHour, kDay, k5), "20261121_120000");
+    EXPECT_EQ(partition_suffix(day + 1, kUsecsPerSecond, k5), "20261121_000000_000001");
+    EXPECT_EQ(partition_suffix(-kDay, kDay, k5), "19991231");
+    // The default stays 4.x's, which maintain() uses for its own partitions.
+    EXPECT_EQ(partition_suffix(day, kDay), partition_suffix(day, kDay, PartitionNaming::kPartman4));
+}
+
 TEST(PartitionPlan, IsBucketMeansOneAlignedWidthSlot) {
     EXPECT_TRUE(is_bucket({3 * kDay, 4 * kDay}, kDay));
     EXPECT_TRUE(is_bucket({-kDay, 0}, kDay));

@@ -162,7 +162,7 @@ struct PlanArrays {
 // Pure C++: no PostgreSQL call in here. premake < 0: partitions for the default partition's
 // rows only.
 void make_plan(const PartitionList &parts, const DefaultContent &content, int64 now, int64 width,
-               int premake, PlanArrays *out) {
+               int premake, core::PartitionNaming naming, PlanArrays *out) {
     core::PlanInput in;
     in.now = now;
     in.width = width;
@@ -176,7 +176,7 @@ void make_plan(const PartitionList &parts, const DefaultContent &content, int64 
         PartitionInfo &p = out->creates[out->n_creates++];
         p.oid = InvalidOid;
         std::snprintf(p.name, sizeof p.name, "keys_p%s",
-                      core::partition_suffix(r.lo, width).c_str());
+                      core::partition_suffix(r.lo, width, naming).c_str());
         p.lo = r.lo;
         p.hi = r.hi;
         p.reltuples = 0;
@@ -187,11 +187,12 @@ void make_plan(const PartitionList &parts, const DefaultContent &content, int64 
 }
 
 PlanArrays plan_for(const PartitionList &parts, const DefaultContent &content, int64 now,
-                    int64 width, int premake) {
+                    int64 width, int premake,
+                    core::PartitionNaming naming = core::PartitionNaming::kPartman4) {
     PlanArrays plan;
     plan.creates = static_cast<PartitionInfo *>(palloc0(sizeof(PartitionInfo) * kMaxCreatesPerRun));
     plan.drops = static_cast<int *>(palloc0(sizeof(int) * (parts.count + 1)));
-    make_plan(parts, content, now, width, premake, &plan);
+    make_plan(parts, content, now, width, premake, naming, &plan);
     return plan;
 }
 
@@ -441,10 +442,10 @@ void purge_default(ActionSink *out, int64 now) {
                     "deleted expired rows from the default partition");
 }
 
-void partition_default_rows(ActionSink *out, int64 now, int64 width) {
+void partition_default_rows(ActionSink *out, int64 now, int64 width, core::PartitionNaming naming) {
     DefaultContent content = read_default(default_partition_oid(), width, now);
     if (content.n_live_buckets == 0) return;
-    run_creates(out, plan_for(read_partitions(), content, now, width, -1));
+    run_creates(out, plan_for(read_partitions(), content, now, width, -1, naming));
 }
 
 }  // namespace idem::pg

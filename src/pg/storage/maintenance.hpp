@@ -88,8 +88,9 @@ bool run_reported_step(void (*step)(void *), void *arg, ActionSink *out, const S
 // them); reports 'purged' (or 'skipped' / 'failed').
 void purge_default(ActionSink *out, int64 now);
 // Gives every width-slot of rows left in the default partition a partition of its own,
-// moving the rows under the exclusive lock. With out == nullptr errors propagate.
-void partition_default_rows(ActionSink *out, int64 now, int64 width);
+// moving the rows under the exclusive lock, named the way `naming` says. With out == nullptr
+// errors propagate.
+void partition_default_rows(ActionSink *out, int64 now, int64 width, core::PartitionNaming naming);
 
 // Partition upkeep when pg_partman manages the table (maintenance_partman.cpp): runs
 // partman.run_maintenance for idempotency.keys and reports what changed into `out`.

@@ -1,7 +1,9 @@
-// Hand-off of idempotency.keys to pg_partman 4.7: idempotency.use_partman() registers the
-// table with partman (same partition width, names and premake; retention that drops a
-// partition once its upper bound has passed, dropping the table rather than detaching it),
-// after which maintain() runs partman's maintenance for the table instead of its own.
+// Hand-off of idempotency.keys to pg_partman 4.7 or 5.x: idempotency.use_partman() registers
+// the table with partman (same partition width and premake, partitions named as that partman
+// names them; retention that drops a partition once its upper bound has passed, dropping the
+// table rather than detaching it), after which maintain() runs partman's maintenance for the
+// table instead of its own. 5.x changed create_parent (no 'native' type) and the partition
+// names; which one is installed decides.
 // Everything runs inside enter_maintenance(): pg_partman's PL/pgSQL calls built-ins
 // unqualified, so the caller's search_path must not reach it.
 
@@ -13,6 +15,7 @@
 
 #include "core/partition_plan.hpp"
 
+#include <cstdio>
 #include <cstring>
 
 extern "C" {
@@ -29,21 +32,29 @@ bool listed(const PartitionList &list, const char *name) {
     return false;
 }
 
-// The first partition that is not one width-slot [k*width, (k+1)*width) named as maintain()
-// and pg_partman name it, or -1. Pure C++: no PostgreSQL call in here.
-int first_misfit(const PartitionList &list, int64 width) {
+// pg_partman's partition name for the slot starting at lo; pure C++.
+void partman_partition_name(int64 lo, int64 width, core::PartitionNaming naming,
+                            char (&name)[NAMEDATALEN]) {
+    std::snprintf(name, NAMEDATALEN, "keys_p%s", core::partition_suffix(lo, width, naming).c_str());
+}
+
+// The first partition that is not one width-slot [k*width, (k+1)*width) named as pg_partman
+// names it, or -1.
+int first_misfit(const PartitionList &list, int64 width, core::PartitionNaming naming) {
     for (int i = 0; i < list.count; i++) {
         const PartitionInfo &p = list.items[i];
         core::TimeRange r = time_range(p);
         if (!core::is_bucket(r, width)) return i;
-        if (("keys_p" + core::partition_suffix(r.lo, width)) != p.name) return i;
+        char name[NAMEDATALEN];
+        partman_partition_name(r.lo, width, naming, name);
+        if (strcmp(name, p.name) != 0) return i;
     }
     return -1;
 }
 
-void check_partitions_fit(const PartitionList &list, int64 width, const char *when,
-                          const char *hint) {
-    int bad = first_misfit(list, width);
+void check_partitions_fit(const PartitionList &list, int64 width, core::PartitionNaming naming,
+                          const char *when, const char *hint) {
+    int bad = first_misfit(list, width, naming);
     if (bad < 0) return;
     const PartitionInfo &p = list.items[bad];
     ereport(ERROR,
@@ -55,6 +66,22 @@ void check_partitions_fit(const PartitionList &list, int64 width, const char *wh
                        "00:00 UTC and carry pg_partman's name for it.",
                        when),
              errhint("%s", hint)));
+}
+
+// Renames every width-slot partition to pg_partman's name for its slot (others are left for
+// check_partitions_fit to refuse).
+void rename_partitions(int64 width, core::PartitionNaming naming) {
+    PartitionList list = read_partitions();
+    for (int i = 0; i < list.count; i++) {
+        const PartitionInfo &p = list.items[i];
+        char name[NAMEDATALEN];
+        if (!core::is_bucket(time_range(p), width)) continue;
+        partman_partition_name(p.lo, width, naming, name);
+        if (strcmp(name, p.name) == 0) continue;
+        spi_run(
+            psprintf("ALTER TABLE %s RENAME TO %s", relation_name(p.oid), quote_identifier(name)),
+            SPI_OK_UTILITY);
+    }
 }
 
 // pg_partman's interval text for the width, in hours, minutes or seconds: never days, whose
@@ -138,6 +165,20 @@ const char *partman_lock_sql(const PartitionList &parts, const PartmanConfig &co
     return sql.data;
 }
 
+// Which pg_partman generation is installed: 5.x names partitions its own new way.
+core::PartitionNaming partman_naming() {
+    int rc = SPI_execute(
+        "SELECT pg_catalog.split_part(extversion, '.', 1)::pg_catalog.int4 >= 5"
+        " FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pg_partman'",
+        true, 1);
+    if (rc != SPI_OK_SELECT || SPI_processed != 1)
+        elog(ERROR, "idempotency: reading pg_partman's version failed");
+    bool isnull;
+    bool five =
+        DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+    return five ? core::PartitionNaming::kPartman5 : core::PartitionNaming::kPartman4;
+}
+
 }  // namespace
 
 char *partman_schema() {
@@ -170,7 +211,7 @@ void partman_maintain(const char *schema, ActionSink *out) {
     // belong to: expired ones are deleted, the others get their partitions (named as
     // pg_partman names them) before pg_partman runs.
     purge_default(out, now);
-    if (config.width > 0) partition_default_rows(out, now, config.width);
+    if (config.width > 0) partition_default_rows(out, now, config.width, partman_naming());
     PartitionList before = read_partitions();
     PartmanStep step{partman_lock_sql(before, config, now),
                      psprintf("SELECT %s.run_maintenance(p_parent_table => 'idempotency.keys', "
@@ -225,7 +266,10 @@ IDEM_FUNCTION(idem_use_partman) {
         // pg_partman computes a partition's end as its start plus the width: partitions of
         // another width (made before idempotency.partition_width changed) would be dropped
         // too early.
-        check_partitions_fit(read_partitions(), width, "Before the hand-off",
+        idem::core::PartitionNaming naming = partman_naming();
+        // maintain() names its partitions the way 4.x does: 5.x needs its own names.
+        if (naming != idem::core::PartitionNaming::kPartman4) rename_partitions(width, naming);
+        check_partitions_fit(read_partitions(), width, naming, "Before the hand-off",
                              "Drop the partition (or wait until maintain() drops it), or set "
                              "idempotency.partition_width to the width of the existing "
                              "partitions.");
@@ -241,15 +285,18 @@ IDEM_FUNCTION(idem_use_partman) {
                 get_namespace_name(get_rel_namespace(old_default)), "keys_default_before_partman");
         }
         int64 start = idem::core::bucket_start(GetCurrentTimestamp(), width);
+        // 5.x has no 'native' type: its 'range' is 4.x's 'native'.
         spi_run(psprintf("SELECT %s.create_parent(p_parent_table => 'idempotency.keys', "
-                         "p_control => 'expires_at', p_type => 'native', p_interval => %s, "
+                         "p_control => 'expires_at', p_type => %s, p_interval => %s, "
                          "p_premake => %d, p_start_partition => %s, p_jobmon => false)",
-                         partman, quote_literal_cstr(width_interval_text(width)),
-                         partman_premake(width), time_literal(start)),
+                         partman,
+                         naming == idem::core::PartitionNaming::kPartman4 ? "'native'" : "'range'",
+                         quote_literal_cstr(width_interval_text(width)), partman_premake(width),
+                         time_literal(start)),
                 SPI_OK_SELECT);
         // pg_partman aligns and names partitions by rules of its own for some widths
         // (months, years, odd minutes): refuse those.
-        check_partitions_fit(read_partitions(), width, "As pg_partman made them",
+        check_partitions_fit(read_partitions(), width, naming, "As pg_partman made them",
                              "pg_partman aligns or names partitions of this width its own "
                              "way: choose a width below a month.");
         // create_parent skips its default partition when every partition already existed.
@@ -261,7 +308,7 @@ IDEM_FUNCTION(idem_use_partman) {
                              "OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
                              old_name),
                     SPI_OK_INSERT);
-            partition_default_rows(nullptr, GetCurrentTimestamp(), width);
+            partition_default_rows(nullptr, GetCurrentTimestamp(), width, naming);
             // It was created by CREATE EXTENSION: release it from the extension to drop it.
             spi_run(psprintf("ALTER EXTENSION idempotency DROP TABLE %s", old_name),
                     SPI_OK_UTILITY);
