@@ -26,8 +26,20 @@ IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
   postgresql-15-partman postgresql-15-wal2json libssl-dev libgtest-dev cmake g++
   make pkg-config clang libclang-rt-14-dev gnuplot-nox libipc-run-perl"
 
-PG_CONFIG=${PG_CONFIG:-/usr/bin/pg_config}
-PGBIN=$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)
+# shellcheck source=scripts/majors.sh
+source "$IDEM_ROOT/scripts/majors.sh"
+# IDEM_PG picks the PostgreSQL major: 15 (Debian 12's own, the default), 17 or 18 (built from
+# Debian's source packages into $IDEM_CACHE by ensure_packages). PG_CONFIG, when set, wins.
+check_pg_major || exit 1
+if [[ -n ${PG_CONFIG:-} ]]; then
+  PGBIN=$("$PG_CONFIG" --bindir 2>/dev/null || dirname "$PG_CONFIG")
+elif [[ ${IDEM_PG:-15} == 15 ]]; then
+  PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+  PGBIN=/usr/lib/postgresql/15/bin
+else
+  PGBIN=$(pg_major_prefix "$IDEM_PG")/bin
+  PG_CONFIG=$PGBIN/pg_config
+fi
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -49,13 +61,28 @@ apt_install() {
     apt-get install -y --no-install-recommends "$@"
 }
 
-ensure_packages() {
-  local pkg missing=() server dev
-  # shellcheck disable=SC2086 # word splitting of the list is intended
-  for pkg in $IDEM_PACKAGES; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' ||
-      missing+=("$pkg")
+# The packages of the list that are not installed yet.
+missing_packages() {
+  local pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || echo "$pkg"
   done
+}
+
+# Installs those of the packages that are missing (none installed already is upgraded).
+install_missing() {
+  local missing
+  missing=$(missing_packages "$@")
+  [[ -z $missing ]] && return 0
+  log "installing" $missing
+  # shellcheck disable=SC2086 # one package a word
+  apt_install $missing
+}
+
+ensure_packages() {
+  local missing=() server dev
+  # shellcheck disable=SC2086 # word splitting of the list is intended
+  mapfile -t missing < <(missing_packages $IDEM_PACKAGES)
   # Node.js for the HTTP example: any install will do (Debian's, or one the machine ships).
   command -v node >/dev/null || missing+=(nodejs)
   command -v npm >/dev/null || missing+=(npm)
@@ -72,6 +99,7 @@ ensure_packages() {
     log "postgresql-15 is $server, its headers $dev: upgrading both to the current release"
     apt_install postgresql-15 postgresql-client-15 postgresql-server-dev-15
   fi
+  if [[ ${IDEM_PG:-15} != 15 ]]; then build_pg_major "$IDEM_PG"; fi
 }
 
 # (Each step is chained: callers may run these functions where set -e is off.)
@@ -80,6 +108,21 @@ build_and_install() {
   make -C "$IDEM_ROOT" -j2 PG_CONFIG="$PG_CONFIG" || return
   log "installing the extension"
   as_root make -C "$IDEM_ROOT" install PG_CONFIG="$PG_CONFIG"
+}
+
+# install_extension_with PG_CONFIG: builds and installs the extension for another server (say
+# the other side of a pg_upgrade) in a copy of the tree under build/, so the checkout's own
+# objects stay those of $PG_CONFIG.
+install_extension_with() {
+  local config=$1 dir
+  dir=$IDEM_ROOT/build/ext-$("$config" --version | awk '{print $2}') || return
+  # Sources only (mtimes kept, so an unchanged file is not rebuilt): never the checkout's objects.
+  mkdir -p "$dir" &&
+    tar -C "$IDEM_ROOT" --exclude='*.o' --exclude='*.so' -cf - Makefile idempotency.control src \
+      extension | tar -C "$dir" -xpf - &&
+    make -s -C "$dir" -j2 PG_CONFIG="$config" IDEM_WERROR=1 >"$dir/build.log" 2>&1 &&
+    as_root make -s -C "$dir" install PG_CONFIG="$config" >>"$dir/build.log" 2>&1 ||
+    { tail -n 30 "$dir/build.log" >&2; return 1; }
 }
 
 # Can the cluster user reach (search) the checkout?

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Command 2: build everything and run every test suite against a throwaway cluster.
 #   bash scripts/test.sh
+#   IDEM_PG=18 bash scripts/test.sh     (the same against PostgreSQL 17 or 18, built from
+#                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples)
+#   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 # Ends with one line "N passed, M failed"; exits non-zero when anything failed.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -61,8 +64,9 @@ run_installcheck() {
   log "$suite tests (make installcheck)"
   rm -f "$diffs"
   make installcheck PG_CONFIG="$PG_CONFIG" "$@" 2>&1 | tee "$log" || rc=$?
-  passed=$(count '^(test +| +)[^ ]+ +\.\.\. +(ok|failed \(ignored\))' "$log")
-  failed=$(count '^(test +| +)[^ ]+ +\.\.\. +FAILED' "$log")
+  # "test name ... ok" up to 15, "ok 1 - name" (TAP) from 16 on.
+  passed=$(count '^(test +| +)[^ ]+ +\.\.\. +(ok|failed \(ignored\))|^ok [0-9]+ +[-+] ' "$log")
+  failed=$(count '^(test +| +)[^ ]+ +\.\.\. +FAILED|^not ok [0-9]+ +[-+] ' "$log")
   if [[ -f $diffs && $failed -gt 0 ]]; then
     echo "=== $diffs"
     cat "$diffs"
@@ -159,12 +163,18 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     for s in "${cluster_suites[@]}"; do record "$s" 0 1 "not run: $why"; done
   else
     export PGHOST=$CLUSTER_SOCK PGPORT=$CLUSTER_PORT PGUSER=postgres
+    SERVER_LINE="testing against PostgreSQL $(tsql -d postgres -Atc \
+      "SELECT split_part(current_setting('server_version'), ' ', 1)")"
+    echo "$SERVER_LINE"
     shopt -s nullglob
     wanted regress && run_installcheck regress regression.diffs ISOLATION= TAP_TESTS=
     wanted isolation && run_installcheck isolation output_iso/regression.diffs REGRESS= TAP_TESTS=
     wanted pgtap && run_pgtap
     scripted=()
-    for t in test/scripted/*.sh; do [[ -x $t ]] && scripted+=("$t"); done
+    for t in test/scripted/*.sh; do
+      [[ -x $t ]] || continue
+      [[ -z ${IDEM_SCRIPTED:-} || " $IDEM_SCRIPTED " == *" $(basename "$t" .sh) "* ]] && scripted+=("$t")
+    done
     wanted scripted && run_scripts scripted "${scripted[@]}"
     wanted examples && run_scripts examples examples/*/test.sh
     shopt -u nullglob
@@ -174,6 +184,7 @@ fi
 
 echo
 echo "=== summary (logs in ${LOGS#"$IDEM_ROOT"/})"
+[[ -n ${SERVER_LINE:-} ]] && echo "$SERVER_LINE"
 printf '%s\n' "${RESULTS[@]}"
 echo "$PASSED passed, $FAILED failed"
 [[ $FAILED -eq 0 ]]

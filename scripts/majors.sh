@@ -1,0 +1,122 @@
+# shellcheck shell=bash
+# PostgreSQL majors other than Debian 12's own 15, built from Debian's source packages into a
+# cache folder, with the extensions the test suites need (pg_partman 5.x, pgTAP).
+# Sourced by scripts/lib.sh; IDEM_PG picks the major:
+#   IDEM_PG=18 bash scripts/test.sh
+# The first run downloads and builds (about four minutes per major with -j2); later runs reuse
+# $IDEM_CACHE/pgMAJOR. Sources come through a private deb-src list on the mirror this machine's
+# apt already uses: nothing is added to the machine's own apt configuration.
+
+# Debian suite and source package of each major this project supports.
+declare -A IDEM_PG_SOURCE=([17]="trixie postgresql-17" [18]="sid postgresql-18")
+# Source packages built for every major from a cache (suite, package).
+IDEM_PARTMAN_SOURCE="trixie pg-partman"
+IDEM_PGTAP_SOURCE="trixie pgtap"
+IDEM_SUPPORTED_MAJORS="15 17 18"
+# Build dependencies of PostgreSQL itself (release tarballs carry no generated parsers since 17).
+IDEM_PG_BUILD_PACKAGES="build-essential bison flex perl curl libreadline-dev zlib1g-dev libssl-dev
+  pkg-config"
+
+if [[ -z ${IDEM_CACHE:-} ]]; then
+  # The postgres user runs the servers, so the cache must be readable by it: not under /root.
+  if [[ $(id -u) -eq 0 ]]; then IDEM_CACHE=/var/cache/idempotency; else
+    IDEM_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/idempotency
+  fi
+fi
+
+# Checks IDEM_PG before anything is done: empty or 15 is Debian's PostgreSQL 15.
+check_pg_major() {
+  local major=${IDEM_PG:-15}
+  [[ $major == 15 || -n ${IDEM_PG_SOURCE[$major]:-} ]] && return 0
+  if [[ $major == 16 ]]; then
+    echo "error: IDEM_PG=16: Debian's archive has no postgresql-16 source package (bookworm has 15, trixie 17, sid 18); supported: $IDEM_SUPPORTED_MAJORS" >&2
+  else
+    echo "error: IDEM_PG=$major is not supported; supported majors: $IDEM_SUPPORTED_MAJORS" >&2
+  fi
+  return 1
+}
+
+pg_major_prefix() { echo "$IDEM_CACHE/pg$1"; }
+
+# The base address of the Debian archive this machine's apt uses (never written down here).
+debian_mirror() {
+  apt-get indextargets --format '$(RELEASE) $(REPO_URI)' 'Created-By: Packages' 'Origin: Debian' \
+    2>/dev/null | awk '$1 !~ /-/ { print $2; exit }'
+}
+
+sha256_is() { [[ -f $1 && $(sha256sum "$1" | cut -d' ' -f1) == "$2" ]]; }
+
+# fetch_source SUITE PACKAGE DEST: the upstream tarball of a Debian source package, checked
+# against the archive's SHA-256 and unpacked into DEST (replaced). Only the .orig tarball is
+# fetched: the build uses upstream's source, without Debian's packaging.
+fetch_source() {
+  local suite=$1 pkg=$2 dest=$3 apt_dir=$IDEM_CACHE/apt mirror opts line uri file sum
+  mirror=$(debian_mirror)
+  if [[ -z $mirror ]]; then
+    as_root apt-get update >/dev/null 2>&1 || true
+    mirror=$(debian_mirror)
+  fi
+  [[ -n $mirror ]] || { echo "error: no Debian mirror in this machine's apt configuration: cannot download source package $pkg from suite $suite" >&2; return 1; }
+  mkdir -p "$apt_dir/lists-$suite/partial" "$apt_dir/download"
+  printf 'deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s main\n' \
+    "$mirror" "$suite" >"$apt_dir/sources-$suite.list"
+  opts=(-o "Dir::Etc::SourceList=$apt_dir/sources-$suite.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$apt_dir/lists-$suite")
+  log "downloading source package $pkg from Debian suite $suite"
+  # --print-uris in an empty folder: apt leaves out files it finds in the current one.
+  rm -rf "$apt_dir/print" && mkdir -p "$apt_dir/print" || return
+  line=$(apt-get "${opts[@]}" -qq update 2>/dev/null && cd "$apt_dir/print" &&
+    apt-get "${opts[@]}" -qq --print-uris source "$pkg" 2>/dev/null |
+    grep -F '.orig.tar.' | head -n1) || true
+  read -r uri file _ sum <<<"$line"
+  uri=${uri//\'/}
+  sum=${sum#SHA256:}
+  if [[ -z $uri ]] || { ! sha256_is "$apt_dir/download/$file" "$sum" &&
+    ! { curl -fsSL --retry 3 -o "$apt_dir/download/$file" "$uri" &&
+      sha256_is "$apt_dir/download/$file" "$sum"; }; }; then
+    echo "error: could not download source package $pkg from Debian suite $suite" >&2
+    return 1
+  fi
+  rm -rf "$dest" && mkdir -p "$dest" &&
+    tar -xf "$apt_dir/download/$file" -C "$dest" --strip-components=1
+}
+
+# build_pg_major MAJOR: PostgreSQL MAJOR with contrib, pg_regress and the isolation tester,
+# pg_partman 5.x and pgTAP, installed under $IDEM_CACHE/pgMAJOR. Each part is built once (a
+# stamp file marks it done), so an interrupted build resumes where it stopped.
+build_pg_major() {
+  local major=$1 prefix src suite pkg
+  prefix=$(pg_major_prefix "$major")
+  if [[ ! -f $prefix/.built-postgresql ]]; then
+    read -r suite pkg <<<"${IDEM_PG_SOURCE[$major]}"
+    # shellcheck disable=SC2086 # one package a word
+    install_missing $IDEM_PG_BUILD_PACKAGES || return
+    src=$IDEM_CACHE/src/$pkg
+    fetch_source "$suite" "$pkg" "$src" || return
+    log "building PostgreSQL $major into $prefix (a few minutes)"
+    (cd "$src" && ./configure --prefix="$prefix" --without-icu --with-openssl --enable-debug \
+      CFLAGS="-O2 -g" >configure.log && make -s -j2 world-bin >build.log 2>&1 &&
+      make -s install-world-bin >install.log 2>&1 &&
+      make -s -C src/test/regress install >>install.log 2>&1 &&
+      make -s -C src/test/isolation install >>install.log 2>&1) ||
+      { echo "error: building PostgreSQL $major failed (logs in $src)" >&2; return 1; }
+    chmod -R a+rX "$IDEM_CACHE" && touch "$prefix/.built-postgresql"
+  fi
+  build_pgxs_source "$IDEM_PARTMAN_SOURCE" "$prefix" || return
+  build_pgxs_source "$IDEM_PGTAP_SOURCE" "$prefix" || return
+}
+
+# build_pgxs_source "SUITE PACKAGE" PREFIX: a PGXS extension from its Debian source package,
+# into the PostgreSQL at PREFIX.
+build_pgxs_source() {
+  local suite pkg prefix=$2 src
+  read -r suite pkg <<<"$1"
+  [[ -f $prefix/.built-$pkg ]] && return 0
+  src=$IDEM_CACHE/src/$pkg-$(basename "$prefix")
+  fetch_source "$suite" "$pkg" "$src" || return
+  log "building $pkg for $("$prefix/bin/pg_config" --version)"
+  (cd "$src" && make -s -j2 PG_CONFIG="$prefix/bin/pg_config" >build.log 2>&1 &&
+    make -s PG_CONFIG="$prefix/bin/pg_config" install >install.log 2>&1) ||
+    { echo "error: building $pkg failed (logs in $src)" >&2; return 1; }
+  chmod -R a+rX "$prefix" && touch "$prefix/.built-$pkg"
+}
