@@ -85,11 +85,6 @@ SELECT outcome FROM idempotency.reserve('partitions_t', 'long', NULL, '5 min', '
 \set VERBOSITY default
 RESET idempotency.max_retention;
 
--- Settings are checked.
-SET idempotency.partition_width = '0';
-SET idempotency.partition_width = '1 day';
-SHOW idempotency.partition_width;
-
 -- Only roles granted EXECUTE may maintain.
 CREATE ROLE partitions_t_app;
 GRANT USAGE ON SCHEMA idempotency TO partitions_t_app;
