@@ -4,7 +4,7 @@
 #
 # Throwaway clusters:
 #   cluster_setup NAME PORT      sets CLUSTER_DATA CLUSTER_PORT CLUSTER_SOCK CLUSTER_LOG
-#   cluster_init  DATA PORT SOCK [setting=value ...]
+#   cluster_init  DATA PORT SOCK [setting=value ...]   (IDEM_INITDB_ARGS: more initdb options)
 #   cluster_start DATA PORT SOCK
 #   cluster_stop  DATA PORT SOCK          (fast; fine if already stopped)
 #   cluster_crash DATA PORT SOCK          (immediate stop)
@@ -167,8 +167,9 @@ cluster_init() {
   fi
   rm -rf "$data" "$sock" && mkdir -p "$base" && mkdir -m 0700 "$sock" || return
   if is_root; then chown postgres: "$base" "$sock" || return; fi
+  # shellcheck disable=SC2086 # IDEM_INITDB_ARGS: extra initdb options, one a word
   as_pg "$PGBIN/initdb" -D "$data" -A trust -U postgres -E UTF8 --no-locale \
-    --no-sync >"$base/initdb.log" || { cat "$base/initdb.log" >&2; return 1; }
+    --no-sync ${IDEM_INITDB_ARGS:-} >"$base/initdb.log" || { cat "$base/initdb.log" >&2; return 1; }
   {
     echo "# added by scripts/lib.sh"
     echo "listen_addresses = ''"
@@ -178,7 +179,10 @@ cluster_init() {
     echo "wal_level = logical"
     echo "max_replication_slots = 10"
     echo "max_wal_senders = 10"
-    echo "output_plugin_libraries = 'pgoutput, test_decoding, idempotency, wal2json'"
+    # Only servers from 15.19 on know it (and restrict decoding to the plugins it lists).
+    if "$PGBIN/postgres" --describe-config 2>/dev/null | grep -q '^output_plugin_libraries'; then
+      echo "output_plugin_libraries = 'pgoutput, test_decoding, idempotency, wal2json'"
+    fi
     echo "logging_collector = off"
     echo "fsync = on"
     echo "max_connections = 100"

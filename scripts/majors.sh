@@ -31,7 +31,7 @@ check_pg_major() {
   if [[ $major == 16 ]]; then
     echo "error: IDEM_PG=16: Debian's archive has no postgresql-16 source package (bookworm has 15, trixie 17, sid 18); supported: $IDEM_SUPPORTED_MAJORS" >&2
   else
-    echo "error: IDEM_PG=$major is not supported; supported majors: $IDEM_SUPPORTED_MAJORS" >&2
+    echo "error: IDEM_PG=$major is not supported; supported: $IDEM_SUPPORTED_MAJORS" >&2
   fi
   return 1
 }
@@ -119,4 +119,23 @@ build_pgxs_source() {
     make -s PG_CONFIG="$prefix/bin/pg_config" install >install.log 2>&1) ||
     { echo "error: building $pkg failed (logs in $src)" >&2; return 1; }
   chmod -R a+rX "$prefix" && touch "$prefix/.built-$pkg"
+}
+
+# debian_pg_binaries VERSION: Debian's own packages of PostgreSQL at that exact version (server,
+# client and server-dev, e.g. 15.18-0+deb12u1) unpacked into $IDEM_CACHE/pg-VERSION, a
+# relocatable install beside the installed one; prints its bin folder. For tests that need
+# another minor release than the installed one (test/scripted/pg_upgrade.sh).
+debian_pg_binaries() {
+  local version=$1 major=${1%%.*} dir=$IDEM_CACHE/pg-$1 tmp deb
+  if [[ ! -f $dir/.unpacked ]]; then
+    tmp=$IDEM_CACHE/apt/deb-$version
+    rm -rf "$tmp" "$dir" && mkdir -p "$tmp" && chmod 0777 "$tmp" || return
+    log "downloading Debian's PostgreSQL $version packages"
+    (cd "$tmp" && apt-get download -qq "postgresql-$major=$version" \
+      "postgresql-client-$major=$version" "postgresql-server-dev-$major=$version" >/dev/null) ||
+      { echo "error: could not download Debian's postgresql-$major $version packages" >&2; return 1; }
+    for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$dir" || return; done
+    chmod -R a+rX "$dir" && touch "$dir/.unpacked" && rm -rf "$tmp"
+  fi
+  echo "$dir/usr/lib/postgresql/$major/bin"
 }

@@ -91,10 +91,12 @@ echo "pg_partman dropped: $dropped"
 [[ $(q -d $DB -c "SELECT count(*) FROM idempotency.partitions WHERE is_default") == 1 ]] || fail "no default partition"
 [[ $(q -d $DB -c "SELECT (idempotency.reserve('pm', 'after')).outcome") == new ]] || fail "reserve after hand-off"
 
-# maintain() now defers to pg_partman, whatever the caller's TimeZone; a key far beyond the
-# premade partitions gets its partition from maintain() before pg_partman runs.
+# maintain() now defers to pg_partman, whatever the caller's TimeZone; a key beyond every
+# partition (pg_partman 5.x makes its premade ones ahead of the newest data, 4.x ahead of now)
+# gets its partition from maintain() before pg_partman runs.
 q -d $DB -c "INSERT INTO idempotency.keys (scope, key, state, attempt, first_seen_at, expires_at)
-    VALUES ('pm', 'farther', 'completed', 1, now(), now() + interval '45 days')"
+    SELECT 'pm', 'farther', 'completed', 1, now(), max(range_end) + interval '2 days'
+    FROM idempotency.partitions WHERE NOT is_default"
 actions=$(q -d $DB -c "SET client_min_messages = warning" -c "SET TimeZone = 'America/New_York'" \
   -c "SELECT string_agg(action || ':' || coalesce(rows, -1), ',') FROM idempotency.maintain()")
 echo "maintain(): $actions"

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The build and the test command refuse what they cannot do, before doing anything: a
+# PG_CONFIG of an unsupported major stops make with the supported majors named; IDEM_PG=16
+# (no Debian source package) and IDEM_PG=14 stop the test command at once; a source package
+# that cannot be downloaded is named with its suite. A built major is reused: a second
+# build_pg_major does nothing.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
+WORK=$(mktemp -d /tmp/build-majors.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+for version in "14.12" "19devel"; do
+  printf '#!/bin/sh\necho "PostgreSQL %s"\n' "$version" >"$WORK/pg_config"
+  chmod +x "$WORK/pg_config"
+  out=$(make -s --no-print-directory -C "$IDEM_ROOT" PG_CONFIG="$WORK/pg_config" 2>&1) && fail "make accepted PostgreSQL $version"
+  [[ $out == *"is PostgreSQL ${version%%[.d]*}; idempotency supports PostgreSQL 15 16 17 18"* ]] ||
+    fail "make's refusal of $version: $out"
+  echo "ok: make refuses PostgreSQL $version: ${out##*\*\*\* }"
+done
+
+for major in 16 14; do
+  start=$SECONDS
+  out=$(IDEM_PG=$major IDEM_SUITES=unit bash "$IDEM_ROOT/scripts/test.sh" 2>&1) &&
+    fail "IDEM_PG=$major was accepted"
+  [[ $(wc -l <<<"$out") == 1 && $out == "error: IDEM_PG=$major"* && $out == *"supported: 15 17 18"* ]] ||
+    fail "IDEM_PG=$major: $out"
+  [[ $major != 16 || $out == *"no postgresql-16 source package"* ]] || fail "IDEM_PG=16 does not say why: $out"
+  echo "ok: IDEM_PG=$major stops at once ($((SECONDS - start)) s): $out"
+done
+
+out=$(fetch_source trixie idempotency-no-such-package "$WORK/src" 2>&1) && fail "a missing source package was fetched"
+[[ $out == *"could not download source package idempotency-no-such-package from Debian suite trixie"* ]] ||
+  fail "a failed download does not name its package and suite: $out"
+echo "ok: a failed download names its package and suite"
+
+# The cache: built (by this call, if no earlier run did), then reused without a word.
+build_pg_major 18 >/dev/null 2>&1 || fail "PostgreSQL 18 did not build"
+out=$(build_pg_major 18 2>&1)
+[[ -z $out ]] || fail "a second build_pg_major 18 did work again: $out"
+[[ $("$(pg_major_prefix 18)/bin/postgres" --version) == "postgres (PostgreSQL) 18."* ]] ||
+  fail "the cached PostgreSQL 18 does not run"
+echo "ok: a second build_pg_major 18 reuses $(pg_major_prefix 18)"
+echo PASS
