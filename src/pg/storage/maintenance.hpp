@@ -91,6 +91,11 @@ void purge_default(ActionSink *out, int64 now);
 // moving the rows under the exclusive lock. With out == nullptr errors propagate.
 void partition_default_rows(ActionSink *out, int64 now, int64 width);
 
+// Raises 55000 (with a hint) when a publication would lose keys on its subscribers: one that
+// publishes partitions of idempotency.keys on their own (not through the root), or the
+// extension's tables without every operation or column (publications.cpp).
+void check_publications();
+
 // Partition upkeep when pg_partman manages the table (maintenance_partman.cpp): runs
 // partman.run_maintenance for idempotency.keys and reports what changed into `out`.
 void partman_maintain(const char *schema, ActionSink *out);
