@@ -37,6 +37,8 @@ SELECT outcome FROM idempotency.reserve('standby', 'done', idempotency.fingerpri
 SELECT idempotency.complete('standby', 'done', 201, '{"id": 7}');
 SELECT outcome FROM idempotency.reserve('standby', 'claimed', lock_ttl => '1 hour');
 SELECT idempotency.accept('standby', 'p0', 42);
+SELECT idempotency.create_stream('standby_s', 10);
+SELECT idempotency.next_key('standby_s');
 SQL
 
 # A streaming standby of it, with the replicated keys.
@@ -82,5 +84,10 @@ err=$(standby -c "SELECT idempotency.accept('standby', 'p0', '00000000-0000-0000
 expect "accept's message" "$err" \
   "ERROR:  cannot execute idempotency.accept() in a read-only transaction"
 expect "watermark" "$(standby -c "SELECT idempotency.watermark('standby', 'p0')" 2>&1)" "42"
+# The bounds a move to a logical subscriber reads (README, "Moving to another server").
+expect "stream_positions" \
+  "$(standby -c "SELECT reserved_up_to FROM idempotency.stream_positions() WHERE stream = 'standby_s'" 2>&1)" "10"
+err=$(standby -c "\\set VERBOSITY sqlstate" -c "SELECT idempotency.set_stream_floor('standby_s', 100)" 2>&1 || true)
+expect "set_stream_floor refused" "$err" "ERROR:  25006"
 
 echo "$CHECKS checks passed"
