@@ -144,6 +144,17 @@ if [[ $rc -ne 0 ]] || grep -qE "aborted|ERROR" "$WORK/pgbench.log"; then
   fail "pgbench exited $rc: a client got an error"
 fi
 
+# Keys in every state: committed claims still being processed (lease and recovery point),
+# and a completed key forgotten on purpose.
+old -c "SELECT count(*) FROM generate_series(1, 5) i,
+          LATERAL idempotency.reserve('move', 'claim-' || i, lock_ttl => '1 hour',
+                                      retention => '1 hour') r WHERE r.outcome = 'new'" >/dev/null
+old -c "SELECT idempotency.checkpoint('move', 'claim-' || i, 'step ' || i, 1)
+        FROM generate_series(1, 5) i" >/dev/null
+forgotten=$(old -c "SELECT key FROM idempotency.keys WHERE state = 'completed'
+                      AND expires_at > now() + interval '10 minutes' LIMIT 1")
+expect "forget on the old server" "$(old -c "SELECT idempotency.forget('move', '$forgotten')")" t
+
 # 1. Stop writes: the load has ended; nothing else writes to the old server. (A real
 #    application: stop it, or ALTER DATABASE ... SET default_transaction_read_only = on and
 #    end its sessions.)
@@ -183,6 +194,7 @@ read -r total completed processing failed <<<"$(new -F ' ' -c "
   FROM old_keys")"
 echo "old server: $total live keys ($completed completed, $processing processing, $failed failed)"
 [[ $completed -ge 100 ]] || fail "only $completed completed keys on the old server"
+[[ $processing -ge 5 && $failed -ge 1 ]] || fail "$processing processing and $failed failed keys"
 expect "keys of the old server missing or different on the new one" \
   "$(new -c "SELECT count(*) FROM (TABLE old_keys EXCEPT $KEYS_SQL) d")" 0
 expect "keys on the new server the old one does not have" \
@@ -195,6 +207,11 @@ expect "completed keys that replay on the new server" "$(new -c "
     LATERAL idempotency.reserve(o.scope, o.key, retention => '1 hour') r
   WHERE o.state = 'completed' AND r.outcome = 'replay' AND r.status_code = o.status_code
     AND r.response::text = o.response")" "$completed"
+expect "claims being processed on the old server are in progress on the new one" "$(new -c "
+  SELECT count(*) FROM old_keys o, LATERAL idempotency.reserve(o.scope, o.key, retention => '1 hour') r
+  WHERE o.state = 'processing' AND r.outcome = 'in_progress'")" "$processing"
+expect "the key forgotten on the old server" \
+  "$(new -c "SELECT count(*) FROM idempotency.keys WHERE key = '$forgotten'")" 0
 
 # next_key continues above every value handed out on the old server.
 old_bound=$(old -c "SELECT reserved_up_to FROM idempotency.stream_positions() WHERE stream = 'invoices'")
