@@ -155,6 +155,14 @@ forgotten=$(old -c "SELECT key FROM idempotency.keys WHERE state = 'completed'
                       AND expires_at > now() + interval '10 minutes' LIMIT 1")
 expect "forget on the old server" "$(old -c "SELECT idempotency.forget('move', '$forgotten')")" t
 
+# The old server's worker moved rows out of the default partition and dropped partitions
+# while the subscription ran (on a loaded machine some of its steps are skipped for a lock:
+# give it a few more runs).
+moves() { grep -cE "idempotency: created partition keys_p[0-9_]+ in database \"postgres\" \(rows: [1-9]" "$OLD_LOG" || true; }
+drops() { grep -cE "idempotency: dropped partition keys_p" "$OLD_LOG" || true; }
+worked() { [[ $(moves) -ge 2 && $(drops) -ge 1 ]] && echo t; }
+wait_for "the old server's worker to move rows into 2 partitions and drop 1" 60 worked
+
 # 1. Stop writes: the load has ended; nothing else writes to the old server. (A real
 #    application: stop it, or ALTER DATABASE ... SET default_transaction_read_only = on and
 #    end its sessions.)
@@ -175,11 +183,7 @@ new -v ON_ERROR_STOP=1 -f "$WORK/floors.sql" >/dev/null
 new -c "DROP SUBSCRIPTION move"
 
 # 5. Verify.
-created_moving=$(grep -cE "idempotency: created partition keys_p[0-9_]+ in database \"postgres\" \(rows: [1-9]" "$OLD_LOG" || true)
-dropped=$(grep -cE "idempotency: dropped partition keys_p" "$OLD_LOG" || true)
-echo "old server's maintenance: $created_moving partitions created with rows moved from the default partition, $dropped dropped"
-[[ $created_moving -ge 2 ]] || fail "the old server's worker moved rows into only $created_moving partitions"
-[[ $dropped -ge 1 ]] || fail "the old server's worker dropped no partition"
+echo "old server's maintenance: $(moves) partitions created with rows moved from the default partition, $(drops) dropped"
 
 # Keys in every state: the old server's live one-hour keys, compared field by field.
 KEYS_SQL="SELECT scope, key, state, attempt, status_code, response::text, recovery_point,
