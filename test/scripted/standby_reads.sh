@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reads on a hot standby: lookup, fingerprint and the views answer from the replicated keys
-# (the library is preloaded there too), while reserve and complete (writes) are refused with
-# 25006.
+# (the library is preloaded there too), while reserve, complete and accept (writes) are refused
+# with 25006.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/standby-reads 54446
@@ -36,6 +36,9 @@ primary >/dev/null <<'SQL'
 SELECT outcome FROM idempotency.reserve('standby', 'done', idempotency.fingerprint('{"a": 1}'::jsonb));
 SELECT idempotency.complete('standby', 'done', 201, '{"id": 7}');
 SELECT outcome FROM idempotency.reserve('standby', 'claimed', lock_ttl => '1 hour');
+SELECT idempotency.accept('standby', 'p0', 42);
+SELECT idempotency.create_stream('standby_s', 10);
+SELECT idempotency.next_key('standby_s');
 SQL
 
 # A streaming standby of it, with the replicated keys.
@@ -72,5 +75,19 @@ expect "reserve refused" "$err" "ERROR:  25006"
 err=$(standby -c "\\set VERBOSITY sqlstate" \
   -c "SELECT idempotency.complete('standby', 'claimed', 200, '{}')" 2>&1 || true)
 expect "complete refused" "$err" "ERROR:  25006"
+
+# accept writes: refused with the extension's own message naming it, like the calls above;
+# the watermark it would move reads fine.
+err=$(standby -c "\\set VERBOSITY sqlstate" -c "SELECT idempotency.accept('standby', 'p0', 43)" 2>&1 || true)
+expect "accept refused" "$err" "ERROR:  25006"
+err=$(standby -c "SELECT idempotency.accept('standby', 'p0', '00000000-0000-0000-0000-00000000002b'::uuid)" 2>&1 || true)
+expect "accept's message" "$err" \
+  "ERROR:  cannot execute idempotency.accept() in a read-only transaction"
+expect "watermark" "$(standby -c "SELECT idempotency.watermark('standby', 'p0')" 2>&1)" "42"
+# The bounds a move to a logical subscriber reads (README, "Moving to another server").
+expect "stream_positions" \
+  "$(standby -c "SELECT reserved_up_to FROM idempotency.stream_positions() WHERE stream = 'standby_s'" 2>&1)" "10"
+err=$(standby -c "\\set VERBOSITY sqlstate" -c "SELECT idempotency.set_stream_floor('standby_s', 100)" 2>&1 || true)
+expect "set_stream_floor refused" "$err" "ERROR:  25006"
 
 echo "$CHECKS checks passed"

@@ -19,6 +19,9 @@
 extern "C" {
 #include "catalog/partition.h"
 #include "commands/tablespace.h"
+#include "executor/tstoreReceiver.h"
+#include "utils/plancache.h"
+#include "utils/queryenvironment.h"
 #include "utils/guc.h"
 #include "utils/resowner.h"
 }
@@ -55,6 +58,67 @@ const char *const kSkipped =
     "could not lock idempotency.keys within "
     "idempotency.maintenance_lock_timeout; retried on the next run";
 
+constexpr const char *kMovedRows = "idempotency_moved_rows";
+
+// Under the exclusive lock of idempotency.keys: attaches the (empty) table `name` as the
+// partition [lo, hi) and moves the rows of that range out of the default partition into it,
+// returning how many. Rows of the range in the default partition (live or expired, whenever
+// committed) would make the ATTACH fail, so they are deleted first and inserted again
+// afterwards, through idempotency.keys: logical replication publishing the table through its
+// root (publish_via_partition_root) then carries both the delete and the insert, so a
+// subscriber keeps every key. (Inserting into the table before the ATTACH, as 0.1.0 did, is
+// a change to a table no publication of idempotency.keys covers yet: a subscriber saw the
+// delete only.) Meanwhile the rows wait in a tuplestore, on disk beyond work_mem. A fresh
+// snapshot: rows committed up to the lock are seen; no reserve sees a key missing meanwhile.
+uint64 attach_moving_default_rows(const char *name, const char *lo, const char *hi) {
+    const char *attach =
+        psprintf("ALTER TABLE idempotency.keys ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%s)",
+                 name, lo, hi);
+    Oid def = default_partition_oid();
+    if (!OidIsValid(def)) {
+        spi_run(attach, SPI_OK_UTILITY);
+        return 0;
+    }
+    // A connection of its own: its registered relation goes with it, also on error.
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    SPIPlanPtr take = SPI_prepare(
+        psprintf("DELETE FROM ONLY %s WHERE expires_at OPERATOR(pg_catalog.>=) %s AND expires_at "
+                 "OPERATOR(pg_catalog.<) %s RETURNING *",
+                 relation_name(def), lo, hi),
+        0, nullptr);
+    if (take == nullptr) elog(ERROR, "idempotency: preparing the move failed");
+    auto *source = static_cast<CachedPlanSource *>(linitial(SPI_plan_get_plan_sources(take)));
+    Tuplestorestate *rows = tuplestore_begin_heap(false, false, work_mem);
+    DestReceiver *into = CreateDestReceiver(DestTuplestore);
+    SetTuplestoreDestReceiverParams(into, rows, CurrentMemoryContext, false, nullptr, nullptr);
+    SPIExecuteOptions options;
+    memset(&options, 0, sizeof options);
+    options.dest = into;
+    if (SPI_execute_plan_extended(take, &options) != SPI_OK_DELETE_RETURNING)
+        elog(ERROR, "idempotency: moving rows out of the default partition failed");
+    uint64 moved = uint64(tuplestore_tuple_count(rows));
+    spi_run(attach, SPI_OK_UTILITY);
+    if (moved > 0) {
+        auto *enr =
+            static_cast<EphemeralNamedRelation>(palloc0(sizeof(EphemeralNamedRelationData)));
+        enr->md.name = const_cast<char *>(kMovedRows);
+        enr->md.tupdesc = CreateTupleDescCopy(source->resultDesc);
+        enr->md.enrtype = ENR_NAMED_TUPLESTORE;
+        enr->md.enrtuples = double(moved);
+        enr->reldata = rows;
+        if (SPI_register_relation(enr) != SPI_OK_REL_REGISTER)
+            elog(ERROR, "idempotency: registering the moved rows failed");
+        spi_run(psprintf("INSERT INTO idempotency.keys SELECT * FROM %s", kMovedRows),
+                SPI_OK_INSERT);
+        if (SPI_processed != moved)
+            elog(ERROR, "idempotency: moved %llu rows out of the default partition, inserted %llu",
+                 (unsigned long long)moved, (unsigned long long)SPI_processed);
+    }
+    tuplestore_end(rows);
+    SPI_finish();
+    return moved;
+}
+
 struct CreateStep {
     const PartitionInfo *target;
     uint64 moved;
@@ -74,23 +138,7 @@ void create_step(void *arg) {
                      space_name ? quote_identifier(space_name) : ""),
             SPI_OK_UTILITY);
     spi_run(kLockExclusiveSql, SPI_OK_UTILITY);
-    // Rows of the range in the default partition (live or expired, whenever committed) would
-    // make the ATTACH fail: move them first, under the exclusive lock, so no reserve sees a
-    // key missing meanwhile. A fresh snapshot: rows committed up to the lock are seen.
-    s->moved = 0;
-    Oid def = default_partition_oid();
-    if (OidIsValid(def)) {
-        spi_run(psprintf("WITH moved AS (DELETE FROM ONLY %s WHERE expires_at "
-                         "OPERATOR(pg_catalog.>=) %s AND expires_at OPERATOR(pg_catalog.<) %s "
-                         "RETURNING *) INSERT INTO %s SELECT * FROM moved",
-                         relation_name(def), lo, hi, name),
-                SPI_OK_INSERT);
-        s->moved = SPI_processed;
-    }
-    spi_run(
-        psprintf("ALTER TABLE idempotency.keys ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%s)",
-                 name, lo, hi),
-        SPI_OK_UTILITY);
+    s->moved = attach_moving_default_rows(name, lo, hi);
 }
 
 struct DropStep {
@@ -196,7 +244,25 @@ PlanArrays plan_for(const PartitionList &parts, const DefaultContent &content, i
     return plan;
 }
 
+void check_publications_step(void *) {
+    check_publications();
+}
+
+// Creating partitions while a publication carries idempotency.keys leaf by leaf would lose
+// keys on its subscribers (publications.cpp): then none is created, reported 'failed', and
+// new keys stay in the default partition.
+bool publications_allow_creates(ActionSink *out) {
+    if (out == nullptr) {
+        check_publications();
+        return true;
+    }
+    return run_reported_step(
+        check_publications_step, nullptr, out,
+        StepReport{nullptr, 0, 0, false, -1, kSkipped, "no partition created"});
+}
+
 void run_creates(ActionSink *out, const PlanArrays &plan) {
+    if (plan.n_creates > 0 && !publications_allow_creates(out)) return;
     for (int i = 0; i < plan.n_creates; i++) {
         const PartitionInfo &p = plan.creates[i];
         CreateStep step{&p, 0};

@@ -92,6 +92,11 @@ void purge_default(ActionSink *out, int64 now);
 // errors propagate.
 void partition_default_rows(ActionSink *out, int64 now, int64 width, core::PartitionNaming naming);
 
+// Raises 55000 (with a hint) when a publication would lose keys on its subscribers: one that
+// publishes partitions of idempotency.keys on their own (not through the root), or the
+// extension's tables without every operation or column (publications.cpp).
+void check_publications();
+
 // Partition upkeep when pg_partman manages the table (maintenance_partman.cpp): runs
 // partman.run_maintenance for idempotency.keys and reports what changed into `out`.
 void partman_maintain(const char *schema, ActionSink *out);

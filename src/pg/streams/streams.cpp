@@ -222,20 +222,38 @@ void make_durable(XLogRecPtr end) {
 // cached bound). Any other row (this transaction's, not yet committed) gets a block of one
 // value. A new bound is durable before this returns, and *value is the first value handed
 // out from it. False when there is no such stream (visible to this transaction).
-bool write_next_block(const StreamKey &key, bool use_cache, bool cache_first, int64 *value) {
+// Opens the table and starts an in-place update of the stream's row (a fresh snapshot: the
+// newest committed row, or this transaction's own; waits out a concurrent writer of it).
+// *old is nullptr, and the table closed, when there is no such row.
+Relation begin_bound_update(const StreamKey &key, HeapTuple *old, void **state) {
     Relation rel = table_open(key.table, RowExclusiveLock);
     ScanKeyData scan_key;
     ScanKeyInit(&scan_key, kStreamColumn, BTEqualStrategyNumber, F_TEXTEQ,
                 PointerGetDatum(cstring_to_text_with_len(key.name, int(key.length))));
+    systable_inplace_update_begin(rel, compat::primary_key_index(rel), true, nullptr, 1, &scan_key,
+                                  old, state);
+    if (*old == nullptr) table_close(rel, NoLock);
+    return rel;
+}
+
+// Overwrites the row's bound in place and makes it durable (here and on synchronous standbys)
+// before returning.
+void finish_bound_update(Relation rel, HeapTuple old, void *state, int64 bound) {
+    int column = kReservedColumn;
+    Datum new_bound = Int64GetDatum(bound);
+    bool null = false;
+    HeapTuple updated =
+        heap_modify_tuple_by_cols(old, RelationGetDescr(rel), 1, &column, &new_bound, &null);
+    systable_inplace_update_finish(state, updated);
+    table_close(rel, NoLock);
+    make_durable(XactLastRecEnd);
+}
+
+bool write_next_block(const StreamKey &key, bool use_cache, bool cache_first, int64 *value) {
     HeapTuple old;
     void *state;
-    // A fresh snapshot: the newest committed row (waits out a concurrent writer of it).
-    systable_inplace_update_begin(rel, compat::primary_key_index(rel), true, nullptr, 1, &scan_key,
-                                  &old, &state);
-    if (old == nullptr) {
-        table_close(rel, NoLock);
-        return false;
-    }
+    Relation rel = begin_bound_update(key, &old, &state);
+    if (old == nullptr) return false;
     bool shared =
         use_cache && !TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(old->t_data));
     if (shared && cache_first && stream_cache_take(key, value)) {
@@ -256,15 +274,9 @@ bool write_next_block(const StreamKey &key, bool use_cache, bool cache_first, in
                        "Drop it and create a new stream.");
     }
     core::Block block = core::next_block(base, size);  // cannot throw: both checked above
-    int column = kReservedColumn;
-    Datum new_bound = Int64GetDatum(block.last);
-    bool null = false;
-    HeapTuple updated = heap_modify_tuple_by_cols(old, desc, 1, &column, &new_bound, &null);
-    systable_inplace_update_finish(state, updated);
-    table_close(rel, NoLock);
     // Durable before any value of the block is handed out, whatever the caller's transaction
     // does next. If this throws, the block is lost (a gap), never handed out.
-    make_durable(XactLastRecEnd);
+    finish_bound_update(rel, old, state, block.last);
     *value = shared ? stream_cache_start(key, block) : block.first;
     return true;
 }
@@ -287,6 +299,35 @@ int64 refill_and_take(const StreamKey &key, bool touched) {
     return value;
 }
 
+// Under the stream's lock: raises the durable bound to at least `floor` (never lowers it) and
+// forgets the cached block, so the next value of every session comes from above it. Returns
+// the bound in force afterwards.
+int64 raise_bound(const StreamKey &key, int64 floor) {
+    LOCKTAG tag;
+    stream_lock_tag(&tag, key);
+    (void)LockAcquire(&tag, ExclusiveLock, false, false);
+    HeapTuple old;
+    void *state;
+    Relation rel = begin_bound_update(key, &old, &state);
+    if (old == nullptr) raise_unknown(key);  // the lock goes with the transaction
+    bool isnull;
+    int64 stored =
+        DatumGetInt64(heap_getattr(old, kReservedColumn, RelationGetDescr(rel), &isnull));
+    // A cached block is never above the stored bound (it is written first), but a block of
+    // this backend may be: take the larger.
+    int64 bound = stream_cache_available() ? Max(stored, stream_cache_reserved(key)) : stored;
+    if (floor > bound) {
+        finish_bound_update(rel, old, state, floor);
+        bound = floor;
+    } else {
+        systable_inplace_update_cancel(state);
+        table_close(rel, NoLock);
+    }
+    stream_cache_forget(key);
+    LockRelease(&tag, ExclusiveLock, false);
+    return bound;
+}
+
 }  // namespace
 
 void register_streams() {
@@ -295,6 +336,7 @@ void register_streams() {
 
 IDEM_FUNCTION(idem_create_stream) {
     Datum name = name_arg(fcinfo, 0, "stream");
+    PreventCommandIfReadOnly("idempotency.create_stream()");
     int64 block = DatumGetInt32(required_arg(fcinfo, 1, "block"));
     core::check_block_size(block);
     StreamKey key = stream_key(name);
@@ -310,6 +352,7 @@ IDEM_FUNCTION(idem_create_stream) {
 
 IDEM_FUNCTION(idem_drop_stream) {
     Datum name = name_arg(fcinfo, 0, "stream");
+    PreventCommandIfReadOnly("idempotency.drop_stream()");
     StreamKey key = stream_key(name);
     lock_for_ddl(key);
     Oid types[] = {TEXTOID};
@@ -329,6 +372,20 @@ IDEM_FUNCTION(idem_next_key) {
     if (!touched && stream_cache_available() && stream_cache_take(key, &value))
         PG_RETURN_INT64(value);
     PG_RETURN_INT64(refill_and_take(key, touched));
+}
+
+IDEM_FUNCTION(idem_set_stream_floor) {
+    Datum name = name_arg(fcinfo, 0, "stream");
+    int64 floor = DatumGetInt64(required_arg(fcinfo, 1, "floor"));
+    PreventCommandIfReadOnly("idempotency.set_stream_floor()");
+    PreventCommandDuringRecovery("idempotency.set_stream_floor()");
+    if (floor < 0)
+        throw SqlError(ERRCODE_INVALID_PARAMETER_VALUE, "floor must not be negative",
+                       psprintf("The floor was %lld.", (long long)floor),
+                       "Pass the reserved_up_to of idempotency.stream_positions() on the old "
+                       "server.");
+    StreamKey key = stream_key(name);
+    PG_RETURN_INT64(raise_bound(key, floor));
 }
 
 }  // namespace idem::pg

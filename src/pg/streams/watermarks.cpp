@@ -59,6 +59,9 @@ Datum uuid_datum(const core::Position &position) {
 bool accept(FunctionCallInfo fcinfo, Datum position) {
     Datum consumer = name_arg(fcinfo, 0, "consumer");
     Datum partition = name_arg(fcinfo, 1, "partition");
+    // Before the table is touched, as reserve does: our own 25006, naming the function (a
+    // standby's transactions are read-only too).
+    PreventCommandIfReadOnly("idempotency.accept()");
     Storage storage = open_storage();
     Oid types[] = {TEXTOID, TEXTOID, UUIDOID};
     Datum args[] = {consumer, partition, position};
