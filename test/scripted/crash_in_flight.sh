@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Crash in flight: a holder reserves a key, commits its claim (lock_ttl 4 s), records a recovery
-# point, and while it is busy its backend is SIGKILLed, so the postmaster kills every backend
+# Crash in flight: a holder reserves a key, commits its claim (lock_ttl 15 s, longer than
+# recovery takes on a loaded machine), records a recovery point, and while it is busy its
+# backend is SIGKILLed, so the postmaster kills every backend
 # and recovers. A second session is killed in the middle of an uncommitted reserve + business
 # insert. After recovery:
 #   - the committed claim survived: reserve answers in_progress (attempt 1) until the lease
@@ -32,7 +33,7 @@ q -q -c "CREATE EXTENSION idempotency" -c "CREATE TABLE payments (key text PRIMA
 
 # Holder 1: claim committed, then a recovery point, then "the external call" (a long sleep).
 q -q >/dev/null 2>&1 <<'SQL' &
-SELECT outcome FROM idempotency.reserve('flight', 'order-1', '\x01', lock_ttl => '4 seconds');
+SELECT outcome FROM idempotency.reserve('flight', 'order-1', '\x01', lock_ttl => '15 seconds');
 SELECT idempotency.checkpoint('flight', 'order-1', 'charged-card', 1);
 SELECT pg_sleep(60) /* holder-1 */;
 SQL
@@ -88,7 +89,7 @@ out=$(q -q -c "BEGIN" -c "SELECT outcome || '/' || attempt FROM idempotency.rese
 expect "after recovery: the uncommitted key is new again" "${out%%$'\n'*}" "new/1"
 
 # Wait for the lease to lapse (the server's clock decides), then take over.
-for _ in $(seq 100); do
+for _ in $(seq 250); do
   [[ $(q -c "SELECT locked_until < clock_timestamp() FROM idempotency.lookup('flight', 'order-1')") == t ]] && break
   sleep 0.1
 done

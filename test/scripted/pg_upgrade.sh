@@ -19,7 +19,7 @@ NEW_BIN=$(pg_major_prefix 18)/bin
 install_extension_with "$OLD_BIN/pg_config"
 install_extension_with "$NEW_BIN/pg_config"
 
-cluster_setup test-cluster/pg-upgrade 54470
+cluster_setup test-cluster/pg-upgrade 54474
 OLD_DATA=$CLUSTER_DATA OLD_PORT=$CLUSTER_PORT OLD_SOCK=$CLUSTER_SOCK OLD_LOG=$CLUSTER_LOG
 BASE=$(dirname "$OLD_DATA")
 NEW_DATA=$BASE/data18 NEW_PORT=$((OLD_PORT + 1))
