@@ -22,7 +22,10 @@ ifeq ($(IDEM_WERROR),1)
 IDEM_WARNINGS += -Werror
 endif
 
-PG_CXXFLAGS = -std=c++17 -Wno-register -fno-omit-frame-pointer $(IDEM_WARNINGS) -Isrc
+# The SQL version the library serves (src/pg/schema_version.cpp refuses any other).
+IDEM_SCHEMA_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" idempotency.control)
+PG_CXXFLAGS = -std=c++17 -Wno-register -fno-omit-frame-pointer $(IDEM_WARNINGS) -Isrc \
+	-DIDEM_SCHEMA_VERSION='"$(IDEM_SCHEMA_VERSION)"'
 SHLIB_LINK = -lcrypto -lstdc++
 
 # No LLVM bitcode: PostgreSQL's JIT would only inline these functions, and clang would
@@ -38,7 +41,7 @@ CORE_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden $(IDEM_WARNINGS) -Is
 src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 	$(CXX) $(CORE_CXXFLAGS) -c -o $@ $<
 
-$(GLUE_SRCS:.cpp=.o): $(wildcard src/core/*.hpp src/pg/*.hpp src/pg/*/*.hpp)
+$(GLUE_SRCS:.cpp=.o): $(wildcard src/core/*.hpp src/pg/*.hpp src/pg/*/*.hpp) idempotency.control
 
 .PHONY: format
 format:
