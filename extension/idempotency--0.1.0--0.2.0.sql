@@ -69,3 +69,13 @@ BEGIN
     END IF;
 END
 $$;
+
+-- === operations: clean uninstall (ops) ===
+-- pg_partman keeps its configuration (part_config row, template table) by name, not by
+-- dependency: DROP EXTENSION idempotency alone would leave them behind, and every
+-- partman.run_maintenance() failing on the missing table. Run this first.
+CREATE FUNCTION idempotency.stop_partman()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_stop_partman' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION idempotency.stop_partman() FROM PUBLIC;

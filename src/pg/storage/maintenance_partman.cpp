@@ -312,3 +312,44 @@ IDEM_FUNCTION(idem_use_partman) {
     SPI_finish();
     PG_RETURN_BOOL(newly);
 }
+
+// idempotency.stop_partman(): pg_partman stops managing idempotency.keys (its part_config
+// row and the template table go; the partitions stay, and maintain() manages them again).
+// Run before DROP EXTENSION idempotency, which would otherwise leave pg_partman a
+// configuration row for a table that no longer exists, and every run_maintenance() failing.
+// True when pg_partman managed the table.
+IDEM_FUNCTION(idem_stop_partman) {
+    using namespace idem::pg;
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    MaintenanceScope scope = enter_maintenance("idempotency.stop_partman()");
+    char *schema = partman_schema();
+    bool managed = schema != nullptr && partman_manages_keys(schema);
+    if (managed) {
+        const char *partman = quote_identifier(schema);
+        spi_run("LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE", SPI_OK_UTILITY);
+        int rc = SPI_execute(psprintf("DELETE FROM %s.part_config WHERE parent_table "
+                                      "OPERATOR(pg_catalog.=) 'idempotency.keys' RETURNING "
+                                      "template_table",
+                                      partman),
+                             false, 0);
+        if (rc != SPI_OK_DELETE_RETURNING)
+            elog(ERROR, "idempotency: deleting from part_config failed");
+        char *template_table = SPI_processed > 0
+                                   ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)
+                                   : nullptr;
+        if (template_table != nullptr) {
+            // Through regclass: the name may need quoting, and may be gone already.
+            rc = SPI_execute(psprintf("SELECT pg_catalog.to_regclass(%s)::pg_catalog.text",
+                                      quote_literal_cstr(template_table)),
+                             false, 1);
+            if (rc != SPI_OK_SELECT) elog(ERROR, "idempotency: finding the template failed");
+            char *found = SPI_processed > 0
+                              ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)
+                              : nullptr;
+            if (found != nullptr) spi_run(psprintf("DROP TABLE %s", found), SPI_OK_UTILITY);
+        }
+    }
+    leave_maintenance(scope);
+    SPI_finish();
+    PG_RETURN_BOOL(managed);
+}
