@@ -46,3 +46,13 @@ $(GLUE_SRCS:.cpp=.o): $(wildcard src/core/*.hpp src/pg/*.hpp src/pg/*/*.hpp) ide
 .PHONY: format
 format:
 	clang-format -i src/core/*.[ch]pp src/pg/*.[ch]pp src/pg/*/*.[ch]pp test/unit/*.cpp
+
+# A PGXN-ready zip of the committed tree (HEAD: uncommitted changes are not in it), named after
+# idempotency.control's default_version, which META.json's version must equal.
+DIST_NAME = $(EXTENSION)-$(IDEM_SCHEMA_VERSION)
+DIST_DIR ?= .
+.PHONY: dist
+dist:
+	git -C $(dir $(firstword $(MAKEFILE_LIST))) archive --format=zip --prefix=$(DIST_NAME)/ \
+		-o $(abspath $(DIST_DIR))/$(DIST_NAME).zip HEAD
+	@echo "$(abspath $(DIST_DIR))/$(DIST_NAME).zip"
