@@ -99,6 +99,9 @@ partitions_010 up
 fill_010 up
 snapshot up >"$WORK/before"
 
+# A dump taken at 0.1.0 (before the update), for the restore checks below.
+pgtool pg_dump -Fc -d up -f "$WORK/up-010.dump"
+
 # The new library refuses every call, naming the fix.
 for call in "SELECT idempotency.reserve('up', 'x')" "SELECT * FROM idempotency.lookup('up', 'completed')" \
   "SELECT idempotency.complete('up', 'processing', 200, '{}')" "SELECT idempotency.next_key('orders')" \
@@ -158,6 +161,42 @@ out=$(pgtool pg_restore -d up_restored "$WORK/up.dump" 2>&1) || fail "restore of
 [[ -z $out ]] || fail "restore printed: $out"
 expect "the upgraded database's dump restores every key" \
   "$(q -d up_restored -c "SELECT count(*) FROM idempotency.keys")" "$(q -d up -c "SELECT count(*) FROM idempotency.keys")"
+
+# A dump taken at 0.1.0 into a server with 0.2.0's files: CREATE EXTENSION makes 0.2.0, whose
+# parent has no primary key, so the dump's partitions and their keys restore, and the only
+# errors are the dump's ALTER INDEX keys_pkey ATTACH PARTITION, one per partition (harmless:
+# the partition keeps its key). The default partition's rows were never in a 0.1.0 dump.
+q -d postgres -c "CREATE DATABASE up_from_010"
+out=$(pgtool pg_restore -d up_from_010 "$WORK/up-010.dump" 2>&1) && fail "a 0.1.0 dump restored with no error"
+others=$(grep '^pg_restore: error:' <<<"$out" | grep -v 'relation "idempotency.keys_pkey" does not exist' || true)
+[[ -z $others && $(grep -c 'keys_pkey" does not exist' <<<"$out") == 4 ]] ||
+  fail "restore of a 0.1.0 dump: other errors than the 4 index attachments: $out"
+CHECKS=$((CHECKS + 1)); echo "ok: a 0.1.0 dump restores with one harmless error per partition (ALTER INDEX keys_pkey ATTACH)"
+expect "a 0.1.0 dump restores into 0.2.0: every key of the dated partitions, none of the default's" \
+  "$(q -d up_from_010 -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")|$(q -d up_from_010 -c "SELECT string_agg(key, ',' ORDER BY key) FROM idempotency.keys")" \
+  "0.2.0|abandoned,completed,failed,processing"
+
+# Bad input: a restore into a database where another version (0.1.0) is installed. The dump's
+# CREATE EXTENSION IF NOT EXISTS does nothing there, and 0.1.0's table refuses the partitions.
+q -d postgres -c "CREATE DATABASE up_into_010"
+q -d up_into_010 -c "CREATE EXTENSION idempotency VERSION '0.1.0'"
+out=$(pgtool pg_restore -d up_into_010 "$WORK/up.dump" 2>&1) && fail "a 0.2.0 dump restored into 0.1.0 without an error"
+[[ $out == *"multiple primary keys"* ]] || fail "unexpected error restoring into 0.1.0: $out"
+CHECKS=$((CHECKS + 1)); echo "ok: a 0.2.0 dump into a 0.1.0 database fails (multiple primary keys)"
+# The documented procedure: pg_restore --clean --if-exists, which drops the installed 0.1.0
+# (with whatever keys it held) and creates the extension at the version of the installed
+# files. (Updating the target first does not do: the dump's CREATE SCHEMA idempotency then
+# fails, as into any database that has the extension.)
+q -d postgres -c "CREATE DATABASE up_into_010b"
+q -d up_into_010b -c "CREATE EXTENSION idempotency VERSION '0.1.0'"
+out=$(pgtool pg_restore --clean --if-exists -d up_into_010b "$WORK/up.dump" 2>&1) ||
+  fail "pg_restore --clean --if-exists into a 0.1.0 database: $out"
+[[ -z $out ]] || fail "pg_restore --clean --if-exists into a 0.1.0 database printed: $out"
+snapshot up_restored >"$WORK/restored-a"
+snapshot up_into_010b >"$WORK/restored-b"
+diff -u "$WORK/restored-a" "$WORK/restored-b" || fail "restore with --clean differs from one into an empty database"
+expect "pg_restore --clean --if-exists into the 0.1.0 database: 0.2.0 with every record" \
+  "$(q -d up_into_010b -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" 0.2.0
 
 # --- a database whose keys pg_partman manages, as 0.1.0's use_partman() left it: pg_partman's
 # own default partition (no member of the extension), a template without a primary key.
