@@ -136,17 +136,8 @@ run_restore() {
 
 fresh_db() { q -d postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1"; }
 
-backup_main() {
-  cluster_setup "test-cluster/backup-$FORMAT" "$PORT"
-  trap cleanup EXIT
-  rm -f "$CLUSTER_LOG"
-  cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
-    "idempotency.database = 'src_m'" "idempotency.maintenance_interval = '1s'" "fsync = off"
-  cluster_start "$CLUSTER_DATA"
-  WORK=$(mktemp -d /tmp/idem-backup-XXXXXX)
-  if is_root; then chown postgres: "$WORK"; fi
-
-  local src
+setup_sources() { # src_m (the worker maintains it) and src_p (pg_partman), filled
+  local src i
   for src in src_m src_p; do
     fresh_db $src
     q -d $src -c "SET client_min_messages = warning" -c "CREATE EXTENSION idempotency" >/dev/null
@@ -164,7 +155,6 @@ SQL
   done
   ORDERS_MAX=25 INVOICES_MAX=1
   # The worker gives the far key a partition of its own within a pass or two.
-  local i one
   for i in $(seq 1 60); do
     [[ $(q -d src_m -c "SELECT count(*) FROM idempotency.keys_default") == 0 ]] && break
     sleep 0.5
@@ -174,6 +164,20 @@ SQL
   expect "src_p keeps a key in its default partition (nothing maintains it)" \
     "$(q -d src_p -c "SELECT count(*) FROM idempotency.keys_default")" 1
 
+}
+
+backup_main() {
+  cluster_setup "test-cluster/backup-$FORMAT" "$PORT"
+  trap cleanup EXIT
+  rm -f "$CLUSTER_LOG"
+  cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
+    "idempotency.database = 'src_m'" "idempotency.maintenance_interval = '1s'" "fsync = off"
+  cluster_start "$CLUSTER_DATA"
+  WORK=$(mktemp -d /tmp/idem-backup-XXXXXX)
+  if is_root; then chown postgres: "$WORK"; fi
+
+  local src one
+  setup_sources
   for src in src_m src_p; do
     snapshot $src "$WORK/snap-$src"
     local dump=$WORK/$src.dump
