@@ -22,7 +22,10 @@ ifeq ($(IDEM_WERROR),1)
 IDEM_WARNINGS += -Werror
 endif
 
-PG_CXXFLAGS = -std=c++17 -Wno-register -fno-omit-frame-pointer $(IDEM_WARNINGS) -Isrc
+# The SQL version the library serves (src/pg/schema_version.cpp refuses any other).
+IDEM_SCHEMA_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" idempotency.control)
+PG_CXXFLAGS = -std=c++17 -Wno-register -fno-omit-frame-pointer $(IDEM_WARNINGS) -Isrc \
+	-DIDEM_SCHEMA_VERSION='"$(IDEM_SCHEMA_VERSION)"'
 SHLIB_LINK = -lcrypto -lstdc++
 
 # No LLVM bitcode: PostgreSQL's JIT would only inline these functions, and clang would
@@ -53,8 +56,18 @@ $(OBJS): $(BUILD_STAMP)
 src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 	$(CXX) $(CORE_CXXFLAGS) -c -o $@ $<
 
-$(GLUE_SRCS:.cpp=.o): $(wildcard src/core/*.hpp src/pg/*.hpp src/pg/*/*.hpp)
+$(GLUE_SRCS:.cpp=.o): $(wildcard src/core/*.hpp src/pg/*.hpp src/pg/*/*.hpp) idempotency.control
 
 .PHONY: format
 format:
 	clang-format -i src/core/*.[ch]pp src/pg/*.[ch]pp src/pg/*/*.[ch]pp test/unit/*.cpp
+
+# A PGXN-ready zip of the committed tree (HEAD: uncommitted changes are not in it), named after
+# idempotency.control's default_version, which META.json's version must equal.
+DIST_NAME = $(EXTENSION)-$(IDEM_SCHEMA_VERSION)
+DIST_DIR ?= .
+.PHONY: dist
+dist:
+	git -C $(dir $(firstword $(MAKEFILE_LIST))) archive --format=zip --prefix=$(DIST_NAME)/ \
+		-o $(abspath $(DIST_DIR))/$(DIST_NAME).zip HEAD
+	@echo "$(abspath $(DIST_DIR))/$(DIST_NAME).zip"

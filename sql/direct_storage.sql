@@ -4,6 +4,8 @@
 -- constraint. Also: the relation locks it takes, and the outcome labels surviving the
 -- extension being dropped and recreated.
 \set VERBOSITY terse
+-- This file is about the direct path: on, whatever the server says.
+SET idempotency.direct_storage = on;
 -- Written directly: this session now knows the table's shape.
 SELECT outcome FROM idempotency.reserve('direct', 'k1');
 SELECT idempotency.complete('direct', 'k1', 201, '{"n": 1}');

@@ -112,7 +112,7 @@ SELECT outcome, attempt, expires_at
 SELECT count(*) FROM idempotency.keys WHERE scope = 'life' AND key LIKE '01%';
 SET idempotency.max_retention = '8000d';
 SELECT outcome FROM idempotency.reserve('life', '01ARZ3NDEKTSV4RRFFQ69G5FAV', retention => '20 years');
-RESET idempotency.max_retention;
+SET idempotency.max_retention = '30d';
 SELECT outcome FROM idempotency.reserve('life', idempotency.uuidv7()::text);
 -- A live record wins over the key's age.
 SELECT outcome FROM idempotency.reserve('life', '01ARZ3NDEKTSV4RRFFQ69G5FAV');

@@ -83,7 +83,7 @@ SELECT outcome FROM idempotency.reserve('partitions_t', 'long', NULL, '5 min', '
 \set VERBOSITY sqlstate
 SELECT outcome FROM idempotency.reserve('partitions_t', 'long', NULL, '5 min', '8 days');
 \set VERBOSITY default
-RESET idempotency.max_retention;
+SET idempotency.max_retention = '30d';
 
 -- Only roles granted EXECUTE may maintain.
 CREATE ROLE partitions_t_app;
@@ -132,7 +132,7 @@ FROM idempotency.maintain() ORDER BY action;
 DO $$ BEGIN EXECUTE format('DROP TABLE idempotency.%I',
                            current_setting('partitions_t.blocked')); END $$;
 SELECT action, partition = :'blocked' AS blocked FROM idempotency.maintain();
-RESET idempotency.premake;
+SET idempotency.premake = 2;
 
 -- Partitions are dropped by OID, in whatever schema they live.
 CREATE SCHEMA partitions_t_elsewhere;

@@ -12,6 +12,8 @@
 
 #include "pg/postgres_headers.hpp"
 
+#include "pg/schema_version.hpp"
+
 #include <exception>
 
 namespace idem::pg {
@@ -65,12 +67,15 @@ Datum guarded(Body &&body) noexcept {
 
 // Defines the SQL-callable C function `name`; the braces that follow are its C++ body,
 // which sees `fcinfo` and returns a Datum.
-#define IDEM_FUNCTION(name)                                                   \
-    static Datum name##_body(FunctionCallInfo fcinfo);                        \
-    extern "C" {                                                              \
-    PG_FUNCTION_INFO_V1(name);                                                \
-    }                                                                         \
-    extern "C" Datum name(PG_FUNCTION_ARGS) {                                 \
-        return idem::pg::guarded([fcinfo]() { return name##_body(fcinfo); }); \
-    }                                                                         \
+#define IDEM_FUNCTION(name)                            \
+    static Datum name##_body(FunctionCallInfo fcinfo); \
+    extern "C" {                                       \
+    PG_FUNCTION_INFO_V1(name);                         \
+    }                                                  \
+    extern "C" Datum name(PG_FUNCTION_ARGS) {          \
+        return idem::pg::guarded([fcinfo]() {          \
+            idem::pg::require_schema_version();        \
+            return name##_body(fcinfo);                \
+        });                                            \
+    }                                                  \
     static Datum name##_body(FunctionCallInfo fcinfo)

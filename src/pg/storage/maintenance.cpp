@@ -132,9 +132,11 @@ void create_step(void *arg) {
     // tablespace, as CREATE TABLE ... PARTITION OF would put it.
     Oid space = get_rel_tablespace(key_table_oid());
     char *space_name = OidIsValid(space) ? get_tablespace_name(space) : nullptr;
+    // Its own primary key: the parent has none (see idempotency--0.1.0--0.2.0.sql, pg_dump).
+    // On a parent that still has one (0.1.0), ATTACH adopts this index as the partition's.
     spi_run(psprintf("CREATE TABLE %s (LIKE idempotency.keys INCLUDING DEFAULTS INCLUDING "
-                     "CONSTRAINTS INCLUDING STORAGE INCLUDING COMMENTS)%s%s",
-                     name, space_name ? " TABLESPACE " : "",
+                     "CONSTRAINTS INCLUDING STORAGE INCLUDING COMMENTS, %s)%s%s",
+                     name, kPartitionPrimaryKey, space_name ? " TABLESPACE " : "",
                      space_name ? quote_identifier(space_name) : ""),
             SPI_OK_UTILITY);
     spi_run(kLockExclusiveSql, SPI_OK_UTILITY);

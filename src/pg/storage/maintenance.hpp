@@ -29,6 +29,9 @@ struct PartitionList {
 };
 
 Oid key_table_oid();
+// The primary key every partition of idempotency.keys carries (the parent has none from 0.2.0
+// on, so that pg_dump's output restores), as a table constraint clause.
+constexpr const char *kPartitionPrimaryKey = "PRIMARY KEY (key, scope, expires_at)";
 // The default partition of idempotency.keys, or InvalidOid.
 Oid default_partition_oid();
 PartitionList read_partitions();

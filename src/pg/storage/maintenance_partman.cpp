@@ -284,15 +284,23 @@ IDEM_FUNCTION(idem_use_partman) {
             old_name = quote_qualified_identifier(
                 get_namespace_name(get_rel_namespace(old_default)), "keys_default_before_partman");
         }
+        // pg_partman 4.x gives a partition the primary key of its template table (the parent
+        // has none): create_parent uses this one, made beforehand with the key.
+        spi_run(psprintf("CREATE TABLE IF NOT EXISTS %s.template_idempotency_keys (LIKE "
+                         "idempotency.keys, %s)",
+                         partman, kPartitionPrimaryKey),
+                SPI_OK_UTILITY);
         int64 start = idem::core::bucket_start(GetCurrentTimestamp(), width);
         // 5.x has no 'native' type: its 'range' is 4.x's 'native'.
         spi_run(psprintf("SELECT %s.create_parent(p_parent_table => 'idempotency.keys', "
                          "p_control => 'expires_at', p_type => %s, p_interval => %s, "
-                         "p_premake => %d, p_start_partition => %s, p_jobmon => false)",
+                         "p_premake => %d, p_start_partition => %s, p_jobmon => false, "
+                         "p_template_table => %s)",
                          partman,
                          naming == idem::core::PartitionNaming::kPartman4 ? "'native'" : "'range'",
                          quote_literal_cstr(width_interval_text(width)), partman_premake(width),
-                         time_literal(start)),
+                         time_literal(start),
+                         quote_literal_cstr(psprintf("%s.template_idempotency_keys", partman))),
                 SPI_OK_SELECT);
         // pg_partman aligns and names partitions by rules of its own for some widths
         // (months, years, odd minutes): refuse those.
@@ -304,15 +312,28 @@ IDEM_FUNCTION(idem_use_partman) {
             spi_run("CREATE TABLE idempotency.keys_default PARTITION OF idempotency.keys DEFAULT",
                     SPI_OK_UTILITY);
         if (old_name != nullptr) {
-            spi_run(psprintf("INSERT INTO idempotency.keys SELECT * FROM %s WHERE expires_at "
+            // Live rows into the partition set (pg_partman's partitions or its default), then
+            // ours takes the place of pg_partman's default: it belongs to the extension and its
+            // rows are dumped (pg_extension_config_dump), so a dump restores it through CREATE
+            // EXTENSION. pg_partman finds a default partition by its name only.
+            spi_run(psprintf("WITH live AS (DELETE FROM %s RETURNING *) INSERT INTO "
+                             "idempotency.keys SELECT * FROM live WHERE expires_at "
                              "OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
                              old_name),
                     SPI_OK_INSERT);
+            char *partman_default = relation_name(default_partition_oid());
+            spi_run(psprintf("WITH moved AS (DELETE FROM %s RETURNING *) INSERT INTO %s SELECT * "
+                             "FROM moved",
+                             partman_default, old_name),
+                    SPI_OK_INSERT);
+            spi_run(psprintf("DROP TABLE %s", partman_default), SPI_OK_UTILITY);
+            spi_run(psprintf("ALTER TABLE %s RENAME TO keys_default", old_name), SPI_OK_UTILITY);
+            spi_run(
+                psprintf("ALTER TABLE idempotency.keys ATTACH PARTITION %s DEFAULT",
+                         quote_qualified_identifier(
+                             get_namespace_name(get_rel_namespace(old_default)), "keys_default")),
+                SPI_OK_UTILITY);
             partition_default_rows(nullptr, GetCurrentTimestamp(), width, naming);
-            // It was created by CREATE EXTENSION: release it from the extension to drop it.
-            spi_run(psprintf("ALTER EXTENSION idempotency DROP TABLE %s", old_name),
-                    SPI_OK_UTILITY);
-            spi_run(psprintf("DROP TABLE %s", old_name), SPI_OK_UTILITY);
         }
     } else {
         PartmanConfig config = read_partman_config(partman);
@@ -337,4 +358,45 @@ IDEM_FUNCTION(idem_use_partman) {
     leave_maintenance(scope);
     SPI_finish();
     PG_RETURN_BOOL(newly);
+}
+
+// idempotency.stop_partman(): pg_partman stops managing idempotency.keys (its part_config
+// row and the template table go; the partitions stay, and maintain() manages them again).
+// Run before DROP EXTENSION idempotency, which would otherwise leave pg_partman a
+// configuration row for a table that no longer exists, and every run_maintenance() failing.
+// True when pg_partman managed the table.
+IDEM_FUNCTION(idem_stop_partman) {
+    using namespace idem::pg;
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    MaintenanceScope scope = enter_maintenance("idempotency.stop_partman()");
+    char *schema = partman_schema();
+    bool managed = schema != nullptr && partman_manages_keys(schema);
+    if (managed) {
+        const char *partman = quote_identifier(schema);
+        spi_run("LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE", SPI_OK_UTILITY);
+        int rc = SPI_execute(psprintf("DELETE FROM %s.part_config WHERE parent_table "
+                                      "OPERATOR(pg_catalog.=) 'idempotency.keys' RETURNING "
+                                      "template_table",
+                                      partman),
+                             false, 0);
+        if (rc != SPI_OK_DELETE_RETURNING)
+            elog(ERROR, "idempotency: deleting from part_config failed");
+        char *template_table = SPI_processed > 0
+                                   ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)
+                                   : nullptr;
+        if (template_table != nullptr) {
+            // Through regclass: the name may need quoting, and may be gone already.
+            rc = SPI_execute(psprintf("SELECT pg_catalog.to_regclass(%s)::pg_catalog.text",
+                                      quote_literal_cstr(template_table)),
+                             false, 1);
+            if (rc != SPI_OK_SELECT) elog(ERROR, "idempotency: finding the template failed");
+            char *found = SPI_processed > 0
+                              ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)
+                              : nullptr;
+            if (found != nullptr) spi_run(psprintf("DROP TABLE %s", found), SPI_OK_UTILITY);
+        }
+    }
+    leave_maintenance(scope);
+    SPI_finish();
+    PG_RETURN_BOOL(managed);
 }

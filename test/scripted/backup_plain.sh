@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# pg_dump in plain format, restored every way that format allows (see backup_common.bash):
+# with maintain()'s partitions while the worker runs, and with pg_partman managing them.
+FORMAT=plain PORT=54473
+source "$(dirname "${BASH_SOURCE[0]}")/backup_common.bash"
+backup_main
