@@ -47,3 +47,31 @@ CREATE OR REPLACE VIEW idempotency.watermarks AS
         (pg_catalog.substr(h.hex, 17, 8) OPERATOR(pg_catalog.||) '/'
             OPERATOR(pg_catalog.||) pg_catalog.substr(h.hex, 25, 8))::pg_catalog.pg_lsn
         ) AS k(commit_lsn, lsn);
+
+-- === maintenance runs (issue 13) ===
+-- One row per run of maintain(), whoever called it (the worker, pg_cron, a person); the last
+-- 100 are kept (maintain() deletes older ones). A run that failed with an error is written
+-- by the next maintain() of the database (or at once by the worker), see README. Not dumped:
+-- a restored database starts with an empty history.
+CREATE TABLE idempotency.maintenance_log (
+    run bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    started_at timestamptz NOT NULL,
+    ended_at timestamptz NOT NULL,
+    caller text NOT NULL CHECK (caller IN ('worker', 'pg_cron', 'sql')),
+    role name NOT NULL,
+    result text NOT NULL CHECK (result IN ('ok', 'incomplete', 'failed')),
+    steps jsonb NOT NULL DEFAULT '[]',
+    error text
+);
+
+REVOKE ALL ON idempotency.maintenance_log FROM PUBLIC;
+
+-- Newest first. result: ok (every step done), incomplete (a step skipped or failed: see
+-- steps), failed (the run ended with an error: see error).
+CREATE VIEW idempotency.maintenance_runs AS
+    SELECT run, started_at, ended_at, ended_at OPERATOR(pg_catalog.-) started_at AS duration,
+           caller, role, result, steps, error
+    FROM idempotency.maintenance_log
+    ORDER BY run DESC;
+
+REVOKE ALL ON idempotency.maintenance_runs FROM PUBLIC;

@@ -5,6 +5,7 @@
 
 #include "pg/postgres_headers.hpp"
 #include "pg/settings.hpp"
+#include "pg/storage/maintenance.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -231,6 +232,23 @@ void run_maintain(const char *dbname) {
     pgstat_report_activity(STATE_IDLE, nullptr);
 }
 
+// After a failed run: writes its record (kept by maintain() on its way out) in a transaction
+// of its own, so the worker's failures show in maintenance_runs at once.
+void record_failed_run() {
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    PushActiveSnapshot(GetTransactionSnapshot());
+    if (OidIsValid(get_extension_oid("idempotency", true))) {
+        SavedUser user = become_key_owner();
+        (void)record_stashed_runs();
+        restore_user(user);
+    }
+    SPI_finish();
+    PopActiveSnapshot();
+    CommitTransactionCommand();
+}
+
 }  // namespace
 
 void register_maintenance_worker() {
@@ -298,6 +316,7 @@ void idem_maintenance_main(Datum) {
     SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_SESSION);
     // One transaction per pass; an error is logged and the next pass starts a new worker.
     MemoryContext context = CurrentMemoryContext;
+    volatile bool failed = false;
     PG_TRY();
     { run_maintain(dbname); }
     PG_CATCH();
@@ -308,7 +327,22 @@ void idem_maintenance_main(Datum) {
         FlushErrorState();
         AbortCurrentTransaction();
         RESUME_INTERRUPTS();
+        failed = true;
     }
     PG_END_TRY();
+    if (failed && !ShutdownRequestPending) {
+        PG_TRY();
+        { record_failed_run(); }
+        PG_CATCH();
+        {
+            MemoryContextSwitchTo(context);
+            HOLD_INTERRUPTS();
+            EmitErrorReport();
+            FlushErrorState();
+            AbortCurrentTransaction();
+            RESUME_INTERRUPTS();
+        }
+        PG_END_TRY();
+    }
     proc_exit(0);
 }
