@@ -47,6 +47,24 @@ DB=app wait_for 30 "the worker maintains 'app' once it exists" \
 [[ $(count 'idempotency: database "app" can be maintained again') == 1 ]] ||
   fail "no 'can be maintained again' line"
 
+# 2b. maintenance_runs: the worker's runs say so; a failed run (an event trigger cancelling
+# the DDL: the error ends the run) is recorded by the worker at once, in a new transaction.
+[[ $(q -d app -c "SELECT count(*) >= 1 FROM idempotency.maintenance_runs WHERE caller = 'worker' AND result = 'ok'") == t ]] ||
+  fail "no 'worker' run in maintenance_runs"
+last=$(q -d app -c "SELECT partition FROM idempotency.partitions WHERE NOT is_default ORDER BY range_start DESC LIMIT 1")
+q -d app <<SQL
+CREATE FUNCTION cancel_ddl() RETURNS event_trigger LANGUAGE plpgsql AS
+  \$\$ BEGIN RAISE EXCEPTION 'canceled for the test' USING ERRCODE = 'query_canceled'; END \$\$;
+DROP TABLE idempotency.$last;
+CREATE EVENT TRIGGER cancel_ddl ON ddl_command_start EXECUTE FUNCTION cancel_ddl();
+SQL
+DB=app wait_for 15 "a failed worker run is in maintenance_runs" \
+  "SELECT count(*) >= 1 FROM idempotency.maintenance_runs WHERE caller = 'worker' AND result = 'failed' AND error = 'canceled for the test'"
+q -d app -c "DROP EVENT TRIGGER cancel_ddl"
+DB=app wait_for 15 "the worker's next run is ok again" \
+  "SELECT result = 'ok' FROM idempotency.maintenance_runs ORDER BY run DESC LIMIT 1"
+sleep 1.5 # the failure's log lines are behind us
+
 # 3. Routine passes (nothing to create or drop) log nothing at LOG: 4 more intervals, no new
 # line from the worker beyond what was there.
 before=$(count 'idempotency:')

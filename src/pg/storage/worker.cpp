@@ -232,6 +232,16 @@ void run_maintain(const char *dbname) {
     pgstat_report_activity(STATE_IDLE, nullptr);
 }
 
+// In PG_CATCH: logs the error and aborts the transaction.
+void log_and_abort(MemoryContext context) {
+    MemoryContextSwitchTo(context);
+    HOLD_INTERRUPTS();
+    EmitErrorReport();
+    FlushErrorState();
+    AbortCurrentTransaction();
+    RESUME_INTERRUPTS();
+}
+
 // After a failed run: writes its record (kept by maintain() on its way out) in a transaction
 // of its own, so the worker's failures show in maintenance_runs at once.
 void record_failed_run() {
@@ -321,12 +331,7 @@ void idem_maintenance_main(Datum) {
     { run_maintain(dbname); }
     PG_CATCH();
     {
-        MemoryContextSwitchTo(context);
-        HOLD_INTERRUPTS();
-        EmitErrorReport();
-        FlushErrorState();
-        AbortCurrentTransaction();
-        RESUME_INTERRUPTS();
+        log_and_abort(context);
         failed = true;
     }
     PG_END_TRY();
@@ -335,12 +340,7 @@ void idem_maintenance_main(Datum) {
         { record_failed_run(); }
         PG_CATCH();
         {
-            MemoryContextSwitchTo(context);
-            HOLD_INTERRUPTS();
-            EmitErrorReport();
-            FlushErrorState();
-            AbortCurrentTransaction();
-            RESUME_INTERRUPTS();
+            log_and_abort(context);
         }
         PG_END_TRY();
     }
