@@ -75,3 +75,71 @@ CREATE VIEW idempotency.maintenance_runs AS
     ORDER BY run DESC;
 
 REVOKE ALL ON idempotency.maintenance_runs FROM PUBLIC;
+
+-- === metrics (issue 13) ===
+-- One row per (name, labels): what an exporter scrapes. Names follow Prometheus' conventions
+-- (a _total counter, _seconds and _bytes units); labels is a jsonb object (empty: {}). Values
+-- are this database's; counters are those of idempotency.stats (they survive a clean restart,
+-- see README). in_flight / abandoned read the key table (a scan of its live partitions).
+CREATE VIEW idempotency.metrics AS
+WITH s AS (SELECT * FROM idempotency.stats_counters()),
+     claims AS (
+        SELECT count(*) FILTER (WHERE locked_until OPERATOR(pg_catalog.>) now()) AS in_flight,
+               count(*) FILTER (WHERE locked_until OPERATOR(pg_catalog.<=) now()) AS abandoned,
+               min(locked_until) FILTER (WHERE locked_until OPERATOR(pg_catalog.<=) now())
+                   AS oldest_lapse
+        FROM idempotency.keys
+        WHERE state OPERATOR(pg_catalog.=) 'processing' AND expires_at OPERATOR(pg_catalog.>) now()),
+     last_run AS (
+        SELECT result, caller, ended_at FROM idempotency.maintenance_log
+        ORDER BY run DESC LIMIT 1)
+SELECT m.name, m.labels, m.value FROM (
+    SELECT 'idempotency_reserves_total' AS name, pg_catalog.jsonb_build_object('outcome', o.outcome) AS labels, o.value::float8 AS value, 1 AS ord, o.ord AS sub
+    FROM s, LATERAL (VALUES ('new', s.reserves_new, 1), ('replay', s.reserves_replay, 2),
+                            ('in_progress', s.reserves_in_progress, 3),
+                            ('mismatch', s.reserves_mismatch, 4), ('too_old', s.reserves_too_old, 5))
+        AS o(outcome, value, ord)
+    UNION ALL SELECT 'idempotency_completes_total', '{}', s.completes, 2, 0 FROM s
+    UNION ALL SELECT 'idempotency_fails_total', '{}', s.fails, 3, 0 FROM s
+    UNION ALL SELECT 'idempotency_takeovers_total', '{}', s.takeovers, 4, 0 FROM s
+    UNION ALL SELECT 'idempotency_counters_since_timestamp_seconds', '{}',
+        extract(epoch FROM s.since)::float8, 5, 0 FROM s
+    UNION ALL SELECT 'idempotency_in_flight', '{}', claims.in_flight, 6, 0 FROM claims
+    UNION ALL SELECT 'idempotency_abandoned', '{}', claims.abandoned, 7, 0 FROM claims
+    UNION ALL SELECT 'idempotency_abandoned_oldest_seconds', '{}',
+        coalesce(extract(epoch FROM now() OPERATOR(pg_catalog.-) claims.oldest_lapse)::float8, 0), 8, 0
+        FROM claims
+    UNION ALL SELECT 'idempotency_keys_bytes', '{}',
+        (SELECT coalesce(sum(pg_catalog.pg_total_relation_size(t.relid)), 0)
+         FROM pg_catalog.pg_partition_tree('idempotency.keys'::pg_catalog.regclass) t)::float8, 9, 0
+    UNION ALL SELECT 'idempotency_keys_rows_estimate', '{}',
+        (SELECT coalesce(sum(GREATEST(c.reltuples, 0)), 0)
+         FROM pg_catalog.pg_partition_tree('idempotency.keys'::pg_catalog.regclass) t
+         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.relid
+         WHERE t.isleaf)::float8, 10, 0
+    UNION ALL SELECT 'idempotency_partitions', '{}',
+        (SELECT count(*) FROM pg_catalog.pg_inherits i
+         WHERE i.inhparent OPERATOR(pg_catalog.=) 'idempotency.keys'::pg_catalog.regclass)::float8, 11, 0
+    UNION ALL SELECT 'idempotency_maintenance_last_run_ok',
+        pg_catalog.jsonb_build_object('result', last_run.result, 'caller', last_run.caller),
+        (last_run.result OPERATOR(pg_catalog.=) 'ok')::integer::float8, 12, 0 FROM last_run
+    UNION ALL SELECT 'idempotency_maintenance_last_run_age_seconds',
+        pg_catalog.jsonb_build_object('result', last_run.result, 'caller', last_run.caller),
+        extract(epoch FROM now() OPERATOR(pg_catalog.-) last_run.ended_at)::float8, 13, 0 FROM last_run
+    UNION ALL SELECT 'idempotency_consumers', '{}',
+        (SELECT count(DISTINCT consumer) FROM idempotency.consumer_positions)::float8, 14, 0
+    UNION ALL SELECT 'idempotency_consumer_partitions', '{}',
+        (SELECT count(*) FROM idempotency.consumer_positions)::float8, 15, 0
+    UNION ALL SELECT 'idempotency_outbox_slot_lag_bytes',
+        pg_catalog.jsonb_build_object('slot', r.slot_name::text, 'active', r.active),
+        pg_catalog.pg_wal_lsn_diff(
+            CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
+                 ELSE pg_catalog.pg_current_wal_lsn() END,
+            r.confirmed_flush_lsn)::float8, 16, 0
+    FROM pg_catalog.pg_replication_slots r
+    WHERE r.plugin OPERATOR(pg_catalog.=) 'idempotency'
+      AND r.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+) m
+ORDER BY m.ord, m.sub, m.labels::text;
+
+REVOKE ALL ON idempotency.metrics FROM PUBLIC;

@@ -1,12 +1,7 @@
 -- idempotency.maintenance_runs: every maintain() run, its steps and result, failed runs too.
 -- In a database of its own, so the partitions made here do not meet other tests' keys.
-SELECT current_database() AS regress_db \gset
-SET client_min_messages = warning;
-DROP DATABASE IF EXISTS idem_maintenance_runs;
-CREATE DATABASE idem_maintenance_runs;
-\c idem_maintenance_runs
-SET client_min_messages = warning;
-CREATE EXTENSION idempotency;
+\set own_db idem_maintenance_runs
+\i sql/include/own_database.sql
 SET idempotency.partition_width = '1d';
 SET idempotency.premake = 2;
 

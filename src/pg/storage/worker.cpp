@@ -339,9 +339,7 @@ void idem_maintenance_main(Datum) {
         PG_TRY();
         { record_failed_run(); }
         PG_CATCH();
-        {
-            log_and_abort(context);
-        }
+        { log_and_abort(context); }
         PG_END_TRY();
     }
     proc_exit(0);
