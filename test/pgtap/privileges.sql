@@ -8,7 +8,7 @@
 \pset pager off
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS idempotency;
-SELECT plan(72);
+SELECT plan(73);
 
 -- Roles as README documents them (names unique to this test; rolled back at the end).
 CREATE ROLE idem_priv_app NOLOGIN;
@@ -44,7 +44,7 @@ GRANT EXECUTE ON FUNCTION
     idempotency.stats_reset()
 TO idem_priv_ops;
 GRANT SELECT ON idempotency.in_flight, idempotency.abandoned, idempotency.partitions,
-    idempotency.stats, idempotency.watermarks, idempotency.maintenance_runs
+    idempotency.stats, idempotency.watermarks, idempotency.maintenance_runs, idempotency.metrics
 TO idem_priv_ops;
 
 -- idem_priv.as_<role>(sql, search_path): runs sql as that role (a SECURITY DEFINER function
@@ -249,6 +249,10 @@ SELECT is(idem_priv.as_ops($$SELECT (count(*) >= 0)::text FROM idempotency.maint
           || ' ' || idem_priv.as_app($$SELECT count(*)::text FROM idempotency.maintenance_runs$$)
           || ' ' || idem_priv.as_ops($$SELECT count(*)::text FROM idempotency.maintenance_log$$),
     'true ERROR 42501 ERROR 42501', 'maintenance_runs: the operator reads it, the application does not, nobody reads the table');
+
+SELECT is(idem_priv.as_ops($$SELECT (count(*) > 10)::text FROM idempotency.metrics$$)
+          || ' ' || idem_priv.as_app($$SELECT count(*)::text FROM idempotency.metrics$$),
+    'true ERROR 42501', 'metrics: the operator reads it, the application does not');
 
 -- A role with no grant at all.
 SELECT is(idem_priv.as_nobody($$SELECT outcome::text FROM idempotency.reserve('priv', 'x')$$), 'ERROR 42501',
