@@ -73,6 +73,17 @@ after=$(count 'idempotency:')
 [[ $before == "$after" ]] || fail "routine passes logged at LOG: $(tail -n $((after - before)) "$CLUSTER_LOG")"
 echo "ok: routine passes are silent at LOG ($after idempotency lines, unchanged over 4 intervals)"
 
+# 3b. Under pg_partman every pass returns a 'deferred' row: routine, so DEBUG1 only (it was a
+# LOG line every interval).
+q -d app -c "CREATE SCHEMA partman" -c "CREATE EXTENSION pg_partman SCHEMA partman" \
+  -c "SELECT idempotency.use_partman()" >/dev/null
+run0=$(q -d app -c "SELECT max(run) FROM idempotency.maintenance_runs")
+DB=app wait_for 15 "the worker deferred to pg_partman in 3 passes" \
+  "SELECT count(*) >= 3 FROM idempotency.maintenance_runs WHERE run > $run0 AND caller = 'worker' AND steps @> '[{\"action\": \"deferred\"}]'"
+n=$(count 'LOG:  idempotency: deferred')
+[[ $n == 0 ]] || fail "$n 'deferred' lines at LOG"
+echo "ok: passes under pg_partman log no 'deferred' line at LOG"
+
 # 4. A database that does not allow connections: one LOG line again, no FATAL.
 q -d postgres -c "ALTER DATABASE app ALLOW_CONNECTIONS false"
 sleep 6
