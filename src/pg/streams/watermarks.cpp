@@ -23,6 +23,7 @@
 
 extern "C" {
 #include "catalog/namespace.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/numeric.h"
@@ -141,6 +142,8 @@ void set_watermark(FunctionCallInfo fcinfo, Datum position) {
     Datum consumer = name_arg(fcinfo, 0, "consumer");
     Datum partition = name_arg(fcinfo, 1, "partition");
     require_current_schema();
+    // Before the table is touched: our own 25006, naming the function (also on a standby).
+    PreventCommandIfReadOnly("idempotency.set_watermark()");
     Storage storage = open_storage();
     Oid types[] = {TEXTOID, TEXTOID, UUIDOID};
     Datum args[] = {consumer, partition, position};
@@ -194,6 +197,7 @@ IDEM_FUNCTION(idem_set_watermark_uuid) {
 IDEM_FUNCTION(idem_drop_consumer) {
     Datum consumer = name_arg(fcinfo, 0, "consumer");
     require_current_schema();
+    PreventCommandIfReadOnly("idempotency.drop_consumer()");
     Storage storage = open_storage();
     Oid types[] = {TEXTOID};
     Datum args[] = {consumer};
