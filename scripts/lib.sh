@@ -23,7 +23,7 @@ export IDEM_ROOT
 
 # Debian packages the build, the demo and the test suites need.
 IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
-  postgresql-15-partman postgresql-15-wal2json libssl-dev libgtest-dev cmake g++
+  postgresql-15-partman postgresql-15-wal2json postgresql-15-cron python3-yaml libssl-dev libgtest-dev cmake g++
   make pkg-config clang libclang-rt-14-dev gnuplot-nox libipc-run-perl"
 
 # shellcheck source=scripts/majors.sh

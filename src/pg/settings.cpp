@@ -2,6 +2,7 @@
 
 #include "pg/sql_errors.hpp"
 #include "pg/stats.hpp"
+#include "pg/storage/maintenance.hpp"
 #include "pg/storage/worker.hpp"
 
 extern "C" {
@@ -53,6 +54,7 @@ void define_storage_settings() {
 void register_storage_maintenance() {
     define_storage_settings();
     register_stats_shmem();
+    register_maintenance_runs_shmem();
     register_maintenance_worker();
 }
 

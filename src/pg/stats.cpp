@@ -3,7 +3,9 @@
 #include "pg/guard.hpp"
 
 extern "C" {
+#include "pgstat.h"
 #include "port/atomics.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -41,6 +43,74 @@ void request_shmem() {
     RequestAddinShmemSpace(MAXALIGN(sizeof(SharedStats)));
 }
 
+// Counters survive a clean shutdown as pg_stat_statements' do: the postmaster writes them to
+// this file when it exits normally and reads (then removes) it when it creates shared memory,
+// so a crash, which skips the write, starts from zero, never from stale values.
+constexpr const char *kStatsFile = PGSTAT_STAT_PERMANENT_DIRECTORY "/idempotency.stat";
+constexpr uint32 kStatsFileMagic = 0x49444D31;  // "IDM1"
+
+struct SavedSlot {
+    Oid database;
+    TimestampTz reset_at;
+    uint64 counters[kStatCount];
+};
+
+void save_stats(int code, Datum) {
+    // Not after a crash (or from a process other than the postmaster): shared memory may be
+    // corrupt.
+    if (code != 0 || shared == nullptr) return;
+    char temp[MAXPGPATH];
+    snprintf(temp, sizeof temp, "%s.tmp", kStatsFile);
+    FILE *file = AllocateFile(temp, PG_BINARY_W);
+    if (file == nullptr) {
+        ereport(LOG, (errcode_for_file_access(),
+                      errmsg("idempotency: could not write file \"%s\": %m", temp)));
+        return;
+    }
+    uint32 header[2] = {kStatsFileMagic, uint32(kStatCount)};
+    bool ok = fwrite(header, sizeof header, 1, file) == 1;
+    for (Slot &slot : shared->slots) {
+        if (!ok) break;
+        SavedSlot saved;
+        memset(&saved, 0, sizeof saved);
+        saved.database = slot.database;
+        saved.reset_at = slot.reset_at;
+        for (int i = 0; i < kStatCount; i++)
+            saved.counters[i] = pg_atomic_read_u64(&slot.counters[i]);
+        ok = fwrite(&saved, sizeof saved, 1, file) == 1;
+    }
+    if (FreeFile(file) != 0) ok = false;
+    if (!ok) {
+        ereport(LOG, (errcode_for_file_access(),
+                      errmsg("idempotency: could not write file \"%s\": %m", temp)));
+        unlink(temp);
+        return;
+    }
+    (void)durable_rename(temp, kStatsFile, LOG);
+}
+
+// At shared-memory creation: the counters of the last clean shutdown, if any; the file is
+// removed whatever it held.
+void load_stats() {
+    FILE *file = AllocateFile(kStatsFile, PG_BINARY_R);
+    if (file == nullptr) return;  // first start, or after a crash
+    uint32 header[2];
+    bool ok = fread(header, sizeof header, 1, file) == 1 && header[0] == kStatsFileMagic &&
+              header[1] == uint32(kStatCount);
+    for (Slot &slot : shared->slots) {
+        if (!ok) break;
+        SavedSlot saved;
+        if (fread(&saved, sizeof saved, 1, file) != 1) break;
+        slot.database = saved.database;
+        slot.reset_at = saved.reset_at;
+        for (int i = 0; i < kStatCount; i++)
+            pg_atomic_write_u64(&slot.counters[i], saved.counters[i]);
+    }
+    FreeFile(file);
+    if (!ok) ereport(LOG, (errmsg("idempotency: ignored invalid file \"%s\"", kStatsFile)));
+    unlink(kStatsFile);
+}
+
 void startup_shmem() {
     if (prev_startup) prev_startup();
     LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
@@ -56,6 +126,13 @@ void startup_shmem() {
         }
     }
     LWLockRelease(AddinShmemInitLock);
+    // In the postmaster (also when it re-creates shared memory after a crash).
+    // (After a backend crash the postmaster runs its exit callbacks with code 1, which writes
+    // nothing, empties their list and creates shared memory again: registered anew here.)
+    if (!IsUnderPostmaster) {
+        if (!found) load_stats();
+        on_shmem_exit(save_stats, (Datum)0);
+    }
 }
 
 Slot *database_slot() {

@@ -8,7 +8,7 @@
 \pset pager off
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS idempotency;
-SELECT plan(66);
+SELECT plan(73);
 
 -- Roles as README documents them (names unique to this test; rolled back at the end).
 CREATE ROLE idem_priv_app NOLOGIN;
@@ -37,11 +37,14 @@ GRANT EXECUTE ON FUNCTION
     idempotency.maintain(),
     idempotency.create_stream(text, integer),
     idempotency.drop_stream(text),
+    idempotency.set_watermark(text, text, bigint),
+    idempotency.set_watermark(text, text, uuid),
+    idempotency.drop_consumer(text),
     idempotency.stats_counters(),
     idempotency.stats_reset()
 TO idem_priv_ops;
 GRANT SELECT ON idempotency.in_flight, idempotency.abandoned, idempotency.partitions,
-    idempotency.stats, idempotency.watermarks
+    idempotency.stats, idempotency.watermarks, idempotency.maintenance_runs, idempotency.metrics
 TO idem_priv_ops;
 
 -- idem_priv.as_<role>(sql, search_path): runs sql as that role (a SECURITY DEFINER function
@@ -227,6 +230,30 @@ SELECT is(idem_priv.as_ops($$SELECT idempotency.next_key('idem_priv_x')::text$$)
           || ' ' || idem_priv.as_ops($$SELECT idempotency.accept('idem_priv', 'p0', 9)::text$$),
     'ERROR 42501 ERROR 42501 ERROR 42501', 'operator: next_key, emit and accept are the application''s');
 
+-- Watermarks: the application moves them forwards only (accept); rewinding or removing a
+-- consumer is the operator's.
+SELECT is(idem_priv.as_app($$SELECT 'done' FROM idempotency.set_watermark('idem_priv', 'p0', 1)$$)
+          || ' ' || idem_priv.as_app($$SELECT 'done' FROM idempotency.set_watermark('idem_priv', 'p0', '00000000-0000-0000-0000-000000000001'::uuid)$$)
+          || ' ' || idem_priv.as_app($$SELECT idempotency.drop_consumer('idem_priv')::text$$),
+    'ERROR 42501 ERROR 42501 ERROR 42501', 'application: set_watermark and drop_consumer are the operator''s');
+SELECT is(idem_priv.as_ops($$SELECT 'done' FROM idempotency.set_watermark('idem_priv', 'p0', 1)$$)
+          || ' ' || idem_priv.as_ops($$SELECT watermark::text FROM idempotency.watermarks WHERE consumer = 'idem_priv' AND partition = 'p0'$$),
+    'done 1', 'operator: set_watermark moves a watermark backwards');
+SELECT is(idem_priv.as_ops($$SELECT 'done' FROM idempotency.set_watermark('idem_priv_ops', 'p0', '00000000-0000-0000-0000-000000000001'::uuid)$$),
+    'ERROR 42704', 'operator: set_watermark of an unknown consumer is refused');
+SELECT is(idem_priv.as_ops($$SELECT idempotency.drop_consumer('idem_priv')::text$$)
+          || ' ' || idem_priv.as_ops($$SELECT count(*)::text FROM idempotency.watermarks WHERE consumer = 'idem_priv'$$),
+    '2 0', 'operator: drop_consumer removes both partitions'' watermarks');
+
+SELECT is(idem_priv.as_ops($$SELECT (count(*) >= 0)::text FROM idempotency.maintenance_runs$$)
+          || ' ' || idem_priv.as_app($$SELECT count(*)::text FROM idempotency.maintenance_runs$$)
+          || ' ' || idem_priv.as_ops($$SELECT count(*)::text FROM idempotency.maintenance_log$$),
+    'true ERROR 42501 ERROR 42501', 'maintenance_runs: the operator reads it, the application does not, nobody reads the table');
+
+SELECT is(idem_priv.as_ops($$SELECT (count(*) > 10)::text FROM idempotency.metrics$$)
+          || ' ' || idem_priv.as_app($$SELECT count(*)::text FROM idempotency.metrics$$),
+    'true ERROR 42501', 'metrics: the operator reads it, the application does not');
+
 -- A role with no grant at all.
 SELECT is(idem_priv.as_nobody($$SELECT outcome::text FROM idempotency.reserve('priv', 'x')$$), 'ERROR 42501',
     'no grants: reserve is denied');
@@ -249,6 +276,9 @@ SELECT is(idem_priv.as_nobody($$SELECT idempotency.next_key('idem_priv_x')::text
           || ' ' || idem_priv.as_nobody($$SELECT count(*)::text FROM idempotency.watermarks$$),
     'ERROR 42501 ERROR 42501 ERROR 42501 ERROR 42501 ERROR 42501',
     'USAGE only: next_key, accept, emit, maintain and the views are denied');
+SELECT is(idem_priv.as_nobody($$SELECT 'done' FROM idempotency.set_watermark('idem_priv', 'p0', 1)$$)
+          || ' ' || idem_priv.as_nobody($$SELECT idempotency.drop_consumer('idem_priv')::text$$),
+    'ERROR 42501 ERROR 42501', 'USAGE only: set_watermark and drop_consumer are denied');
 SELECT is(idem_priv.as_nobody($$SELECT count(*)::text FROM idempotency.keys_default$$), 'ERROR 42501',
     'USAGE only: the default partition is still denied');
 

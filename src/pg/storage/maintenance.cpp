@@ -404,6 +404,10 @@ void leave_maintenance(MaintenanceScope scope) {
     restore_user(scope.user);
 }
 
+char *time_text(int64 t) {
+    return DatumGetCString(DirectFunctionCall1(timestamptz_out, TimestampTzGetDatum(t)));
+}
+
 char *time_literal(int64 t) {
     char *text = DatumGetCString(DirectFunctionCall1(timestamptz_out, TimestampTzGetDatum(t)));
     return quote_literal_cstr(text);
@@ -481,6 +485,10 @@ void emit_action(ActionSink *out, const char *action, const char *partition, int
     nulls[5] = detail == nullptr;
     values[5] = nulls[5] ? (Datum)0 : CStringGetTextDatum(detail);
     tuplestore_putvalues(out->store, out->desc, values, nulls);
+    if (strcmp(action, "skipped") == 0 || strcmp(action, "failed") == 0) out->incomplete++;
+    if (out->steps != nullptr)
+        append_step_json(out->steps, action, partition, nulls[2] ? nullptr : time_text(lo),
+                         nulls[3] ? nullptr : time_text(hi), rows, detail);
 }
 
 void purge_default(ActionSink *out, int64 now) {
@@ -518,13 +526,12 @@ void partition_default_rows(ActionSink *out, int64 now, int64 width, core::Parti
 
 }  // namespace idem::pg
 
-IDEM_FUNCTION(idem_maintain) {
-    using namespace idem::pg;
-    auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
-    InitMaterializedSRF(fcinfo, 0);
-    ActionSink sink{rsinfo->setResult, rsinfo->setDesc};
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
-    MaintenanceScope scope = enter_maintenance("idempotency.maintain()");
+namespace idem::pg {
+namespace {
+
+// The run itself, C-style (no C++ object, no exception): its errors are caught by
+// idem_maintain to keep a record of the failed run.
+void maintain_run(ActionSink *sink) {
     StepReport report{nullptr,
                       0,
                       0,
@@ -536,13 +543,45 @@ IDEM_FUNCTION(idem_maintain) {
     auto lock_keys = [](void *) {
         spi_run("LOCK TABLE ONLY idempotency.keys IN SHARE UPDATE EXCLUSIVE MODE", SPI_OK_UTILITY);
     };
-    if (run_reported_step(lock_keys, nullptr, &sink, report)) {
+    if (run_reported_step(lock_keys, nullptr, sink, report)) {
         char *partman = partman_schema();
         if (partman != nullptr && partman_manages_keys(partman))
-            partman_maintain(partman, &sink);
+            partman_maintain(partman, sink);
         else
-            maintain_partitions(&sink);
+            maintain_partitions(sink);
     }
+}
+
+}  // namespace
+}  // namespace idem::pg
+
+IDEM_FUNCTION(idem_maintain) {
+    using namespace idem::pg;
+    auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+    InitMaterializedSRF(fcinfo, 0);
+    ActionSink sink{rsinfo->setResult, rsinfo->setDesc, makeStringInfo(), 0};
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    MaintenanceScope scope = enter_maintenance("idempotency.maintain()");
+    TimestampTz started = GetCurrentTimestamp();
+    const char *caller = maintenance_caller();
+    MemoryContext context = CurrentMemoryContext;
+    // Failed runs kept from earlier calls first, then this run; an error on the way (the
+    // run's or the record's) keeps this run's record for the next call, and re-raises.
+    PG_TRY();
+    {
+        (void)record_stashed_runs();
+        maintain_run(&sink);
+        char *steps = psprintf("[%s]", sink.steps->data);
+        record_run(started, caller, sink.incomplete > 0 ? "incomplete" : "ok", steps, nullptr);
+    }
+    PG_CATCH();
+    {
+        MemoryContextSwitchTo(context);
+        ErrorData *edata = CopyErrorData();
+        stash_failed_run(started, caller, edata->message);
+        PG_RE_THROW();
+    }
+    PG_END_TRY();
     leave_maintenance(scope);
     SPI_finish();
     return (Datum)0;

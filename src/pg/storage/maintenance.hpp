@@ -63,11 +63,15 @@ void leave_maintenance(MaintenanceScope scope);
 
 // Literal of a time for SQL text: 'YYYY-MM-DD HH:MI:SS.ffffff+00' (needs TimeZone = UTC).
 char *time_literal(int64 t);
+// The same time as text, unquoted.
+char *time_text(int64 t);
 
 // One result row of maintain(); partition may be nullptr, lo/hi/rows < 0 or NULL-ish.
 struct ActionSink {
     Tuplestorestate *store;
     TupleDesc desc;
+    StringInfo steps;  // the rows as a JSON array's elements, for maintenance_runs
+    int incomplete;    // skipped and failed rows
 };
 void emit_action(ActionSink *out, const char *action, const char *partition, int64 lo, int64 hi,
                  bool has_range, int64 rows, const char *detail);
@@ -103,5 +107,24 @@ void check_publications();
 // Partition upkeep when pg_partman manages the table (maintenance_partman.cpp): runs
 // partman.run_maintenance for idempotency.keys and reports what changed into `out`.
 void partman_maintain(const char *schema, ActionSink *out);
+
+// --- maintenance_runs (maintenance_runs.cpp) ---
+// Shared memory for failed runs not yet written; called from _PG_init.
+void register_maintenance_runs_shmem();
+// 'worker' (our background worker), 'pg_cron' (its worker or its libpq connection), or 'sql'.
+const char *maintenance_caller();
+// Appends one step to a JSON array's text (without the brackets); NULLs for absent values.
+void append_step_json(StringInfo steps, const char *action, const char *partition,
+                      const char *range_start, const char *range_end, int64 rows,
+                      const char *detail);
+// Writes a run that returned into idempotency.maintenance_log (SPI connected, as the table
+// owner) and keeps the last 100; nothing on a database without the table (0.1.0).
+void record_run(TimestampTz started, const char *caller, const char *result, const char *steps,
+                const char *error);
+// Keeps a run that ended with an error for later: callable in PG_CATCH (no elog).
+void stash_failed_run(TimestampTz started, const char *caller, const char *error);
+// Writes the kept failed runs of this database (SPI connected, as the table owner); they go
+// back to the stash if this transaction aborts. Returns how many.
+int record_stashed_runs();
 
 }  // namespace idem::pg

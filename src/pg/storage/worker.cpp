@@ -5,9 +5,15 @@
 
 #include "pg/postgres_headers.hpp"
 #include "pg/settings.hpp"
+#include "pg/storage/maintenance.hpp"
 
 extern "C" {
+#include "access/htup_details.h"
+#include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
+#include "access/heapam.h"
+#include "access/tableam.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
@@ -26,10 +32,96 @@ namespace {
 
 constexpr const char *kLibrary = "idempotency";
 
+// Databases of idempotency.database the launcher found missing or unusable: it retries each
+// with a back-off (the interval, doubled per failure, at most kMaxBackoffSecs or the interval
+// if longer) and logs once per failure streak, so a wrong setting gives one LOG line, not a
+// worker's FATAL every interval. A reload forgets them all (the list may have been fixed).
+constexpr int kMaxBackoffSecs = 3600;
+constexpr int kMaxTracked = 64;
+struct DatabaseState {
+    char name[NAMEDATALEN];
+    int failures;
+    TimestampTz retry_at;
+};
+DatabaseState tracked[kMaxTracked];
+bool syntax_reported = false;
+int n_tracked = 0;
+
+DatabaseState *state_of(const char *dbname) {
+    for (int i = 0; i < n_tracked; i++)
+        if (strcmp(tracked[i].name, dbname) == 0) return &tracked[i];
+    DatabaseState *state =
+        n_tracked < kMaxTracked ? &tracked[n_tracked++] : &tracked[kMaxTracked - 1];
+    strlcpy(state->name, dbname, NAMEDATALEN);
+    state->failures = 0;
+    state->retry_at = 0;
+    return state;
+}
+
+// Why the maintenance worker could not connect to dbname, or nullptr. The launcher is
+// connected to no database but reads the shared catalog pg_database.
+const char *database_unusable(const char *dbname) {
+    const char *why = nullptr;
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    PushActiveSnapshot(GetTransactionSnapshot());
+    // A heap scan, as the autovacuum launcher lists databases: with no database selected,
+    // only the shared catalog's heap can be read (no syscache or index look-up).
+    Relation rel = table_open(DatabaseRelationId, AccessShareLock);
+    TableScanDesc scan = table_beginscan_catalog(rel, 0, nullptr);
+    bool found = false;
+    HeapTuple tuple;
+    while (!found && HeapTupleIsValid(tuple = heap_getnext(scan, ForwardScanDirection))) {
+        auto *db = reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple));
+        if (strcmp(NameStr(db->datname), dbname) != 0) continue;
+        found = true;
+        if (!db->datallowconn)
+            why = "it does not allow connections";
+        else if (db->datconnlimit < -1)
+            why = "it is invalid (an interrupted DROP DATABASE)";
+    }
+    if (!found) why = "it does not exist";
+    table_endscan(scan);
+    table_close(rel, AccessShareLock);
+    PopActiveSnapshot();
+    CommitTransactionCommand();
+    return why;
+}
+
+// True when the database is due and usable; logs and backs off otherwise.
+bool database_ready(const char *dbname) {
+    DatabaseState *state = state_of(dbname);
+    TimestampTz now = GetCurrentTimestamp();
+    if (state->failures > 0 && now < state->retry_at) return false;
+    const char *why = database_unusable(dbname);
+    if (why == nullptr) {
+        if (state->failures > 0)
+            ereport(LOG, (errmsg("idempotency: database \"%s\" can be maintained again", dbname)));
+        state->failures = 0;
+        return true;
+    }
+    state->failures++;
+    int64 delay = maintenance_interval_secs();
+    for (int i = 1; i < state->failures && delay < kMaxBackoffSecs; i++) delay *= 2;
+    delay = Max(Min(delay, int64(kMaxBackoffSecs)), int64(maintenance_interval_secs()));
+    state->retry_at = TimestampTzPlusMilliseconds(now, delay * 1000);
+    ereport(state->failures == 1 ? LOG : DEBUG1,
+            (errmsg("idempotency: cannot maintain database \"%s\": %s", dbname, why),
+             errdetail("The maintenance worker retries it with a back-off (next in %lld s, at "
+                       "most every %d s); this is logged once until it succeeds.",
+                       (long long)delay, Max(kMaxBackoffSecs, maintenance_interval_secs())),
+             errhint("Set idempotency.database to databases that exist and allow connections, "
+                     "or to '' to turn the worker off (e.g. when pg_cron runs maintain()), "
+                     "then reload.")));
+    return false;
+}
+
 void reload_if_asked() {
     if (!ConfigReloadPending) return;
     ConfigReloadPending = false;
     ProcessConfigFile(PGC_SIGHUP);
+    n_tracked = 0;
+    syntax_reported = false;
     ereport(LOG, (errmsg("idempotency launcher reloaded its settings (interval %d s, "
                          "databases \"%s\")",
                          maintenance_interval_secs(), maintenance_databases())));
@@ -79,13 +171,19 @@ void maintenance_pass() {
     char *list = pstrdup(maintenance_databases());
     List *names = NIL;
     if (!SplitGUCList(list, ',', &names)) {
-        ereport(WARNING, (errmsg("idempotency: invalid list syntax in idempotency.database")));
+        // Once per reload, like an unusable database.
+        if (!syntax_reported)
+            ereport(WARNING, (errmsg("idempotency: invalid list syntax in idempotency.database"),
+                              errhint("A comma-separated list of database names, or '' to "
+                                      "turn the worker off; then reload.")));
+        syntax_reported = true;
         return;
     }
     ListCell *cell;
     foreach (cell, names) {
         if (ShutdownRequestPending) break;
-        maintain_database(static_cast<const char *>(lfirst(cell)));
+        const char *dbname = static_cast<const char *>(lfirst(cell));
+        if (database_ready(dbname)) maintain_database(dbname);
     }
     list_free(names);
     pfree(list);
@@ -99,7 +197,11 @@ void log_actions(const char *dbname) {
         char *partition = SPI_getvalue(row, desc, 2);
         char *rows = SPI_getvalue(row, desc, 3);
         char *detail = SPI_getvalue(row, desc, 4);
-        int level = strcmp(action, "failed") == 0 ? WARNING : LOG;
+        // What changed is logged; a 'deferred' row (pg_partman manages the table, or the
+        // rest of a long catch-up comes next run) is routine: DEBUG1.
+        int level = strcmp(action, "failed") == 0     ? WARNING
+                    : strcmp(action, "deferred") == 0 ? DEBUG1
+                                                      : LOG;
         ereport(level, (errmsg("idempotency: %s partition %s in database \"%s\"%s%s%s", action,
                                partition ? partition : "-", dbname, rows ? " (rows: " : "",
                                rows ? rows : "", rows ? ")" : ""),
@@ -118,6 +220,8 @@ void run_maintain(const char *dbname) {
         if (SPI_execute(sql, false, 0) != SPI_OK_SELECT)
             elog(ERROR, "idempotency: idempotency.maintain() failed");
         log_actions(dbname);
+        ereport(DEBUG1, (errmsg("idempotency: maintained database \"%s\" (%llu steps)", dbname,
+                                (unsigned long long)SPI_processed)));
     } else {
         ereport(DEBUG1,
                 (errmsg("idempotency: extension not installed in database \"%s\"", dbname)));
@@ -126,6 +230,33 @@ void run_maintain(const char *dbname) {
     PopActiveSnapshot();
     CommitTransactionCommand();
     pgstat_report_activity(STATE_IDLE, nullptr);
+}
+
+// In PG_CATCH: logs the error and aborts the transaction.
+void log_and_abort(MemoryContext context) {
+    MemoryContextSwitchTo(context);
+    HOLD_INTERRUPTS();
+    EmitErrorReport();
+    FlushErrorState();
+    AbortCurrentTransaction();
+    RESUME_INTERRUPTS();
+}
+
+// After a failed run: writes its record (kept by maintain() on its way out) in a transaction
+// of its own, so the worker's failures show in maintenance_runs at once.
+void record_failed_run() {
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    PushActiveSnapshot(GetTransactionSnapshot());
+    if (OidIsValid(get_extension_oid("idempotency", true))) {
+        SavedUser user = become_key_owner();
+        (void)record_stashed_runs();
+        restore_user(user);
+    }
+    SPI_finish();
+    PopActiveSnapshot();
+    CommitTransactionCommand();
 }
 
 }  // namespace
@@ -195,17 +326,21 @@ void idem_maintenance_main(Datum) {
     SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_SESSION);
     // One transaction per pass; an error is logged and the next pass starts a new worker.
     MemoryContext context = CurrentMemoryContext;
+    volatile bool failed = false;
     PG_TRY();
     { run_maintain(dbname); }
     PG_CATCH();
     {
-        MemoryContextSwitchTo(context);
-        HOLD_INTERRUPTS();
-        EmitErrorReport();
-        FlushErrorState();
-        AbortCurrentTransaction();
-        RESUME_INTERRUPTS();
+        log_and_abort(context);
+        failed = true;
     }
     PG_END_TRY();
+    if (failed && !ShutdownRequestPending) {
+        PG_TRY();
+        { record_failed_run(); }
+        PG_CATCH();
+        { log_and_abort(context); }
+        PG_END_TRY();
+    }
     proc_exit(0);
 }

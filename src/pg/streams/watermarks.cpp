@@ -22,6 +22,10 @@
 #include <cstring>
 
 extern "C" {
+#include "catalog/namespace.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/numeric.h"
 #include "utils/uuid.h"
 }
@@ -30,30 +34,51 @@ namespace idem::pg {
 
 namespace {
 
-// The common case, a position above the watermark: one UPDATE (a HOT update, one WAL record).
+// The common case, a position above the watermark: one UPDATE (a HOT update, one WAL record:
+// moved_at is not indexed, and the table's fillfactor leaves room on the page).
 constexpr const char *kAdvanceSql =
-    "UPDATE idempotency.consumer_positions SET position = $3"
+    "UPDATE idempotency.consumer_positions SET position = $3, moved_at = pg_catalog.now()"
     " WHERE consumer OPERATOR(pg_catalog.=) $1 AND partition OPERATOR(pg_catalog.=) $2"
     " AND position OPERATOR(pg_catalog.<) $3";
 
 // Otherwise (first message of a partition, a duplicate, or a row inserted concurrently):
 // the upsert decides.
 constexpr const char *kAcceptSql =
-    "INSERT INTO idempotency.consumer_positions AS w (consumer, partition, position)"
-    " VALUES ($1, $2, $3) ON CONFLICT (consumer, partition)"
-    " DO UPDATE SET position = EXCLUDED.position"
+    "INSERT INTO idempotency.consumer_positions AS w (consumer, partition, position, moved_at)"
+    " VALUES ($1, $2, $3, pg_catalog.now()) ON CONFLICT (consumer, partition)"
+    " DO UPDATE SET position = EXCLUDED.position, moved_at = EXCLUDED.moved_at"
     " WHERE w.position OPERATOR(pg_catalog.<) EXCLUDED.position";
 
 constexpr const char *kWatermarkSql =
     "SELECT position FROM idempotency.consumer_positions"
     " WHERE consumer OPERATOR(pg_catalog.=) $1 AND partition OPERATOR(pg_catalog.=) $2";
 
-SPIPlanPtr advance_plan, accept_plan, watermark_plan;
+// set_watermark: any position, backwards included; the row's lock serialises it with accept.
+constexpr const char *kSetSql =
+    "INSERT INTO idempotency.consumer_positions AS w (consumer, partition, position, moved_at)"
+    " VALUES ($1, $2, $3, pg_catalog.now()) ON CONFLICT (consumer, partition)"
+    " DO UPDATE SET position = EXCLUDED.position, moved_at = EXCLUDED.moved_at";
+
+// A consumer exists while it has a watermark in some partition. FOR KEY SHARE: a concurrent
+// drop_consumer waits for set_watermark (or removes the rows first, and the check fails).
+constexpr const char *kConsumerExistsSql =
+    "SELECT 1 FROM idempotency.consumer_positions"
+    " WHERE consumer OPERATOR(pg_catalog.=) $1 LIMIT 1 FOR KEY SHARE";
+
+constexpr const char *kDropConsumerSql =
+    "DELETE FROM idempotency.consumer_positions WHERE consumer OPERATOR(pg_catalog.=) $1";
+
+SPIPlanPtr advance_plan, accept_plan, watermark_plan, set_plan, exists_plan, drop_plan;
 
 Datum uuid_datum(const core::Position &position) {
     pg_uuid_t *uuid = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
     std::memcpy(uuid->data, position.data(), UUID_LEN);
     return UUIDPGetDatum(uuid);
+}
+
+void spi_check(int rc, int expected) {
+    if (rc != expected)
+        elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 }
 
 bool accept(FunctionCallInfo fcinfo, Datum position) {
@@ -65,20 +90,44 @@ bool accept(FunctionCallInfo fcinfo, Datum position) {
     Storage storage = open_storage();
     Oid types[] = {TEXTOID, TEXTOID, UUIDOID};
     Datum args[] = {consumer, partition, position};
-    int rc =
-        SPI_execute_plan(saved_plan(&advance_plan, kAdvanceSql, 3, types), args, nullptr, false, 0);
-    if (rc != SPI_OK_UPDATE)
-        elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+    SPIPlanPtr advance = saved_plan(&advance_plan, kAdvanceSql, 3, types);
+    spi_check(SPI_execute_plan(advance, args, nullptr, false, 0), SPI_OK_UPDATE);
     bool accepted = SPI_processed == 1;
     if (!accepted) {
-        rc = SPI_execute_plan(saved_plan(&accept_plan, kAcceptSql, 3, types), args, nullptr, false,
-                              0);
-        if (rc != SPI_OK_INSERT)
-            elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+        SPIPlanPtr upsert = saved_plan(&accept_plan, kAcceptSql, 3, types);
+        spi_check(SPI_execute_plan(upsert, args, nullptr, false, 0), SPI_OK_INSERT);
         accepted = SPI_processed == 1;
     }
     close_storage(storage);
     return accepted;
+}
+
+[[noreturn]] void unknown_consumer(Datum consumer) {
+    char name[256 + 1];
+    text_to_cstring_buffer(DatumGetTextPP(consumer), name, sizeof name);
+    throw SqlError(ERRCODE_UNDEFINED_OBJECT, psprintf("consumer \"%s\" does not exist", name),
+                   "It has no watermark in any partition.",
+                   "A consumer comes into being with its first accept.");
+}
+
+void set_watermark(FunctionCallInfo fcinfo, Datum position) {
+    Datum consumer = name_arg(fcinfo, 0, "consumer");
+    Datum partition = name_arg(fcinfo, 1, "partition");
+    // Before the table is touched: our own 25006, naming the function (also on a standby).
+    PreventCommandIfReadOnly("idempotency.set_watermark()");
+    Storage storage = open_storage();
+    Oid types[] = {TEXTOID, TEXTOID, UUIDOID};
+    Datum args[] = {consumer, partition, position};
+    spi_check(SPI_execute_plan(saved_plan(&exists_plan, kConsumerExistsSql, 1, types), args,
+                               nullptr, false, 1),
+              SPI_OK_SELECT);
+    bool known = SPI_processed == 1;
+    if (known)
+        spi_check(
+            SPI_execute_plan(saved_plan(&set_plan, kSetSql, 3, types), args, nullptr, false, 0),
+            SPI_OK_INSERT);
+    close_storage(storage);
+    if (!known) unknown_consumer(consumer);
 }
 
 Datum numeric_of(const pg_uuid_t *uuid) {
@@ -102,6 +151,33 @@ IDEM_FUNCTION(idem_accept_bigint) {
 
 IDEM_FUNCTION(idem_accept_uuid) {
     return BoolGetDatum(accept(fcinfo, required_arg(fcinfo, 2, "position")));
+}
+
+IDEM_FUNCTION(idem_set_watermark_bigint) {
+    int64 value = DatumGetInt64(required_arg(fcinfo, 2, "position"));
+    set_watermark(fcinfo, uuid_datum(core::position_from_int64(value)));
+    PG_RETURN_VOID();
+}
+
+IDEM_FUNCTION(idem_set_watermark_uuid) {
+    set_watermark(fcinfo, required_arg(fcinfo, 2, "position"));
+    PG_RETURN_VOID();
+}
+
+// Removes every watermark of the consumer; returns how many partitions it had.
+IDEM_FUNCTION(idem_drop_consumer) {
+    Datum consumer = name_arg(fcinfo, 0, "consumer");
+    PreventCommandIfReadOnly("idempotency.drop_consumer()");
+    Storage storage = open_storage();
+    Oid types[] = {TEXTOID};
+    Datum args[] = {consumer};
+    spi_check(SPI_execute_plan(saved_plan(&drop_plan, kDropConsumerSql, 1, types), args, nullptr,
+                               false, 0),
+              SPI_OK_DELETE);
+    int64 dropped = int64(SPI_processed);
+    close_storage(storage);
+    if (dropped == 0) unknown_consumer(consumer);
+    PG_RETURN_INT64(dropped);
 }
 
 IDEM_FUNCTION(idem_watermark) {

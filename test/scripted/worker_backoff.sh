@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The maintenance worker with a database it cannot use: one LOG line with a hint naming
+# idempotency.database, then a back-off; no FATAL, no worker exit per interval. Routine passes
+# (nothing to do) log nothing at LOG. The database becoming usable is picked up by itself.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
+
+cluster_setup test-cluster/worker-backoff 54471
+cleanup() { cluster_stop "$CLUSTER_DATA" || true; }
+trap cleanup EXIT
+cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
+  "idempotency.database = 'app'" "idempotency.maintenance_interval = '1s'"
+rm -f "$CLUSTER_LOG" # lines are counted: only this run's
+cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
+
+q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
+fail() { echo "FAIL: $*"; tail -n 40 "$CLUSTER_LOG"; exit 1; }
+count() { grep -c -- "$1" "$CLUSTER_LOG" || true; }
+wait_for() {
+  local limit=$1 what=$2 sql=$3 i
+  for ((i = 0; i < limit * 10; i++)); do
+    [[ $(q -d "${DB:-postgres}" -c "$sql") == t ]] && { echo "ok: $what"; return 0; }
+    sleep 0.1
+  done
+  fail "$what (waited ${limit}s)"
+}
+launcher_pid() { q -d postgres -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'"; }
+
+# 1. 'app' does not exist: over 8 one-second intervals, one LOG line and its hint, no FATAL.
+sleep 8
+n=$(count 'idempotency: cannot maintain database "app": it does not exist')
+[[ $n == 1 ]] || fail "expected 1 'cannot maintain' line over 8 intervals, got $n"
+[[ $(count "HINT:  Set idempotency.database to databases that exist") -ge 1 ]] ||
+  fail "the line has no hint naming idempotency.database"
+[[ $(count FATAL) == 0 ]] || fail "FATAL lines in the log: $(grep FATAL "$CLUSTER_LOG" | head -3)"
+[[ $(count 'background worker "idempotency maintenance" (PID [0-9]*) exited') == 0 ]] ||
+  fail "maintenance workers were started for a missing database"
+echo "ok: a missing database gives 1 LOG line with a hint over 8 intervals, no FATAL"
+pid=$(launcher_pid)
+[[ -n $pid ]] || fail "the launcher is not running"
+
+# 2. The database appears (with the extension): picked up within the back-off, logged once.
+q -d postgres -c "CREATE DATABASE app"
+q -d app -c "CREATE EXTENSION idempotency"
+DB=app wait_for 30 "the worker maintains 'app' once it exists" \
+  "SELECT count(*) >= 3 FROM idempotency.partitions WHERE NOT is_default"
+[[ $(count 'idempotency: database "app" can be maintained again') == 1 ]] ||
+  fail "no 'can be maintained again' line"
+
+# 2b. maintenance_runs: the worker's runs say so; a failed run (an event trigger cancelling
+# the DDL: the error ends the run) is recorded by the worker at once, in a new transaction.
+[[ $(q -d app -c "SELECT count(*) >= 1 FROM idempotency.maintenance_runs WHERE caller = 'worker' AND result = 'ok'") == t ]] ||
+  fail "no 'worker' run in maintenance_runs"
+last=$(q -d app -c "SELECT partition FROM idempotency.partitions WHERE NOT is_default ORDER BY range_start DESC LIMIT 1")
+q -d app <<SQL
+CREATE FUNCTION cancel_ddl() RETURNS event_trigger LANGUAGE plpgsql AS
+  \$\$ BEGIN RAISE EXCEPTION 'canceled for the test' USING ERRCODE = 'query_canceled'; END \$\$;
+DROP TABLE idempotency.$last;
+CREATE EVENT TRIGGER cancel_ddl ON ddl_command_start EXECUTE FUNCTION cancel_ddl();
+SQL
+DB=app wait_for 15 "a failed worker run is in maintenance_runs" \
+  "SELECT count(*) >= 1 FROM idempotency.maintenance_runs WHERE caller = 'worker' AND result = 'failed' AND error = 'canceled for the test'"
+q -d app -c "DROP EVENT TRIGGER cancel_ddl"
+DB=app wait_for 15 "the worker's next run is ok again" \
+  "SELECT result = 'ok' FROM idempotency.maintenance_runs ORDER BY run DESC LIMIT 1"
+sleep 1.5 # the failure's log lines are behind us
+
+# 3. Routine passes (nothing to create or drop) log nothing at LOG: 4 more intervals, no new
+# line from the worker beyond what was there.
+before=$(count 'idempotency:')
+sleep 4
+after=$(count 'idempotency:')
+[[ $before == "$after" ]] || fail "routine passes logged at LOG: $(tail -n $((after - before)) "$CLUSTER_LOG")"
+echo "ok: routine passes are silent at LOG ($after idempotency lines, unchanged over 4 intervals)"
+
+# 3b. Under pg_partman every pass returns a 'deferred' row: routine, so DEBUG1 only (it was a
+# LOG line every interval).
+q -d app -c "CREATE SCHEMA partman" -c "CREATE EXTENSION pg_partman SCHEMA partman" \
+  -c "SELECT idempotency.use_partman()" >/dev/null
+run0=$(q -d app -c "SELECT max(run) FROM idempotency.maintenance_runs")
+DB=app wait_for 15 "the worker deferred to pg_partman in 3 passes" \
+  "SELECT count(*) >= 3 FROM idempotency.maintenance_runs WHERE run > $run0 AND caller = 'worker' AND steps @> '[{\"action\": \"deferred\"}]'"
+n=$(count 'LOG:  idempotency: deferred')
+[[ $n == 0 ]] || fail "$n 'deferred' lines at LOG"
+echo "ok: passes under pg_partman log no 'deferred' line at LOG"
+
+# 4. A database that does not allow connections: one LOG line again, no FATAL.
+q -d postgres -c "ALTER DATABASE app ALLOW_CONNECTIONS false"
+sleep 6
+n=$(count 'idempotency: cannot maintain database "app": it does not allow connections')
+[[ $n == 1 ]] || fail "expected 1 'does not allow connections' line, got $n"
+[[ $(count FATAL) == 0 ]] || fail "FATAL lines in the log: $(grep FATAL "$CLUSTER_LOG" | head -3)"
+[[ $(launcher_pid) == "$pid" ]] || fail "the launcher restarted"
+echo "ok: a database refusing connections gives 1 LOG line, no FATAL; launcher $pid still up"
+
+# 5. idempotency.database = '' turns the worker off: the launcher idles, logs nothing more.
+q -d postgres -c "ALTER SYSTEM SET idempotency.database = ''" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 1
+before=$(count 'cannot maintain')
+sleep 4
+[[ $(count 'cannot maintain') == "$before" ]] || fail "the worker kept trying with idempotency.database = ''"
+echo "ok: idempotency.database = '' turns the worker off"
+
+# 6. DEBUG1 shows the routine lines (they exist, just below LOG).
+q -d postgres -c "ALTER DATABASE app ALLOW_CONNECTIONS true" \
+  -c "ALTER SYSTEM SET idempotency.database = 'app'" -c "ALTER SYSTEM SET log_min_messages = debug1" \
+  -c "SELECT pg_reload_conf()" >/dev/null
+for ((i = 0; i < 100; i++)); do
+  [[ $(count 'DEBUG:  idempotency: maintained database "app"') -ge 1 ]] && break
+  sleep 0.1
+done
+[[ $(count 'DEBUG:  idempotency: maintained database "app"') -ge 1 ]] ||
+  fail "no DEBUG1 line for a routine pass"
+echo "ok: a routine pass logs at DEBUG1"
