@@ -22,6 +22,8 @@
 #                            starting a throwaway one on BENCH_PORT (54450)
 #   BENCH_DB=idempotency_bench   database (created if missing; schema bench is recreated)
 #   BENCH_BUILD=1            build and install the extension first (0: use the installed one)
+#   BENCH_OUT=bench/out/full     working folder (logs, runs.tsv); emptied first
+#   BENCH_REPORT_DIR=bench   where results.md and results.png go (a noisy run: say $BENCH_OUT)
 #   BENCH_KEEP=0             1: leave the throwaway cluster running
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -43,8 +45,8 @@ if [[ $SMOKE == 1 ]]; then
 fi
 DB=${BENCH_DB:-idempotency_bench}
 PORT=${BENCH_PORT:-$((54450 + ${IDEM_PORT_OFFSET:-0}))}
-OUT=$BENCH/out/$([[ $SMOKE == 1 ]] && echo smoke || echo full)
-REPORT_DIR=$BENCH
+OUT=${BENCH_OUT:-$BENCH/out/$([[ $SMOKE == 1 ]] && echo smoke || echo full)}
+REPORT_DIR=${BENCH_REPORT_DIR:-$BENCH}
 [[ $SMOKE == 1 ]] && REPORT_DIR=$OUT
 
 declare -A SCRIPT=([w0]=w0_baseline [w1]=w1_handwritten [w2]=w2_extension [w3]=w3_replay
