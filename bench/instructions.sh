@@ -5,12 +5,13 @@
 #   PG_CONFIG=/path/to/pg_config bash bench/instructions.sh      (or IDEM_PG=18, as run.sh)
 #
 # Method: a cluster of its own (cluster_setup bench-instructions 54465, so IDEM_PORT_OFFSET
-# applies; the settings of scripts/lib.sh, autovacuum off) is loaded with bench/setup.sql, then
-# restarted with the postmaster under `valgrind --tool=callgrind`, which follows the forked
-# backends and writes one profile per process, counting from PostgresMain on. Per workload, one pgbench client (-M prepared,
-# plain) runs LOW transactions on one connection and HIGH on another; the backends' totals give
-# (I(HIGH) - I(LOW)) / (HIGH - LOW) instructions per transaction, so connection start-up and
-# the first transactions' catalog loading cancel out.
+# applies; the settings of scripts/lib.sh, autovacuum off) is loaded with bench/setup.sql and
+# vacuumed, then restarted with the postmaster under `valgrind --tool=callgrind`, which follows
+# the forked backends and writes one profile per process, counting from PostgresMain on. The
+# benchmark's tables and indexes are read into shared buffers first (pg_prewarm). Per workload,
+# one pgbench client (-M prepared, plain) runs LOW transactions on one connection and HIGH on
+# another; the backends' totals give (I(HIGH) - I(LOW)) / (HIGH - LOW) instructions per
+# transaction, so connection start-up and the first transactions' catalog loading cancel out.
 #
 # Knobs (environment):
 #   BENCH_WORKLOADS="w0 w1 w2 w3"   workloads (keys of run.sh: w0..w5, w2s)
@@ -58,14 +59,19 @@ cleanup() {
 trap cleanup EXIT
 
 log "PostgreSQL $VERSION: cluster on port $PORT ($DATA)"
-cluster_init "$DATA" "$PORT" "$SOCK" "autovacuum = off"
+cluster_init "$DATA" "$PORT" "$SOCK" "autovacuum = off" "log_connections = on" \
+  "log_line_prefix = '%p '"
 cluster_start "$DATA" "$PORT" "$SOCK"
 export PGHOST=$SOCK PGPORT=$PORT PGUSER=postgres PGDATABASE=idempotency_bench
 q() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 q -d postgres -c "CREATE DATABASE idempotency_bench"
 log "setup (schema bench, $W3_KEYS completed keys for W3), before valgrind"
 q -v w3keys="$W3_KEYS" -f "$BENCH/setup.sql"
-q -c CHECKPOINT
+# Steady state: hint bits set now (with data checksums, PostgreSQL 18's initdb default, the
+# first hint bit set on a page after a checkpoint writes a full-page image), and every table
+# and index read into shared buffers after the restart (pg_prewarm), so the measured backends
+# neither read (nor verify the checksums of) pages nor set hint bits on the W3 keys.
+q -c "CREATE EXTENSION IF NOT EXISTS pg_prewarm" -c "VACUUM" -c CHECKPOINT
 cluster_stop "$DATA"
 
 log "restarting the cluster under valgrind --tool=callgrind (slow)"
@@ -75,52 +81,52 @@ is_root && chown postgres: "$PROFILES"
 # The postmaster forks its backends without exec: callgrind follows them, one file per pid.
 # Counting starts in PostgresMain, so a backend's profile does not include the postmaster's
 # instructions before the fork (which would grow with every connection).
+SERVER_LOG=$(dirname "$DATA")/valgrind.log
 as_pg valgrind --tool=callgrind --callgrind-out-file="$PROFILES/callgrind.out.%p" \
   --toggle-collect=PostgresMain \
-  "$PGBIN/postgres" -D "$DATA" >"$(dirname "$DATA")/valgrind.log" 2>&1 &
+  "$PGBIN/postgres" -D "$DATA" >"$SERVER_LOG" 2>&1 &
 VG_PID=$!
 ready=0
 for _ in $(seq 1 600); do
   # -t: a connection to a server under valgrind can take longer than pg_isready's 3 s.
   if "$PGBIN/pg_isready" -q -t 60 -h "$SOCK" -p "$PORT"; then ready=1 && break; fi
-  kill -0 "$VG_PID" 2>/dev/null || { tail -n 30 "$(dirname "$DATA")/valgrind.log" >&2; die "the server under valgrind exited"; }
+  kill -0 "$VG_PID" 2>/dev/null || { tail -n 30 "$SERVER_LOG" >&2; die "the server under valgrind exited"; }
   sleep 0.5
 done
 [[ $ready == 1 ]] || die "the server under valgrind did not start"
+q -c "SELECT count(pg_prewarm(c.oid)) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname IN ('bench', 'idempotency') AND c.relkind IN ('r', 'i', 't')" >/dev/null
 
 # A finished profile ends with its totals line; prints the instruction count.
 profile_total() { sed -nE 's/^(totals|summary): ([0-9]+).*/\2/p' "$1" | tail -n1; }
 
 RUN=0
-# The postmaster's children, one pid a line.
-PM_PID=$(head -n1 "$DATA/postmaster.pid")
-children() { pgrep -P "$PM_PID" | sort || true; }
-
-# measure WORKLOAD TXNS (run in a subshell; the caller counts RUN, which keys embed): runs one pgbench client for TXNS transactions and prints the
-# instructions of its backend. pgbench opens more than one connection (the others do next to
-# nothing), so: wait until every backend it started has exited and written its profile, then
-# take the largest.
+# measure WORKLOAD TXNS (run in a subshell; the caller counts RUN, which keys embed): runs one
+# pgbench client for TXNS transactions and prints the instructions of its backend. pgbench
+# opens more than one connection (the others do next to nothing): the server log names the
+# backends of the run (log_connections, with the pid), and once each has written its profile
+# (when it exits, after pgbench has gone), the largest is the client's.
 measure() {
-  local w=$1 txns=$2 before new f i best=0 total done_=0 pids
-  before=$(ls "$PROFILES")
-  pids=$(children)
+  local w=$1 txns=$2 new f i best=0 total done_=0 logged
+  # Profiles are named by pid, and pids wrap around (pid_max may be 32768): start empty.
+  rm -f "$PROFILES"/callgrind.out.*
+  logged=$(stat -c %s "$SERVER_LOG")
   "$PGBIN/pgbench" -n -M prepared -c 1 -j 1 -t "$txns" -D run="$RUN" -D n=0 \
     -D w3keys="$W3_KEYS" -f "$BENCH/workloads/${SCRIPT[$w]}.sql" \
     >"$OUT/$w.$txns.pgbench.txt" 2>&1 ||
     { cat "$OUT/$w.$txns.pgbench.txt" >&2; die "pgbench failed: $w, $txns transactions"; }
   grep -q "actually processed: $txns/$txns" "$OUT/$w.$txns.pgbench.txt" ||
     { cat "$OUT/$w.$txns.pgbench.txt" >&2; die "pgbench did not run $txns transactions: $w"; }
-  # A backend writes its profile as it exits, after pgbench has gone.
+  new=$(tail -c +$((logged + 1)) "$SERVER_LOG" |
+    sed -nE 's/^([0-9]+) LOG: +connection received.*/callgrind.out.\1/p')
+  [[ -n $new ]] || die "no connection of the $w run in $SERVER_LOG"
   for i in $(seq 1 1200); do
-    new=$(comm -13 <(echo "$before") <(ls "$PROFILES"))
     done_=1
-    # Done when every process forked since pgbench started has exited and written its profile.
-    [[ -z $(comm -13 <(echo "$pids") <(children)) && -n $new ]] || done_=0
-    for f in $new; do [[ -n $(profile_total "$PROFILES/$f") ]] || done_=0; done
+    for f in $new; do [[ -n $(profile_total "$PROFILES/$f" 2>/dev/null) ]] || done_=0; done
     [[ $done_ == 1 ]] && break
     sleep 0.5
   done
-  [[ $done_ == 1 ]] || die "the backends of the $w run did not exit and write their profiles"
+  [[ $done_ == 1 ]] || die "the backends of the $w run did not write their profiles ($new)"
   for f in $new; do
     total=$(profile_total "$PROFILES/$f")
     if [[ $total -gt $best ]]; then
@@ -142,6 +148,7 @@ for w in $WORKLOADS; do
   low=$(measure "$w" "$LOW")
   RUN=$((RUN + 1))
   high=$(measure "$w" "$HIGH")
+  [[ $high -gt $low ]] || die "$w: $HIGH transactions counted $high instructions, $LOW counted $low"
   printf '%s\t%s\t%s\t%s\n' "$w" "$low" "$high" $(((high - low) / (HIGH - LOW))) >>"$table"
 done
 cluster_stop "$DATA"
