@@ -54,7 +54,7 @@ VG_PID=""
 cleanup() {
   cluster_stop "$DATA" || true
   # The valgrind'ed postmaster, if pg_ctl could not stop it.
-  [[ -n $VG_PID ]] && kill "$VG_PID" 2>/dev/null || true
+  if [[ -n $VG_PID ]]; then kill "$VG_PID" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
 
@@ -107,7 +107,7 @@ RUN=0
 # backends of the run (log_connections, with the pid), and once each has written its profile
 # (when it exits, after pgbench has gone), the largest is the client's.
 measure() {
-  local w=$1 txns=$2 new f i best=0 total done_=0 logged
+  local w=$1 txns=$2 new f best=0 total done_=0 logged
   # Profiles are named by pid, and pids wrap around (pid_max may be 32768): start empty.
   rm -f "$PROFILES"/callgrind.out.*
   logged=$(stat -c %s "$SERVER_LOG")
@@ -120,7 +120,7 @@ measure() {
   new=$(tail -c +$((logged + 1)) "$SERVER_LOG" |
     sed -nE 's/^([0-9]+) LOG: +connection received.*/callgrind.out.\1/p')
   [[ -n $new ]] || die "no connection of the $w run in $SERVER_LOG"
-  for i in $(seq 1 1200); do
+  for _ in $(seq 1 1200); do
     done_=1
     for f in $new; do [[ -n $(profile_total "$PROFILES/$f" 2>/dev/null) ]] || done_=0; done
     [[ $done_ == 1 ]] && break
