@@ -5,6 +5,8 @@
 #
 #   bash bench/run.sh            full run (defaults below: ~12 minutes on 2 cores)
 #   bash bench/run.sh --smoke    a few seconds; writes its report under bench/out/ only
+#   PG_CONFIG=/path/to/pg_config bash bench/run.sh    against that server (15, 17 or 18);
+#   IDEM_PG=18 bash bench/run.sh                      the same with the test command's cache build
 #
 # Knobs (environment):
 #   BENCH_DURATION=6         seconds per pgbench run
@@ -20,6 +22,8 @@
 #                            starting a throwaway one on BENCH_PORT (54450)
 #   BENCH_DB=idempotency_bench   database (created if missing; schema bench is recreated)
 #   BENCH_BUILD=1            build and install the extension first (0: use the installed one)
+#   BENCH_OUT=bench/out/full     working folder (logs, runs.tsv); emptied first
+#   BENCH_REPORT_DIR=bench   where results.md and results.png go (a noisy run: say $BENCH_OUT)
 #   BENCH_KEEP=0             1: leave the throwaway cluster running
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -41,14 +45,17 @@ if [[ $SMOKE == 1 ]]; then
 fi
 DB=${BENCH_DB:-idempotency_bench}
 PORT=${BENCH_PORT:-$((54450 + ${IDEM_PORT_OFFSET:-0}))}
-OUT=$BENCH/out/$([[ $SMOKE == 1 ]] && echo smoke || echo full)
-REPORT_DIR=$BENCH
+OUT=${BENCH_OUT:-$BENCH/out/$([[ $SMOKE == 1 ]] && echo smoke || echo full)}
+REPORT_DIR=${BENCH_REPORT_DIR:-$BENCH}
 [[ $SMOKE == 1 ]] && REPORT_DIR=$OUT
 
 declare -A SCRIPT=([w0]=w0_baseline [w1]=w1_handwritten [w2]=w2_extension [w3]=w3_replay
   [w4]=w4_mixed [w5]=w5_floor [w2s]=w2_extension)
 
 # --- cluster ---------------------------------------------------------------------------------
+# IDEM_PG=17/18 without PG_CONFIG: that major's cache build (scripts/majors.sh), made on first use.
+if [[ ! -x $PG_CONFIG && ${IDEM_PG:-15} != 15 ]]; then build_pg_major "$IDEM_PG"; fi
+log "PostgreSQL $("$PG_CONFIG" --version | awk '{ print $2 }') ($PG_CONFIG)"
 DATA=""
 stop_cluster() { [[ -n $DATA && ${BENCH_KEEP:-0} != 1 ]] && cluster_stop "$DATA" || true; }
 if [[ -n ${BENCH_PGHOST:-} ]]; then
