@@ -22,12 +22,25 @@ expect() { # expect WHAT ACTUAL WANTED
 coord() { citus_node coord -qAt "$@"; }
 w1() { citus_node w1 -qAt "$@"; }
 w2() { citus_node w2 -qAt "$@"; }
-# node_of SCOPE: w1 or w2, the worker that holds the scope's shard of idempotency.keys.
+# node_of SCOPE: w1 or w2, the worker that holds the scope's shard of idempotency.keys
+# (tenant-0 .. tenant-9 known after map_tenants).
+declare -A NODE_OF=()
+map_tenants() {
+  local t port
+  while IFS='|' read -r t port; do
+    if [[ $port == "$W1_PORT" ]]; then NODE_OF[$t]=w1; else NODE_OF[$t]=w2; fi
+  done < <(coord -c "SELECT s, n.nodeport FROM generate_series(0, 9) g,
+    LATERAL (SELECT 'tenant-' || g AS s) x, pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+    WHERE p.shardid = get_shard_id_for_distribution_column('idempotency.keys', s)")
+}
 node_of() {
   local port
-  port=$(coord -c "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
-    WHERE p.shardid = get_shard_id_for_distribution_column('idempotency.keys', '$1')")
-  if [[ $port == "$W1_PORT" ]]; then echo w1; else echo w2; fi
+  if [[ -z ${NODE_OF[$1]:-} ]]; then
+    port=$(coord -c "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+      WHERE p.shardid = get_shard_id_for_distribution_column('idempotency.keys', '$1')")
+    if [[ $port == "$W1_PORT" ]]; then NODE_OF[$1]=w1; else NODE_OF[$1]=w2; fi
+  fi
+  echo "${NODE_OF[$1]}"
 }
 # shell_bytes NODE: bytes in the relations of idempotency.keys itself (the shell and its
 # partitions' shells) on that node; Citus keeps rows in shards, so this must stay 0.
@@ -54,4 +67,5 @@ SELECT create_distributed_table('orders', 'tenant');
 SELECT * FROM idempotency.maintain();
 SELECT idempotency.distribute(colocate_with => 'public.orders');
 SQL
+  map_tenants
 }
