@@ -234,10 +234,12 @@ citus_node() {
   esac
 }
 
+# Fast stops; a node that does not stop within pg_ctl's wait is stopped immediately.
 citus_cluster_stop() {
-  cluster_stop "$COORD_DATA" >/dev/null 2>&1 || true
-  cluster_stop "$W1_DATA" >/dev/null 2>&1 || true
-  cluster_stop "$W2_DATA" >/dev/null 2>&1 || true
+  local data
+  for data in "$COORD_DATA" "$W1_DATA" "$W2_DATA"; do
+    cluster_stop "$data" >/dev/null 2>&1 || cluster_crash "$data" >/dev/null 2>&1 || true
+  done
 }
 
 # citus_cluster_start [setting=value ...]: three fresh servers (Citus first in
