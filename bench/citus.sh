@@ -111,17 +111,18 @@ nc_2pc=$(coord -c "SELECT round(100.0 * count(*) FILTER (WHERE pk.groupid <> po.
 s2=$(echo "${tps[single-w2]}" | median); s3=$(echo "${tps[single-w3]}" | median)
 c2=$(echo "${tps[citus-w2]}" | median); c3=$(echo "${tps[citus-w3]}" | median)
 x2=$(echo "${tps[citus-w2x2]}" | median); nc=$(echo "${tps[citus-w2nc]}" | median)
-per_req() { echo "scale=2; $CLIENTS * 1000 / $1" | bc; }
+per_req() { awk -v c="$CLIENTS" -v t="$1" 'BEGIN { printf "%.2f", c * 1000 / t }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo
 echo "| workload | single server TPS | coordinator TPS | coordinator / single | latency single (ms) | latency coordinator (ms) |"
 echo "|---|---|---|---|---|---|"
-echo "| W2 one shard | $s2 | $c2 | $(echo "scale=2; $c2 / $s2" | bc) | $(per_req "$s2") | $(per_req "$c2") |"
-echo "| W3 replay | $s3 | $c3 | $(echo "scale=2; $c3 / $s3" | bc) | $(per_req "$s3") | $(per_req "$c3") |"
+echo "| W2 one shard | $s2 | $c2 | $(ratio "$c2" "$s2") | $(per_req "$s2") | $(per_req "$c2") |"
+echo "| W3 replay | $s3 | $c3 | $(ratio "$c3" "$s3") | $(per_req "$s3") | $(per_req "$c3") |"
 echo
 echo "| coordinator variant | TPS | / W2 one shard |"
 echo "|---|---|---|"
 echo "| W2 one shard (co-located) | $c2 | 1.00 |"
-echo "| W2x2 business row on the other worker (2PC) | $x2 | $(echo "scale=2; $x2 / $c2" | bc) |"
-echo "| W2nc orders not co-located ($nc_2pc% of tenants' shards on the other worker) | $nc | $(echo "scale=2; $nc / $c2" | bc) |"
+echo "| W2x2 business row on the other worker (2PC) | $x2 | $(ratio "$x2" "$c2") |"
+echo "| W2nc orders not co-located ($nc_2pc% of tenants' shards on the other worker) | $nc | $(ratio "$nc" "$c2") |"
 echo
 echo "($CLIENTS clients, $DURATION s per run, median of $ROUNDS rounds; all servers and pgbench on this host)"
