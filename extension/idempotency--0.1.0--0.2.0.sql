@@ -257,3 +257,15 @@ SELECT m.name, m.labels, m.value FROM (
 ORDER BY m.ord, m.sub, m.labels::text;
 
 REVOKE ALL ON idempotency.metrics FROM PUBLIC;
+
+-- === Citus scale-out (issue 16) ===
+-- distribute(colocate_with) shards idempotency.keys by scope with Citus, co-located with a
+-- table distributed by a text tenant column, and makes reserve, complete, fail, checkpoint,
+-- lookup and forget distributed functions (distribution argument scope, force_delegation),
+-- so each call runs on the worker that holds the scope's shard. streams and
+-- consumer_positions stay local tables of each node (README, Scale-out).
+CREATE FUNCTION idempotency.distribute(colocate_with regclass)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_distribute' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION idempotency.distribute(regclass) FROM PUBLIC;

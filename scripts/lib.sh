@@ -203,3 +203,111 @@ cluster_psql() {
   shift 3
   "$PGBIN/psql" -X -v ON_ERROR_STOP=1 -h "$sock" -p "$port" -U postgres "$@"
 }
+
+# --- Citus (the `citus` suite) -----------------------------------------------------------------
+# Citus is not in Debian: it is built from ../shared/vendor/citus-<version>.tar.gz (next to
+# the clone) into the PostgreSQL of $PG_CONFIG when citus.so is not installed there, in a
+# build directory kept under $IDEM_CACHE (scripts/majors.sh), so a second run
+# only re-installs. Citus 12.1 supports PostgreSQL 14 to 16.
+CITUS_VERSION=12.1.12
+CITUS_ARCHIVE=${IDEM_CITUS_ARCHIVE:-$IDEM_ROOT/../shared/vendor/citus-$CITUS_VERSION.tar.gz}
+CITUS_BUILD_DEPS="libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev
+  libxslt1-dev libpam0g-dev libreadline-dev"
+
+# ensure_citus: 0 when citus.so is (or now is) installed; otherwise prints why not on stdout
+# and returns 1.
+ensure_citus() {
+  local major libdir cache dep missing=()
+  major=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+  if [[ $major -lt 14 || $major -gt 16 ]]; then
+    echo "Citus $CITUS_VERSION supports PostgreSQL 14 to 16, this is PostgreSQL $major"
+    return 1
+  fi
+  libdir=$("$PG_CONFIG" --pkglibdir)
+  [[ -f $libdir/citus.so ]] && return 0
+  if [[ ! -f $CITUS_ARCHIVE ]]; then
+    echo "citus.so is not installed in $libdir and $CITUS_ARCHIVE does not exist"
+    return 1
+  fi
+  # shellcheck disable=SC2086 # word splitting of the list is intended
+  for dep in $CITUS_BUILD_DEPS; do
+    dpkg-query -W -f='${Status}' "$dep" 2>/dev/null | grep -q 'install ok installed' ||
+      missing+=("$dep")
+  done
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    log "installing Citus build dependencies: ${missing[*]}"
+    apt_install "${missing[@]}" >&2 || { echo "could not install ${missing[*]}"; return 1; }
+  fi
+  cache=$IDEM_CACHE/citus-$CITUS_VERSION-pg$major
+  if [[ ! -f $cache/.built ]]; then
+    log "building Citus $CITUS_VERSION in $cache (a few minutes)"
+    rm -rf "$cache" && mkdir -p "$cache" || { echo "cannot create $cache"; return 1; }
+    if ! { tar -xzf "$CITUS_ARCHIVE" -C "$cache" --strip-components=1 &&
+      (cd "$cache" && ./configure --without-libcurl PG_CONFIG="$PG_CONFIG" &&
+        make -j2 with_llvm=no); } >"$cache/build.log" 2>&1; then
+      tail -n 20 "$cache/build.log" >&2
+      echo "building Citus failed (log: $cache/build.log)"
+      return 1
+    fi
+    touch "$cache/.built"
+  fi
+  log "installing Citus $CITUS_VERSION into $libdir"
+  as_root make -C "$cache" install with_llvm=no >"$cache/install.log" 2>&1 || {
+    echo "installing Citus failed (log: $cache/install.log)"
+    return 1
+  }
+}
+
+# citus_cluster_setup NAME PORT: a coordinator on PORT (plus IDEM_PORT_OFFSET) and workers on
+# the next two ports; sets COORD_{DATA,PORT,SOCK} W1_... W2_... and NODE_NAMES=(coord w1 w2).
+# shellcheck disable=SC2034 # the variables are for the caller
+citus_cluster_setup() {
+  cluster_setup "$1/coordinator" "$2"
+  COORD_DATA=$CLUSTER_DATA COORD_PORT=$CLUSTER_PORT COORD_SOCK=$CLUSTER_SOCK
+  local base
+  base=$(dirname "$(dirname "$COORD_DATA")")
+  W1_DATA=$base/worker1/data W1_PORT=$((COORD_PORT + 1)) W1_SOCK=/tmp/idempotency-$((COORD_PORT + 1))
+  W2_DATA=$base/worker2/data W2_PORT=$((COORD_PORT + 2)) W2_SOCK=/tmp/idempotency-$((COORD_PORT + 2))
+}
+
+# citus_node coord|w1|w2 [psql args]: psql on one node of the cluster, database postgres.
+citus_node() {
+  local which=$1
+  shift
+  case $which in
+    coord) cluster_psql "$COORD_DATA" "$COORD_PORT" "$COORD_SOCK" -d postgres "$@" ;;
+    w1) cluster_psql "$W1_DATA" "$W1_PORT" "$W1_SOCK" -d postgres "$@" ;;
+    w2) cluster_psql "$W2_DATA" "$W2_PORT" "$W2_SOCK" -d postgres "$@" ;;
+  esac
+}
+
+# Fast stops; a node that does not stop within pg_ctl's wait is stopped immediately.
+citus_cluster_stop() {
+  local data
+  for data in "$COORD_DATA" "$W1_DATA" "$W2_DATA"; do
+    cluster_stop "$data" >/dev/null 2>&1 || cluster_crash "$data" >/dev/null 2>&1 || true
+  done
+}
+
+# citus_cluster_start [setting=value ...]: three fresh servers (Citus first in
+# shared_preload_libraries, listening on 127.0.0.1 too, as Citus nodes reach each other over
+# TCP), citus and idempotency created on each, the workers added to the coordinator.
+citus_cluster_start() {
+  local node data port sock
+  for node in "$COORD_DATA $COORD_PORT $COORD_SOCK" "$W1_DATA $W1_PORT $W1_SOCK" \
+    "$W2_DATA $W2_PORT $W2_SOCK"; do
+    read -r data port sock <<<"$node"
+    cluster_init "$data" "$port" "$sock" "shared_preload_libraries = 'citus, idempotency'" \
+      "listen_addresses = '127.0.0.1'" "max_prepared_transactions = 100" \
+      "citus.node_conninfo = 'sslmode=disable'" "max_connections = 200" \
+      "$@" || return
+    cluster_start "$data" || return
+  done
+  for node in coord w1 w2; do
+    citus_node "$node" -qAt -c "CREATE EXTENSION citus" -c "CREATE EXTENSION idempotency" \
+      >/dev/null || return
+  done
+  citus_node coord -qAt -c "SELECT citus_set_coordinator_host('127.0.0.1', $COORD_PORT)" \
+    -c "SELECT citus_add_node('127.0.0.1', $W1_PORT)" \
+    -c "SELECT citus_add_node('127.0.0.1', $W2_PORT)" >/dev/null
+}

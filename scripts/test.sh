@@ -4,15 +4,18 @@
 #   IDEM_PG=18 bash scripts/test.sh     (the same against PostgreSQL 17 or 18, built from
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
-#                                        isolation pgtap scripted examples)
+#                                        isolation pgtap scripted examples citus)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
+# The citus suite (test/citus/*.sh) runs three-node Citus clusters of its own; it builds
+# Citus from ../shared/vendor when citus.so is not installed, and is reported as skipped,
+# with the reason, when neither is available or PostgreSQL is not 14 to 16.
 # Ends with one line "N passed, M failed"; exits non-zero when anything failed.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
-ALL_SUITES="unit regress isolation pgtap scripted examples"
+ALL_SUITES="unit regress isolation pgtap scripted examples citus"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -133,6 +136,18 @@ run_scripts() {
   record "$suite" "$passed" "$failed"
 }
 
+# The citus suite: skipped (not passed) with the reason when Citus cannot be had.
+run_citus() {
+  local why tests=() t
+  if ! why=$(ensure_citus); then
+    echo "citus suite SKIPPED: $why"
+    record citus 0 0 "skipped: $why"
+    return
+  fi
+  for t in test/citus/*.sh; do [[ -x $t ]] && tests+=("$t"); done
+  run_scripts citus "${tests[@]}"
+}
+
 stop_test_cluster() { cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true; }
 
 rm -rf "$LOGS"
@@ -145,7 +160,7 @@ fi
 wanted unit && run_unit
 
 cluster_suites=()
-for s in regress isolation pgtap scripted examples; do
+for s in regress isolation pgtap scripted examples citus; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
 if [[ ${#cluster_suites[@]} -gt 0 ]]; then
@@ -177,6 +192,7 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     done
     wanted scripted && run_scripts scripted "${scripted[@]}"
     wanted examples && run_scripts examples examples/*/test.sh
+    wanted citus && run_citus
     shopt -u nullglob
   fi
   stop_test_cluster

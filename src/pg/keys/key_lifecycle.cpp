@@ -57,6 +57,7 @@ void release_key_lock(const LOCKTAG *tag) {
 }
 
 void lock_key(Datum scope, Datum key) {
+    check_key_placement(scope);
     LOCKTAG tag;
     key_lock_tag(&tag, scope, key);
     (void)acquire_key_lock(&tag, false);
@@ -238,6 +239,7 @@ void clear_record(KeyRecord *record) {
 }
 
 Reservation reserve_key(const ReserveRequest &req) {
+    check_key_placement(req.scope);
     LOCKTAG tag;
     key_lock_tag(&tag, req.scope, req.key);
     TimestampTz deadline = GetCurrentTimestamp() + req.wait;
@@ -274,7 +276,10 @@ Reservation reserve_key(const ReserveRequest &req) {
             }
             result.outcome = Outcome::New;
             result.record = new_claim(req, now, 1);
-            add_pending_claim(result.record);
+            PendingClaim *pending = add_pending_claim(result.record);
+            // On Citus the row is written now, inside the delegated call: at pre-commit the
+            // worker no longer runs the call, and Citus refuses queries on its shards there.
+            if (key_table_is_citus()) store_record(result.record, pending);
             return result;
         }
         if (hashes_differ(result.record, req.request_hash) || result.record.state() == 'c') {

@@ -1,4 +1,5 @@
 #include "pg/storage/key_store.hpp"
+#include "pg/storage/citus.hpp"
 #include "pg/storage/key_store_direct.hpp"
 
 extern "C" {
@@ -57,15 +58,21 @@ void execute(SPIPlanPtr plan, const Datum *values, const bool *nulls, int nargs,
         elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 }
 
-// idempotency.keys and its owner, looked up once and again after any change to pg_class or
-// pg_namespace (a drop, rename or change of owner).
+// idempotency.keys, its owner and whether Citus manages it, looked up once and again after
+// any change to pg_class or pg_namespace (a drop, rename or change of owner) or to the
+// table's relcache entry (Citus invalidates it when it distributes the table).
 struct KeyTable {
     Oid table = InvalidOid;
     Oid owner = InvalidOid;
+    bool citus = false;  // a Citus table: its relation is a shell, rows live in shards
 } key_table;
 
 void forget_key_table(Datum, int, uint32) {
     key_table = KeyTable{};
+}
+
+void forget_key_table_relation(Datum, Oid relation) {
+    if (!OidIsValid(relation) || relation == key_table.table) key_table = KeyTable{};
 }
 
 const KeyTable &current_key_table() {
@@ -73,6 +80,7 @@ const KeyTable &current_key_table() {
     if (!registered) {
         CacheRegisterSyscacheCallback(RELOID, forget_key_table, (Datum)0);
         CacheRegisterSyscacheCallback(NAMESPACEOID, forget_key_table, (Datum)0);
+        CacheRegisterRelcacheCallback(forget_key_table_relation, (Datum)0);
         registered = true;
     }
     if (!OidIsValid(key_table.table)) {
@@ -82,8 +90,10 @@ const KeyTable &current_key_table() {
         if (!HeapTupleIsValid(tuple)) elog(ERROR, "idempotency: table idempotency.keys is missing");
         Oid owner = ((Form_pg_class)GETSTRUCT(tuple))->relowner;
         ReleaseSysCache(tuple);
+        bool citus = is_citus_table(table);
         key_table.table = table;
         key_table.owner = owner;
+        key_table.citus = citus;
     }
     return key_table;
 }
@@ -93,6 +103,11 @@ Oid key_table_owner() {
 }
 
 bool direct_storage = true;  // idempotency.direct_storage
+
+// Direct heap access only where the relation holds the rows: never on a Citus shell.
+bool use_direct_storage() {
+    return direct_storage && !current_key_table().citus;
+}
 
 LOCKMODE read_lock = AccessShareLock;  // set by open_storage
 
@@ -140,10 +155,19 @@ SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *t
     return *slot;
 }
 
+bool key_table_is_citus() {
+    return current_key_table().citus;
+}
+
+void check_key_placement(Datum scope) {
+    if (current_key_table().citus) check_shard_is_local(scope);
+}
+
 bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record, Snapshot snapshot) {
-    Direct direct = direct_storage ? find_live_key_direct(current_key_table().table, read_lock,
-                                                          scope, key, now, record, snapshot)
-                                   : Direct::kUnsupported;
+    Direct direct = use_direct_storage()
+                        ? find_live_key_direct(current_key_table().table, read_lock, scope, key,
+                                               now, record, snapshot)
+                        : Direct::kUnsupported;
     if (direct != Direct::kUnsupported) return direct == Direct::kFound;
     const Oid types[] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
     Datum args[] = {scope, key, TimestampTzGetDatum(now)};
@@ -167,7 +191,8 @@ bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record, S
 }
 
 void insert_key(const KeyRecord &record) {
-    if (direct_storage && insert_key_direct(current_key_table().table, record) == Direct::kFound)
+    if (use_direct_storage() &&
+        insert_key_direct(current_key_table().table, record) == Direct::kFound)
         return;
     execute(saved_plan(&insert_plan, kInsertSql, kKeyColumnCount, kRecordTypes), record.values,
             record.nulls, kKeyColumnCount, false, SPI_OK_INSERT);

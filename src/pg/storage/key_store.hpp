@@ -69,6 +69,13 @@ void close_storage(Storage storage);
 // The plan in *slot, prepared and kept for the session on first use.
 SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *types);
 
+// Whether idempotency.keys is a Citus table (its relation a shell, its rows in shards).
+bool key_table_is_citus();
+
+// Where idempotency.keys is a Citus table: raises an error unless the scope's shard is on
+// this node (the key lock must be taken where the row lives). Nothing to do elsewhere.
+void check_key_placement(Datum scope);
+
 // The live record of (scope, key) (expires_at > now), if any; fills record->values[kScope..].
 // Read with a fresh snapshot in READ COMMITTED (never the statement's, which may predate a
 // lock wait), or with `snapshot` when given.

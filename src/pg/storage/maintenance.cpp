@@ -9,6 +9,7 @@
 #include "pg/storage/maintenance.hpp"
 
 #include "pg/guard.hpp"
+#include "pg/storage/citus.hpp"
 #include "pg/storage/key_store.hpp"
 #include "pg/settings.hpp"
 
@@ -128,6 +129,17 @@ void create_step(void *arg) {
     auto *s = static_cast<CreateStep *>(arg);
     char *name = quote_qualified_identifier("idempotency", s->target->name);
     char *lo = time_literal(s->target->lo), *hi = time_literal(s->target->hi);
+    s->moved = 0;
+    if (is_citus_table(key_table_oid())) {
+        // Distributed keys: Citus creates the partition's shards on every worker, co-located
+        // with the parent's. Rows of the range in the default partition (none, with premade
+        // partitions) make it fail, reported and retried.
+        spi_run(psprintf("CREATE TABLE %s PARTITION OF idempotency.keys FOR VALUES FROM (%s) TO "
+                         "(%s)",
+                         name, lo, hi),
+                SPI_OK_UTILITY);
+        return;
+    }
     // The new table first: it needs only ACCESS SHARE on idempotency.keys. In the parent's
     // tablespace, as CREATE TABLE ... PARTITION OF would put it.
     Oid space = get_rel_tablespace(key_table_oid());
@@ -540,6 +552,14 @@ void maintain_run(ActionSink *sink) {
                       "another maintain() is running, or a long lock on idempotency.keys; "
                       "retried on the next run",
                       nullptr};
+    if (is_citus_worker()) {
+        // The coordinator's maintain() creates and drops the partitions of every worker; DDL
+        // here would change this node's metadata only.
+        emit_action(sink, "skipped", nullptr, 0, 0, false, -1,
+                    "this node is a Citus worker: maintain() runs on the coordinator, which "
+                    "creates and drops the partitions of idempotency.keys on every worker");
+        return;
+    }
     auto lock_keys = [](void *) {
         spi_run("LOCK TABLE ONLY idempotency.keys IN SHARE UPDATE EXCLUSIVE MODE", SPI_OK_UTILITY);
     };

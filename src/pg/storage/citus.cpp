@@ -1,0 +1,215 @@
+// Citus awareness (see citus.hpp) and idempotency.distribute().
+
+#include "pg/storage/citus.hpp"
+
+#include "pg/guard.hpp"
+#include "pg/sql_errors.hpp"
+#include "pg/storage/key_store.hpp"
+
+extern "C" {
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/table.h"
+#include "catalog/pg_namespace_d.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+}
+
+namespace idem::pg {
+
+namespace {
+
+// The first row of Citus catalog `name` (in pg_catalog) whose first column equals `first`
+// (or any row when first is InvalidOid), as attribute `column` (int4 or oid); false when the
+// catalog or the row does not exist.
+bool citus_catalog_value(const char *name, Oid first, int column, Datum *value) {
+    Oid catalog = get_relname_relid(name, PG_CATALOG_NAMESPACE);
+    if (!OidIsValid(catalog)) return false;
+    Relation rel = table_open(catalog, AccessShareLock);
+    ScanKeyData key;
+    ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(first));
+    SysScanDesc scan =
+        systable_beginscan(rel, InvalidOid, false, nullptr, OidIsValid(first) ? 1 : 0, &key);
+    HeapTuple tuple = systable_getnext(scan);
+    bool found = HeapTupleIsValid(tuple);
+    if (found) {
+        bool isnull;
+        *value = heap_getattr(tuple, column, RelationGetDescr(rel), &isnull);
+        found = !isnull;
+    }
+    systable_endscan(scan);
+    table_close(rel, AccessShareLock);
+    return found;
+}
+
+SPIPlanPtr local_shard_plan;
+
+}  // namespace
+
+bool is_citus_table(Oid relation) {
+    Datum value;
+    return citus_catalog_value("pg_dist_partition", relation, 1, &value);
+}
+
+bool is_citus_worker() {
+    Datum group;
+    return citus_catalog_value("pg_dist_local_group", InvalidOid, 1, &group) &&
+           DatumGetInt32(group) != 0;
+}
+
+void check_shard_is_local(Datum scope) {
+    const Oid types[] = {TEXTOID};
+    Datum args[] = {scope};
+    SPIPlanPtr plan = saved_plan(
+        &local_shard_plan,
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_placement p"
+        " WHERE p.shardid OPERATOR(pg_catalog.=) pg_catalog.get_shard_id_for_distribution_column("
+        "'idempotency.keys'::pg_catalog.regclass, $1)"
+        " AND p.groupid OPERATOR(pg_catalog.=) (SELECT groupid FROM "
+        "pg_catalog.pg_dist_local_group))",
+        1, types);
+    int rc = SPI_execute_plan(plan, args, nullptr, true, 1);
+    if (rc != SPI_OK_SELECT || SPI_processed != 1)
+        elog(ERROR, "idempotency: locating the shard of a scope failed: %s",
+             SPI_result_code_string(rc));
+    bool isnull;
+    if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+        return;
+    throw SqlError(
+        ERRCODE_FEATURE_NOT_SUPPORTED,
+        "idempotency key calls must run on the node that holds the scope's shard",
+        psprintf("idempotency.keys is distributed by Citus and the shard of scope \"%s\" is on "
+                 "another node; the key lock is taken where the key's row lives.",
+                 TextDatumGetCString(scope)),
+        "Call the function on its own with a constant scope (SELECT idempotency.reserve('tenant', "
+        "...) or SELECT * FROM ..., not in a CTE, subquery or PL/pgSQL expression), so that Citus "
+        "delegates it to that node.");
+}
+
+}  // namespace idem::pg
+
+namespace {
+
+using idem::pg::SqlError;
+
+// One row of one column of a query run with SPI, or nullptr when it returns no row.
+char *query_value(const char *sql, int nargs, const Oid *types, const Datum *args) {
+    int rc = SPI_execute_with_args(sql, nargs, const_cast<Oid *>(types), const_cast<Datum *>(args),
+                                   nullptr, false, 1);
+    if (rc < 0) elog(ERROR, "idempotency: query failed (%s): %s", SPI_result_code_string(rc), sql);
+    if (SPI_processed == 0) return nullptr;
+    return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
+// The key functions that run on the shard's node: each distributed by its first argument
+// (scope), co-located with idempotency.keys, delegated even inside a transaction block.
+const char *const kKeyFunctions[] = {
+    "idempotency.reserve(text, text, bytea, interval, interval, interval)",
+    "idempotency.complete(text, text, integer, jsonb, integer)",
+    "idempotency.fail(text, text, jsonb, integer)",
+    "idempotency.checkpoint(text, text, text, integer)",
+    "idempotency.lookup(text, text)",
+    "idempotency.forget(text, text)",
+};
+
+const char *const kCitusHint =
+    "Install Citus from Citus's own packages, put citus first in shared_preload_libraries, "
+    "CREATE EXTENSION citus and add the workers with citus_add_node(); see README, Scale-out.";
+
+}  // namespace
+
+// idempotency.distribute(colocate_with regclass): shards idempotency.keys by scope with Citus,
+// co-located with a table distributed by a text tenant column, and delegates the key
+// functions to the node of the scope's shard.
+IDEM_FUNCTION(idem_distribute) {
+    using namespace idem::pg;
+    Oid table = DatumGetObjectId(required_arg(fcinfo, 0, "colocate_with"));
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    if (query_value("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'citus'", 0,
+                    nullptr, nullptr) == nullptr)
+        throw SqlError(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                       "extension \"citus\" is not installed in this database",
+                       "idempotency.distribute() shards idempotency.keys with Citus.", kCitusHint);
+    if (is_citus_worker())
+        throw SqlError(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                       "idempotency.distribute() must run on the Citus coordinator",
+                       "This node is a Citus worker.", "Connect to the coordinator.");
+    Oid keys = get_relname_relid("keys", get_namespace_oid("idempotency", false));
+    const Oid oid_type[] = {REGCLASSOID};
+    Datum keys_arg[] = {ObjectIdGetDatum(keys)};
+    if (char *with = query_value(
+            "SELECT coalesce((SELECT pg_catalog.string_agg(c.logicalrelid::pg_catalog.text, ', ')"
+            " FROM pg_catalog.pg_dist_partition c WHERE c.colocationid OPERATOR(pg_catalog.=)"
+            " p.colocationid AND pg_catalog.starts_with(c.logicalrelid::pg_catalog.text,"
+            " 'idempotency.') IS NOT TRUE), 'no other table')"
+            " FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1",
+            1, oid_type, keys_arg))
+        throw SqlError(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                       "idempotency.keys is already distributed",
+                       psprintf("It is co-located with %s.", with),
+                       "distribute() runs once. To move the keys next to another table, use "
+                       "Citus's update_distributed_table_colocation().");
+    Datum table_arg[] = {ObjectIdGetDatum(table)};
+    char *name = query_value("SELECT $1::pg_catalog.text", 1, oid_type, table_arg);
+    char *method = query_value(
+        "SELECT partmethod FROM pg_catalog.pg_dist_partition WHERE logicalrelid "
+        "OPERATOR(pg_catalog.=) $1",
+        1, oid_type, table_arg);
+    if (method == nullptr)
+        throw SqlError(ERRCODE_WRONG_OBJECT_TYPE, psprintf("table %s is not distributed", name),
+                       "idempotency.keys is co-located with a table that Citus distributes by "
+                       "its tenant column.",
+                       psprintf("Distribute it first: SELECT create_distributed_table('%s', "
+                                "'<tenant column>');",
+                                name));
+    if (strcmp(method, "h") != 0)
+        throw SqlError(ERRCODE_WRONG_OBJECT_TYPE,
+                       psprintf("table %s is not hash-distributed by a column", name),
+                       "Reference tables and single-shard tables have no tenant column to "
+                       "co-locate the keys with.",
+                       "Pick a table created with create_distributed_table(table, column).");
+    char *column_type = query_value(
+        "SELECT pg_catalog.format('%I %s', a.attname, a.atttypid::pg_catalog.regtype)"
+        " FROM pg_catalog.pg_dist_partition p JOIN pg_catalog.pg_attribute a"
+        " ON a.attrelid OPERATOR(pg_catalog.=) p.logicalrelid AND a.attname OPERATOR(pg_catalog.=)"
+        " pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)::pg_catalog.name"
+        " WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1 AND a.atttypid <> "
+        "'pg_catalog.text'::pg_catalog.regtype",
+        1, oid_type, table_arg);
+    if (column_type != nullptr)
+        throw SqlError(ERRCODE_DATATYPE_MISMATCH,
+                       psprintf("distribution column of %s is not text", name),
+                       psprintf("Its distribution column is %s; idempotency.keys is distributed "
+                                "by scope, of type text, and co-location needs the same type.",
+                                column_type),
+                       "Co-locate the keys with a table distributed by a text tenant column.");
+    char *missing = query_value(
+        "SELECT pg_catalog.string_agg(pg_catalog.format('%s:%s (%s)', nodename, nodeport, result),"
+        " ', ') FROM pg_catalog.run_command_on_workers($$SELECT coalesce((SELECT extversion FROM "
+        "pg_catalog.pg_extension WHERE extname = 'idempotency'), 'not installed')$$)"
+        " WHERE NOT success OR result OPERATOR(pg_catalog.<>)"
+        " (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'idempotency')",
+        0, nullptr, nullptr);
+    if (missing != nullptr)
+        throw SqlError(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                       "extension \"idempotency\" is missing on a worker, or at another version",
+                       psprintf("Workers: %s.", missing),
+                       "On every worker: put idempotency in shared_preload_libraries (after "
+                       "citus) and CREATE EXTENSION idempotency at this node's version.");
+    // As the caller, who must own idempotency.keys and the functions (Citus checks).
+    query_value(
+        "SELECT pg_catalog.create_distributed_table('idempotency.keys', 'scope',"
+        " colocate_with => $1::pg_catalog.text)",
+        1, oid_type, table_arg);
+    for (const char *function : kKeyFunctions) {
+        const Oid text_type[] = {TEXTOID};
+        Datum function_arg[] = {CStringGetTextDatum(function)};
+        query_value(
+            "SELECT pg_catalog.create_distributed_function($1::pg_catalog.regprocedure,"
+            " '$1', colocate_with => 'idempotency.keys', force_delegation => true)",
+            1, text_type, function_arg);
+    }
+    SPI_finish();
+    PG_RETURN_VOID();
+}

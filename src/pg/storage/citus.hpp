@@ -1,0 +1,24 @@
+// Citus awareness: on a Citus node a distributed table's own relation is an empty shell (its
+// rows live in shard relations), so the direct storage path must never read or write it, and
+// a key call must run where the key's shard is.
+#pragma once
+
+#include "pg/postgres_headers.hpp"
+
+namespace idem::pg {
+
+// Whether `relation` is a Citus table (distributed, reference or Citus-managed local) in
+// this database, from pg_dist_partition; false where Citus is not installed. Reads the
+// catalog directly (no SPI): callers cache the verdict until the relation's relcache entry
+// is invalidated, which Citus does when it distributes or undistributes a table.
+bool is_citus_table(Oid relation);
+
+// Whether this node is a Citus worker (its group id in pg_dist_local_group is not 0).
+bool is_citus_worker();
+
+// Raises an error unless the shard of idempotency.keys that holds `scope` has a placement on
+// this node, so that the key's advisory lock is taken where its row lives. Called only when
+// idempotency.keys is a Citus table; SPI must be connected.
+void check_shard_is_local(Datum scope);
+
+}  // namespace idem::pg

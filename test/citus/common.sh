@@ -1,0 +1,71 @@
+# shellcheck shell=bash
+# Shared by test/citus/*.sh: a coordinator and two workers (scripts/lib.sh), `public.orders`
+# distributed by its text tenant column, idempotency.keys distributed with it.
+# Source after setting CITUS_NAME and CITUS_PORT.
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
+citus_cluster_setup "test-cluster/$CITUS_NAME" "$CITUS_PORT"
+trap citus_cluster_stop EXIT
+CHECKS=0
+fail() {
+  echo "FAIL: $*"
+  for d in "$COORD_DATA" "$W1_DATA" "$W2_DATA"; do
+    echo "--- $(basename "$(dirname "$d")") log"
+    tail -n 15 "$(dirname "$d")/server.log" 2>/dev/null || true
+  done
+  exit 1
+}
+expect() { # expect WHAT ACTUAL WANTED
+  [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
+  CHECKS=$((CHECKS + 1))
+  echo "ok: $1 ($2)"
+}
+coord() { citus_node coord -qAt "$@"; }
+w1() { citus_node w1 -qAt "$@"; }
+w2() { citus_node w2 -qAt "$@"; }
+# node_of SCOPE: w1 or w2, the worker that holds the scope's shard of idempotency.keys
+# (tenant-0 .. tenant-9 known after map_tenants).
+declare -A NODE_OF=()
+map_tenants() {
+  local t port
+  while IFS='|' read -r t port; do
+    if [[ $port == "$W1_PORT" ]]; then NODE_OF[$t]=w1; else NODE_OF[$t]=w2; fi
+  done < <(coord -c "SELECT s, n.nodeport FROM generate_series(0, 9) g,
+    LATERAL (SELECT 'tenant-' || g AS s) x, pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+    WHERE p.shardid = get_shard_id_for_distribution_column('idempotency.keys', s)")
+}
+node_of() {
+  local port
+  if [[ -z ${NODE_OF[$1]:-} ]]; then
+    port=$(coord -c "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+      WHERE p.shardid = get_shard_id_for_distribution_column('idempotency.keys', '$1')")
+    if [[ $port == "$W1_PORT" ]]; then NODE_OF[$1]=w1; else NODE_OF[$1]=w2; fi
+  fi
+  echo "${NODE_OF[$1]}"
+}
+# shell_bytes NODE: bytes in the relations of idempotency.keys itself (the shell and its
+# partitions' shells) on that node; Citus keeps rows in shards, so this must stay 0.
+shell_bytes() {
+  citus_node "$1" -qAt -c "SELECT coalesce(sum(pg_relation_size(relid)), 0)
+    FROM pg_partition_tree('idempotency.keys')"
+}
+# prepared_xacts: orphaned prepared transactions on all three nodes.
+prepared_xacts() {
+  local n total=0 c
+  for n in coord w1 w2; do
+    c=$(citus_node "$n" -qAt -c "SELECT count(*) FROM pg_prepared_xacts")
+    total=$((total + c))
+  done
+  echo "$total"
+}
+# citus_setup: the cluster, the business table, partitions, distribute().
+citus_setup() {
+  citus_cluster_start || fail "the Citus cluster did not start"
+  coord >/dev/null <<'SQL' || fail "setup failed"
+CREATE TABLE orders (tenant text NOT NULL, id bigserial, key text NOT NULL, amount int,
+                     PRIMARY KEY (tenant, id));
+SELECT create_distributed_table('orders', 'tenant');
+SELECT * FROM idempotency.maintain();
+SELECT idempotency.distribute(colocate_with => 'public.orders');
+SQL
+  map_tenants
+}
