@@ -180,7 +180,8 @@ cluster_init() {
     echo "max_replication_slots = 10"
     echo "max_wal_senders = 10"
     # Only servers from 15.19 on know it (and restrict decoding to the plugins it lists).
-    if "$PGBIN/postgres" --describe-config 2>/dev/null | grep -q '^output_plugin_libraries'; then
+    # (grep reads it all: -q would stop early, and pipefail would see postgres's SIGPIPE.)
+    if "$PGBIN/postgres" --describe-config 2>/dev/null | grep '^output_plugin_libraries' >/dev/null; then
       echo "output_plugin_libraries = 'pgoutput, test_decoding, idempotency, wal2json'"
     fi
     echo "logging_collector = off"

@@ -6,6 +6,10 @@ set -euo pipefail
 q() { psql -X -v ON_ERROR_STOP=1 -qAt "$@"; }
 fail() { echo "FAIL: $*"; exit 1; }
 CHECKS=0
+partman_type() {
+  q -d postgres -c "SELECT CASE WHEN split_part(default_version, '.', 1)::int >= 5 THEN 'range'
+    ELSE 'native' END FROM pg_available_extensions WHERE name = 'pg_partman'"
+}
 expect() { # expect WHAT ACTUAL WANTED
   [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
   CHECKS=$((CHECKS + 1))
@@ -18,7 +22,8 @@ export PGOPTIONS="-c idempotency.partition_width=1d -c idempotency.premake=3 -c 
 
 setup() { # a database with keys pg_partman manages, and another pg_partman table
   q -d postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1"
-  q -d "$1" >/dev/null <<'SQL'
+  # pg_partman 4.x calls native partitioning 'native', 5.x 'range'.
+  q -d "$1" -v ptype="$(partman_type)" >/dev/null <<'SQL'
 CREATE EXTENSION idempotency;
 CREATE SCHEMA partman;
 CREATE EXTENSION pg_partman SCHEMA partman;
@@ -28,7 +33,8 @@ SELECT idempotency.create_stream('s');
 SELECT idempotency.next_key('s');
 SELECT idempotency.accept('c', 'p', 5::bigint);
 CREATE TABLE public.events (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
-SELECT partman.create_parent('public.events', 'at', 'native', 'daily', p_premake => 2, p_jobmon => false);
+SELECT partman.create_parent(p_parent_table => 'public.events', p_control => 'at',
+    p_type => :'ptype', p_interval => '1 day', p_premake => 2, p_jobmon => false);
 SQL
   expect "$1: pg_partman manages both tables" \
     "$(q -d "$1" -c "SELECT string_agg(parent_table, ',' ORDER BY parent_table) FROM partman.part_config")" \
