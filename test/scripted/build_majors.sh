@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# idem: same on every major (the IDEM_PG=15 run runs it; see scripts/test.sh)
 # The build and the test command refuse what they cannot do, before doing anything: a
 # PG_CONFIG of an unsupported major stops make with the supported majors named; IDEM_PG=16
 # (no Debian source package) and IDEM_PG=14 stop the test command at once; a source package

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# idem: same on every major (the IDEM_PG=15 run runs it; see scripts/test.sh)
 # `make dist` makes a PGXN-ready zip: idempotency-<default_version>.zip with everything under
 # one idempotency-<version>/ folder, holding every file git tracks (but CI's), among them
 # LICENSE, META.json, the control file and every install and upgrade script; META.json is

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# idem: same on every major (the IDEM_PG=15 run runs it; see scripts/test.sh)
 # libFuzzer targets of the core parsers (fuzz/*.cpp): build them with clang
 # (-fsanitize=fuzzer,address,undefined), replay every kept regression input
 # (fuzz/regressions/<target>/), then fuzz each target for FUZZ_SECONDS (default 20) from its

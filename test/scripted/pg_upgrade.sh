@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# idem: same on every major (the IDEM_PG=15 run runs it; see scripts/test.sh)
 # pg_upgrade from PostgreSQL 15 to 18 with the extension and data in every state: completed,
 # committed-in-progress, failed and checkpointed keys; streams with values handed out; consumer
 # watermarks; partitions made by maintain(); an outbox slot, drained and dropped first as
