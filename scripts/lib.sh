@@ -24,7 +24,8 @@ export IDEM_ROOT
 # Debian packages the build, the demo and the test suites need.
 IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
   postgresql-15-partman postgresql-15-wal2json libssl-dev libgtest-dev cmake g++
-  make pkg-config clang libclang-rt-14-dev gnuplot-nox libipc-run-perl pgbouncer"
+  make pkg-config clang libclang-rt-14-dev gnuplot-nox libipc-run-perl pgbouncer
+  postgresql-15-auto-failover pg-auto-failover-cli"
 
 PG_CONFIG=${PG_CONFIG:-/usr/bin/pg_config}
 PGBIN=$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)

@@ -6,7 +6,10 @@
 #include "pg/postgres_headers.hpp"
 #include "pg/settings.hpp"
 
+#include <unistd.h>
+
 extern "C" {
+#include "access/xlog.h"
 #include "commands/extension.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -144,6 +147,12 @@ void register_maintenance_worker() {
     strlcpy(worker.bgw_name, "idempotency launcher", BGW_MAXLEN);
     strlcpy(worker.bgw_type, "idempotency launcher", BGW_MAXLEN);
     RegisterBackgroundWorker(&worker);
+    // On a standby the postmaster starts the launcher only at promotion
+    // (BgWorkerStart_RecoveryFinished): nothing runs, nothing fails. Said once per start.
+    if (maintenance_databases()[0] != '\0' && access(STANDBY_SIGNAL_FILE, F_OK) == 0)
+        ereport(LOG, (errmsg("idempotency: this server is a standby; maintenance of \"%s\" "
+                             "starts when it is promoted",
+                             maintenance_databases())));
 }
 
 }  // namespace idem::pg
