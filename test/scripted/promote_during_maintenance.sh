@@ -10,6 +10,10 @@
 # the launcher starts at promotion and its passes create partitions and move the keys out of
 # the default partition although synchronous_standby_names = '*' has no standby to answer;
 # replays, lookups and SELECTs are answered meanwhile, writes wait.
+# The outbox on PostgreSQL 15: a consumer's logical slot stays on the old primary (42704 on
+# the promoted one); the documented recovery (a new slot, a new accept partition) delivers what
+# is emitted after it, not what was left unread, and the old partition's watermark refuses every
+# message applied before the failover.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/promote-maintenance 54477
@@ -20,8 +24,10 @@ STANDBY_SOCK=/tmp/idempotency-$STANDBY_PORT
 STANDBY_LOG=$(dirname "$STANDBY_DATA")/server.log
 BOUND=${IDEM_SYNCREP_READ_BOUND:-15}
 BG=()
+KEYS=$(mktemp /tmp/idem-promote-keys.XXXXXX)
 cleanup() {
   local p
+  rm -f "$KEYS"
   for p in "${BG[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   local d
   for d in "$PRIMARY_DATA" "$STANDBY_DATA"; do
@@ -77,6 +83,20 @@ ok "the standby streams synchronously"
 grep -q "idempotency: this server is a standby; maintenance of \"postgres\" starts when it is promoted" "$STANDBY_LOG" ||
   fail "the standby did not say that maintenance waits for its promotion"
 ok "the standby logged once that maintenance starts at promotion"
+
+# The outbox: a consumer's slot on the primary, three messages applied under accept (and
+# confirmed by get_changes), two more emitted and not read before the failover.
+emit() { primary -c "SELECT idempotency.emit('o', jsonb_build_object('n', $1))" >/dev/null; }
+primary -c "SELECT pg_create_logical_replication_slot('billing', 'idempotency')" >/dev/null
+for i in 1 2 3; do emit "$i"; done
+primary -c "SELECT data::json->>'key' FROM pg_logical_slot_get_changes('billing', NULL, NULL)" >"$KEYS"
+[[ $(wc -l <"$KEYS") == 3 ]] || fail "the consumer did not read 3 messages"
+while read -r key; do
+  [[ $(primary -c "SELECT idempotency.accept('billing', 'timeline-1', '$key'::uuid)") == t ]] ||
+    fail "accept of $key"
+done <"$KEYS"
+for i in 4 5; do emit "$i"; done
+ok "the consumer applied 3 messages; 2 more are emitted and not read"
 
 # The primary's worker off (ALTER SYSTEM: the standby keeps its configuration), then keys
 # for the default partition, replicated synchronously.
@@ -146,5 +166,28 @@ ok "$rounds rounds of replay, lookup and SELECT answered on the promoted server"
 for _ in $(seq 100); do [[ $(in_default bounded "$BOUND") == 0 ]] && break; sleep 0.2; done
 [[ $(in_default bounded "$BOUND") == 0 ]] || fail "keys are still in the default partition"
 ok "no key left in the default partition"
+# The outbox after the failover (PostgreSQL 15): the slot stayed on the old primary.
+err=$(bounded "$BOUND" -c "\\set VERBOSITY sqlstate" \
+  -c "SELECT count(*) FROM pg_logical_slot_get_changes('billing', NULL, NULL)" 2>&1 || true)
+[[ $err == "ERROR:  42704" ]] || fail "reading the old slot on the promoted server: $err"
+ok "the consumer's slot does not exist on the promoted server (42704)"
+# The documented recovery: the operator lets writes through (as pg_auto_failover does in
+# wait_primary), the consumer creates its slot again and starts a new accept partition.
+bounded "$BOUND" -c "ALTER SYSTEM SET synchronous_standby_names = ''" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 1
+bounded "$BOUND" -c "SELECT pg_create_logical_replication_slot('billing', 'idempotency')" >/dev/null
+bounded "$BOUND" -c "SELECT idempotency.emit('o', jsonb_build_object('n', 6))" >/dev/null
+out=$(bounded "$BOUND" -c "SELECT data::json->'payload'->>'n', data::json->>'key' FROM pg_logical_slot_get_changes('billing', NULL, NULL)")
+[[ $(cut -d'|' -f1 <<<"$out" | tr '\n' ' ') == "6 " ]] ||
+  fail "the new slot delivered '$out', expected message 6 only"
+ok "the new slot delivers what is emitted after its creation (6); 4 and 5 are not delivered"
+expect_b "the new message is accepted in the new partition" \
+  "SELECT idempotency.accept('billing', 'timeline-2', '$(cut -d'|' -f2 <<<"$out")'::uuid)" "t"
+while read -r key; do
+  expect_b "an applied message is refused again" \
+    "SELECT idempotency.accept('billing', 'timeline-1', '$key'::uuid)" "f"
+done <"$KEYS"
+ok "the messages applied before the failover are refused by their partition's watermark"
+
 echo "$CHECKS checks passed"
 echo "PASS"
