@@ -18,6 +18,9 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/failover 54491
+# Every connection below names its server; pg_autoctl would follow PGHOST (scripts/test.sh
+# exports its own cluster's) to its local server instead.
+unset PGHOST PGPORT PGUSER PGDATABASE
 BASE=$(dirname "$CLUSTER_DATA")
 MON_PORT=$CLUSTER_PORT N1_PORT=$((CLUSTER_PORT + 1)) N2_PORT=$((CLUSTER_PORT + 2))
 CLIENTS=${CLIENTS:-6}
