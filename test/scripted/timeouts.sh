@@ -11,9 +11,10 @@
 #     (the key table is locked by someone else) -> 55P03 / 57014, the advisory lock goes away.
 #  5. the client disconnects (SIGKILL of psql) while reserve waits, with
 #     client_connection_check_interval: the backend ends long before `wait`, no claim.
-#  6. same without client_connection_check_interval: the orphan backend finishes its wait,
-#     gets the key once the holder rolls back and its autocommitted claim is an ordinary
-#     committed claim, which lapses at lock_ttl and is taken over with attempt 2.
+#  6. same without client_connection_check_interval: the orphan backend finishes its wait and
+#     gets the key once the holder rolls back; reserve then finds its client gone and ends the
+#     session (no claim). (Were a claim committed, it would lapse at lock_ttl and be taken
+#     over with attempt 2: checked if it happens.)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/timeouts 54444

@@ -17,7 +17,10 @@
 extern "C" {
 #include "catalog/pg_enum.h"
 #include "common/int.h"
+#include "libpq/libpq.h"
+#include "libpq/libpq-be.h"
 #include "storage/proc.h"
+#include "tcop/tcopprot.h"
 #include "tcop/utility.h"
 #include "utils/inval.h"
 #include "utils/syscache.h"
@@ -230,6 +233,18 @@ bool pause_until(TimestampTz deadline, int *pause_ms) {
     return true;
 }
 
+// A reserve that waited may have outlived its client: a pooler closes the server connection
+// when its client goes, and nothing tells the backend until it writes to the socket. A claim
+// taken now would be committed (autocommit) with nobody left to complete it, held until
+// lock_ttl. So before claiming after a wait, the session ends the way
+// client_connection_check_interval would end it (FATAL, its transaction rolled back).
+void end_if_client_gone() {
+    if (whereToSendOutput != DestRemote || MyProcPort == nullptr || pq_check_connection()) return;
+    ClientConnectionLost = true;
+    InterruptPending = true;
+    CHECK_FOR_INTERRUPTS();
+}
+
 Outcome finished_outcome(const KeyRecord &record, const ReserveRequest &req) {
     return hashes_differ(record, req.request_hash) ? Outcome::Mismatch : Outcome::Replay;
 }
@@ -244,6 +259,7 @@ Reservation reserve_key(const ReserveRequest &req) {
     key_lock_tag(&tag, req.scope, req.key);
     TimestampTz deadline = GetCurrentTimestamp() + req.wait;
     int pause_ms = 1;
+    bool waited = false;
     Reservation result;
     for (;;) {
         LockAcquireResult lock = acquire_key_lock(&tag, true);
@@ -264,6 +280,7 @@ Reservation reserve_key(const ReserveRequest &req) {
                 return result;
             }
             lock = LOCKACQUIRE_OK;
+            waited = true;
             now = GetCurrentTimestamp();
         }
         PendingClaim *claim;
@@ -274,6 +291,7 @@ Reservation reserve_key(const ReserveRequest &req) {
                 result.outcome = Outcome::TooOld;
                 return result;
             }
+            if (waited) end_if_client_gone();
             result.outcome = Outcome::New;
             result.record = new_claim(req, now, 1);
             PendingClaim *pending = add_pending_claim(result.record);
@@ -288,10 +306,12 @@ Reservation reserve_key(const ReserveRequest &req) {
             // A committed claim of another holder: wait without blocking its complete.
             if (claim == nullptr && lock == LOCKACQUIRE_OK && pause_until(deadline, &pause_ms)) {
                 release_key_lock(&tag);
+                waited = true;
                 continue;
             }
             result.outcome = Outcome::InProgress;
         } else {
+            if (waited) end_if_client_gone();
             take_over(&result.record, req, now);
             count_stat(kStatTakeover);
             update_key(result.record);

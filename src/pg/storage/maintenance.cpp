@@ -18,11 +18,13 @@
 #include <cstdio>
 
 extern "C" {
+#include "access/xact.h"
 #include "catalog/partition.h"
 #include "commands/tablespace.h"
 #include "executor/tstoreReceiver.h"
 #include "utils/plancache.h"
 #include "utils/queryenvironment.h"
+#include "replication/syncrep.h"
 #include "utils/guc.h"
 #include "utils/resowner.h"
 }
@@ -325,6 +327,30 @@ bool must_reraise(int sqlstate) {
            category == ERRCODE_INTERNAL_ERROR;
 }
 
+// The maintenance transaction commits with synchronous_commit = local: it holds ACCESS
+// EXCLUSIVE on idempotency.keys until its commit ends, and a commit that waits for a
+// synchronous standby that is gone would keep every read of the keys waiting with it. Nothing
+// it writes needs the standby (README, "High availability"): a standby that misses it has the
+// same keys, and the next pass redoes the work. A SET LOCAL, before our GUC nest level so it
+// lasts until the commit. Never raised (off stays off); kept when the transaction already
+// wrote something, whose commit must wait.
+void commit_without_standbys(const char *caller) {
+    if (synchronous_commit <= SYNCHRONOUS_COMMIT_LOCAL_FLUSH) return;
+    if (TransactionIdIsValid(GetTopTransactionIdIfAny())) {
+        // Said only where it matters: synchronous standbys are configured.
+        if (SyncRepStandbyNames == nullptr || SyncRepStandbyNames[0] == '\0') return;
+        ereport(NOTICE,
+                (errmsg("%s keeps synchronous_commit = %s: this transaction has already written",
+                        caller, GetConfigOption("synchronous_commit", false, false)),
+                 errdetail("Its commit waits for the synchronous standbys while holding the "
+                           "maintenance locks on idempotency.keys."),
+                 errhint("Call it in a transaction of its own.")));
+        return;
+    }
+    (void)set_config_option("synchronous_commit", "local", PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_LOCAL, true, 0, false);
+}
+
 void set_pinned(const char *name, const char *value) {
     (void)set_config_option(name, value, PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 }
@@ -581,6 +607,7 @@ IDEM_FUNCTION(idem_maintain) {
     InitMaterializedSRF(fcinfo, 0);
     ActionSink sink{rsinfo->setResult, rsinfo->setDesc, makeStringInfo(), 0};
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    commit_without_standbys("idempotency.maintain()");
     MaintenanceScope scope = enter_maintenance("idempotency.maintain()");
     TimestampTz started = GetCurrentTimestamp();
     const char *caller = maintenance_caller();

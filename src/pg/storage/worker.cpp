@@ -7,10 +7,13 @@
 #include "pg/settings.hpp"
 #include "pg/storage/maintenance.hpp"
 
+#include <unistd.h>
+
 extern "C" {
 #include "access/htup_details.h"
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
+#include "access/xlog.h"
 #include "commands/extension.h"
 #include "access/heapam.h"
 #include "access/tableam.h"
@@ -275,6 +278,12 @@ void register_maintenance_worker() {
     strlcpy(worker.bgw_name, "idempotency launcher", BGW_MAXLEN);
     strlcpy(worker.bgw_type, "idempotency launcher", BGW_MAXLEN);
     RegisterBackgroundWorker(&worker);
+    // On a standby the postmaster starts the launcher only at promotion
+    // (BgWorkerStart_RecoveryFinished): nothing runs, nothing fails. Said once per start.
+    if (maintenance_databases()[0] != '\0' && access(STANDBY_SIGNAL_FILE, F_OK) == 0)
+        ereport(LOG, (errmsg("idempotency: this server is a standby; maintenance of \"%s\" "
+                             "starts when it is promoted",
+                             maintenance_databases())));
 }
 
 }  // namespace idem::pg
@@ -324,6 +333,9 @@ void idem_maintenance_main(Datum) {
     // own too) and READ COMMITTED, which maintain() requires.
     SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_SESSION);
     SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_SESSION);
+    // Its commits never wait for synchronous standbys while holding the maintenance locks
+    // (maintain() does the same for its own transaction; README, "High availability").
+    SetConfigOption("synchronous_commit", "local", PGC_SUSET, PGC_S_SESSION);
     // One transaction per pass; an error is logged and the next pass starts a new worker.
     MemoryContext context = CurrentMemoryContext;
     volatile bool failed = false;
