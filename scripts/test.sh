@@ -190,11 +190,12 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     for t in test/scripted/*.sh; do
       [[ -x $t ]] || continue
       [[ -z ${IDEM_SCRIPTED:-} || " $IDEM_SCRIPTED " == *" $(basename "$t" .sh) "* ]] || continue
-      # A test marked "idem: same on every major" (core fuzzing, packaging, the 15 -> 18
-      # moves) does the same whatever IDEM_PG says: the run against 15 runs it.
-      if [[ ${IDEM_PG:-15} != 15 && -z ${IDEM_SCRIPTED:-} ]] &&
-        grep -q '^# idem: same on every major' "$t"; then
-        elsewhere+=("$(basename "$t" .sh)")
+      # A test marked "# idem: same on every major" (core fuzzing, packaging, the 15 -> 18
+      # moves) or "# idem: 15 only: WHY" (a tool packaged for 15 only) is run by the run
+      # against 15; another major's summary names it.
+      marker=$(sed -nE 's/^# idem: (same on every major|15 only: [^(]*).*/\1/p' "$t" | head -n1)
+      if [[ ${IDEM_PG:-15} != 15 && -z ${IDEM_SCRIPTED:-} && -n $marker ]]; then
+        elsewhere+=("$(basename "$t" .sh) (${marker% })")
       else
         scripted+=("$t")
       fi
@@ -202,7 +203,7 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     if wanted scripted; then
       run_scripts scripted "${scripted[@]}"
       if [[ ${#elsewhere[@]} -gt 0 ]]; then
-        RESULTS[-1]+="  (left to the IDEM_PG=15 run, the same on every major: ${elsewhere[*]})"
+        RESULTS[-1]+="  (left to the IDEM_PG=15 run: ${elsewhere[*]})"
         echo "scripted tests left to the IDEM_PG=15 run: ${elsewhere[*]}"
       fi
     fi

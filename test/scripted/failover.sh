@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# idem: 15 only: pg_auto_failover is packaged for PostgreSQL 15 only (see scripts/test.sh)
 # Failover under load with pg_auto_failover (Debian's postgresql-15-auto-failover and
 # pg-auto-failover-cli): a monitor, a primary (node1) and a standby (node2) on 127.0.0.1, in
 # synchronous mode (pg_auto_failover's default with one standby), the extension's library
