@@ -88,7 +88,7 @@ snapshot() {
       last_error, first_seen_at, completed_at, locked_until, expires_at, tableoid::regclass
       FROM idempotency.keys ORDER BY scope, key" \
     -c "SELECT * FROM idempotency.streams ORDER BY 1" \
-    -c "SELECT * FROM idempotency.consumer_positions ORDER BY 1, 2"
+    -c "SELECT consumer, partition, position FROM idempotency.consumer_positions ORDER BY 1, 2"
 }
 
 # --- a plain database at 0.1.0
