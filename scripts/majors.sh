@@ -9,9 +9,9 @@
 
 # Debian suite and source package of each major this project supports.
 declare -A IDEM_PG_SOURCE=([17]="trixie postgresql-17" [18]="sid postgresql-18")
-# Source packages built for every major from a cache (suite, package).
-IDEM_PARTMAN_SOURCE="trixie pg-partman"
-IDEM_PGTAP_SOURCE="trixie pgtap"
+# Source packages built for every such major from the same cache: pg_partman 5.x and pgTAP
+# (Debian 12 packages them for 15 only).
+IDEM_EXTENSION_SOURCES=("trixie pg-partman" "trixie pgtap")
 IDEM_SUPPORTED_MAJORS="15 17 18"
 # Build dependencies of PostgreSQL itself (release tarballs carry no generated parsers since 17).
 IDEM_PG_BUILD_PACKAGES="build-essential bison flex perl curl libreadline-dev zlib1g-dev libssl-dev
@@ -82,7 +82,7 @@ fetch_source() {
 }
 
 # build_pg_major MAJOR: PostgreSQL MAJOR with contrib, pg_regress and the isolation tester,
-# pg_partman 5.x and pgTAP, installed under $IDEM_CACHE/pgMAJOR. Each part is built once (a
+# the extensions of IDEM_EXTENSION_SOURCES, installed under $IDEM_CACHE/pgMAJOR. Each part is built once (a
 # stamp file marks it done), so an interrupted build resumes where it stopped.
 build_pg_major() {
   local major=$1 prefix src suite pkg
@@ -102,8 +102,10 @@ build_pg_major() {
       { echo "error: building PostgreSQL $major failed (logs in $src)" >&2; return 1; }
     chmod -R a+rX "$IDEM_CACHE" && touch "$prefix/.built-postgresql"
   fi
-  build_pgxs_source "$IDEM_PARTMAN_SOURCE" "$prefix" || return
-  build_pgxs_source "$IDEM_PGTAP_SOURCE" "$prefix" || return
+  local source
+  for source in "${IDEM_EXTENSION_SOURCES[@]}"; do
+    build_pgxs_source "$source" "$prefix" || return
+  done
 }
 
 # build_pgxs_source "SUITE PACKAGE" PREFIX: a PGXS extension from its Debian source package,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# idem: 15 only: pg_cron is packaged for PostgreSQL 15 only (no pg-cron source tarball on the mirror)
 # README's pg_cron recipe, for real, on a socket-only server (listen_addresses = ''): pg_cron
 # (Debian's postgresql-15-cron) keeps its jobs in 'postgres' and runs maintain() in 'app'
 # through cron.schedule_in_database, connecting over the unix socket (cron.host = the socket
