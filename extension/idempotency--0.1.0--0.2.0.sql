@@ -51,6 +51,11 @@ CREATE EVENT TRIGGER idempotency_publication_guard ON ddl_command_end
 -- complete use. (scope, key) never was unique across partitions through the parent's key:
 -- the advisory lock makes it so.
 ALTER TABLE idempotency.keys DROP CONSTRAINT keys_pkey;
+-- Without a primary key the parent would have no replica identity, and a publication through
+-- the root (publish_via_partition_root, see "Logical replication" in README) would send no
+-- key with updates and deletes. FULL on the parent: changes through it carry the key columns;
+-- the partitions keep their primary keys as replica identity, so WAL volume is unchanged.
+ALTER TABLE idempotency.keys REPLICA IDENTITY FULL;
 
 DO $$
 DECLARE

@@ -151,6 +151,9 @@ old -c "SELECT count(*) FROM generate_series(1, 5) i,
                                       retention => '1 hour') r WHERE r.outcome = 'new'" >/dev/null
 old -c "SELECT idempotency.checkpoint('move', 'claim-' || i, 'step ' || i, 1)
         FROM generate_series(1, 5) i" >/dev/null
+# A failed key for certain (the load's failed ones are often retried to completion).
+old -c "SELECT outcome FROM idempotency.reserve('move', 'failed-1', retention => '1 hour')" \
+  -c "SELECT idempotency.fail('move', 'failed-1', '{\"error\": \"supplier down\"}', 1)" >/dev/null
 forgotten=$(old -c "SELECT key FROM idempotency.keys WHERE state = 'completed'
                       AND expires_at > now() + interval '10 minutes' LIMIT 1")
 expect "forget on the old server" "$(old -c "SELECT idempotency.forget('move', '$forgotten')")" t
