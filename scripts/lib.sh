@@ -23,6 +23,7 @@ export IDEM_ROOT
 
 # Debian packages the build, the demo and the test suites need.
 IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
+  python3-psycopg python3-pytest python3-setuptools python3-pip
   postgresql-15-partman postgresql-15-wal2json libssl-dev libgtest-dev cmake g++
   make pkg-config clang libclang-rt-14-dev gnuplot-nox libipc-run-perl"
 

@@ -9,7 +9,10 @@ import psycopg
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the package, uninstalled
+try:
+    import pg_idempotency  # noqa: F401  (installed: scripts/test.sh tests the installed package)
+except ImportError:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the source tree
 
 SOURCE_DB = "pyclient_test"
 TARGET_DB = "pyclient_target"

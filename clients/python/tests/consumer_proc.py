@@ -12,7 +12,10 @@ import signal
 import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+try:
+    import pg_idempotency  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import psycopg  # noqa: E402
 
 from pg_idempotency import OutboxConsumer  # noqa: E402
