@@ -4,7 +4,7 @@
 #   IDEM_PG=18 bash scripts/test.sh     (the same against PostgreSQL 17 or 18, built from
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
-#                                        isolation pgtap scripted examples citus)
+#                                        isolation pgtap scripted examples citus clients)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 # The citus suite (test/citus/*.sh) runs three-node Citus clusters of its own; it builds
 # Citus from ../shared/vendor when citus.so is not installed, and is reported as skipped,
@@ -15,7 +15,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
-ALL_SUITES="unit regress isolation pgtap scripted examples citus"
+ALL_SUITES="unit regress isolation pgtap scripted examples citus clients"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -148,6 +148,52 @@ run_citus() {
   run_scripts citus "${tests[@]}"
 }
 
+# clients: the Python package (installed with pip into a venv that sees Debian's psycopg and
+# pytest) under pytest, and the Node package under node --test, against the test cluster.
+# Each runner's own summary gives the counts; a runner that prints none counts as a failure.
+run_clients() {
+  local log venv=$IDEM_ROOT/build/py-venv rc line passed failed
+  log=$LOGS/clients-py.log
+  log "clients: Python (pytest)"
+  rc=0
+  {
+    rm -rf "$venv" &&
+      /usr/bin/python3 -m venv --without-pip --system-site-packages "$venv" &&
+      "$venv/bin/python" -m pip install --no-build-isolation --no-index --no-deps --quiet \
+        "$IDEM_ROOT/clients/python" &&
+      (cd "$IDEM_ROOT/clients/python" && PGDATABASE=postgres timeout -k 10 "$TIMEOUT" \
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider tests)
+  } >"$log" 2>&1 </dev/null || rc=$?
+  tail -n 15 "$log"
+  # "3 failed, 250 passed, 1 error in 60.1s" (any order), or "250 passed in 60.1s"
+  line=$(grep -E '^=*.*[0-9]+ (passed|failed|error).* in [0-9.]+s' "$log" | tail -n1)
+  if [[ -z $line ]]; then
+    record clients-py 0 1 "pytest did not run (exit $rc), log ${log#"$IDEM_ROOT"/}"
+  else
+    passed=$(sed -nE 's/.*[^0-9]?([0-9]+) passed.*/\1/p' <<<"$line")
+    failed=$(( $(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<" $line") + 0 +
+      $(sed -nE 's/.* ([0-9]+) errors?.*/\1/p' <<<" $line") + 0 ))
+    if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+    record clients-py "${passed:-0}" "$failed"
+  fi
+
+  log=$LOGS/clients-node.log
+  log "clients: Node (node --test)"
+  rc=0
+  (cd "$IDEM_ROOT/clients/node" && npm_ci_once &&
+    PGDATABASE=postgres timeout -k 10 "$TIMEOUT" node --test test/) >"$log" 2>&1 </dev/null || rc=$?
+  tail -n 12 "$log"
+  # node --test ends with TAP comments "# pass N" and "# fail N"
+  passed=$(sed -nE 's/^# pass ([0-9]+)$/\1/p' "$log" | tail -n1)
+  failed=$(sed -nE 's/^# fail ([0-9]+)$/\1/p' "$log" | tail -n1)
+  if [[ -z $passed || -z $failed ]]; then
+    record clients-node 0 1 "node --test did not run (exit $rc), log ${log#"$IDEM_ROOT"/}"
+  else
+    if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+    record clients-node "$passed" "$failed"
+  fi
+}
+
 stop_test_cluster() { cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true; }
 
 rm -rf "$LOGS"
@@ -160,7 +206,7 @@ fi
 wanted unit && run_unit
 
 cluster_suites=()
-for s in regress isolation pgtap scripted examples citus; do
+for s in regress isolation pgtap scripted examples citus clients; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
 if [[ ${#cluster_suites[@]} -gt 0 ]]; then
@@ -209,6 +255,7 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     fi
     wanted examples && run_scripts examples examples/*/test.sh
     wanted citus && run_citus
+    wanted clients && run_clients
     shopt -u nullglob
   fi
   stop_test_cluster

@@ -1,0 +1,11 @@
+"""Client for the idempotency PostgreSQL extension (psycopg 3)."""
+from .client import (Attempt, Claim, Lsn, Reservation, Result, accept, apply_once, checkpoint,
+                     claim, complete, emit, execute, fail, idempotent, lookup, lsn_key,
+                     lsn_key_parts, next_key, register_types, request_hash, reserve, run_external,
+                     run_once, watermark)
+from .consumer import Message, OutboxConsumer
+from .errors import *  # noqa: F401,F403  (the exception classes)
+from .errors import BY_SQLSTATE, IdempotencyError, translate
+from .fingerprint import canonical_json, canonical_number, fingerprint
+
+__version__ = "0.2.0"

@@ -1,0 +1,327 @@
+"""Calls of the extension with typed results and typed errors, and the two request helpers."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import functools
+import uuid
+from typing import Any, Callable, Optional
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.types.json import Jsonb
+
+from .errors import (KeyInProgress, KeyMismatch, KeyTooOld, TransactionAborted,
+                     TransactionOpen, translate)
+from .fingerprint import fingerprint
+
+
+@dataclasses.dataclass(frozen=True)
+class Reservation:
+    """idempotency.reservation, typed."""
+    outcome: str
+    status_code: Optional[int]
+    response: Any
+    attempt: Optional[int]
+    recovery_point: Optional[str]
+    first_seen_at: Optional[_dt.datetime]
+    locked_until: Optional[_dt.datetime]
+    expires_at: Optional[_dt.datetime]
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What a request helper returns: the response to send, and whether it is a replay."""
+    status_code: int
+    response: Any
+    replayed: bool
+    attempt: Optional[int] = None
+
+
+def _check_usable(conn: psycopg.Connection):
+    if conn.info.transaction_status == TransactionStatus.INERROR:
+        raise TransactionAborted(
+            "the connection is inside a failed transaction",
+            hint="roll the transaction back before calling the idempotency helpers")
+
+
+def execute(conn: psycopg.Connection, sql: str, params=()):
+    """Runs one statement; psycopg errors come out as the typed exceptions of errors.py."""
+    _check_usable(conn)
+    try:
+        return conn.execute(sql, params)
+    except psycopg.Error as e:
+        raise translate(e) from e
+
+
+def register_types(conn: psycopg.Connection):
+    """Loads idempotency.reservation values as Reservation in this connection (for queries
+    of your own, such as SELECT idempotency.reserve(...)); the enum outcome loads as str."""
+    from psycopg.types.composite import CompositeInfo, register_composite
+    info = CompositeInfo.fetch(conn, "idempotency.reservation")
+    register_composite(info, conn, factory=Reservation)
+
+
+def request_hash(body, exclude=()):
+    """fingerprint(body, exclude), or None for None (no fingerprint check)."""
+    return None if body is None else fingerprint(body, exclude)
+
+
+def reserve(conn, scope, key, request_hash=None, *, lock_ttl="5 minutes",
+            retention="24 hours", wait="0") -> Reservation:
+    cur = execute(conn, "SELECT * FROM idempotency.reserve(%s, %s, %s, %s::interval, "
+                  "%s::interval, %s::interval)",
+                  (scope, key, request_hash, _interval(lock_ttl), _interval(retention),
+                   _interval(wait)))
+    row = cur.fetchone()
+    return Reservation(str(row[0]), *row[1:])
+
+
+def complete(conn, scope, key, status_code, response, attempt=None):
+    execute(conn, "SELECT idempotency.complete(%s, %s, %s, %s, %s)",
+            (scope, key, status_code, Jsonb(response), attempt))
+
+
+def fail(conn, scope, key, error=None, attempt=None):
+    execute(conn, "SELECT idempotency.fail(%s, %s, %s, %s)",
+            (scope, key, None if error is None else Jsonb(error), attempt))
+
+
+def checkpoint(conn, scope, key, recovery_point, attempt=None):
+    execute(conn, "SELECT idempotency.checkpoint(%s, %s, %s, %s)",
+            (scope, key, recovery_point, attempt))
+
+
+def lookup(conn, scope, key) -> Optional[dict]:
+    cur = execute(conn, "SELECT * FROM idempotency.lookup(%s, %s)", (scope, key))
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return {d.name: (str(v) if d.name == "state" and v is not None else v)
+            for d, v in zip(cur.description, row)}
+
+
+def _interval(v):
+    if isinstance(v, _dt.timedelta):
+        return f"{v.total_seconds()} seconds"
+    if isinstance(v, (int, float)):
+        return f"{v} seconds"
+    return v
+
+
+def _raise_for(scope, key, r: Reservation):
+    if r.outcome == "in_progress":
+        raise KeyInProgress(scope, key, r, f'idempotency key "{key}" is in progress')
+    if r.outcome == "mismatch":
+        raise KeyMismatch(scope, key, r,
+                          f'idempotency key "{key}" was used with a different request')
+    if r.outcome == "too_old":
+        raise KeyTooOld(scope, key, r,
+                        f'idempotency key "{key}" is older than the retention window')
+
+
+class Claim:
+    """What `claim()` yields. On a replay, `replayed` is true and `status_code` / `response`
+    are the stored result: skip the work. Otherwise do the work and call `complete()`."""
+
+    def __init__(self, conn, scope, key, reservation):
+        self.conn, self.scope, self.key, self.reservation = conn, scope, key, reservation
+        self.replayed = reservation.outcome == "replay"
+        self.status_code = reservation.status_code
+        self.response = reservation.response
+        self.completed = self.replayed
+
+    @property
+    def attempt(self):
+        return self.reservation.attempt
+
+    def complete(self, status_code, response):
+        complete(self.conn, self.scope, self.key, status_code, response)
+        self.status_code, self.response, self.completed = status_code, response, True
+
+    @property
+    def result(self) -> Result:
+        return Result(self.status_code, self.response, self.replayed, self.attempt)
+
+
+@contextlib.contextmanager
+def claim(conn, scope, key, request=None, *, exclude=(), lock_ttl="5 minutes",
+          retention="24 hours", wait="0"):
+    """One-transaction helper as a context manager: reserve, your work and complete in one
+    transaction (a savepoint if the caller already has one open, else a transaction that
+    commits at the end of the block). An exception in the block rolls the claim back with it.
+    Raises KeyInProgress / KeyMismatch / KeyTooOld instead of yielding for those outcomes.
+
+        with claim(conn, "acct_42", key, body) as c:
+            if not c.replayed:
+                order = insert_order(conn, body)
+                c.complete(201, order)
+        return c.status_code, c.response
+    """
+    _check_usable(conn)
+    rh = request_hash(request, exclude)
+    with conn.transaction():
+        r = reserve(conn, scope, key, rh, lock_ttl=lock_ttl, retention=retention, wait=wait)
+        _raise_for(scope, key, r)
+        c = Claim(conn, scope, key, r)
+        yield c
+        if not c.completed:
+            raise RuntimeError(f'idempotency key "{key}": the block ended without complete(); '
+                               "its claim is rolled back")
+
+
+def run_once(conn, scope, key, work: Callable[[], tuple], request=None, **options) -> Result:
+    """One-transaction helper as a call: on `new`, runs work() (which returns
+    (status_code, response)) in the transaction and completes with it; on `replay`, returns the
+    stored result without running work."""
+    with claim(conn, scope, key, request, **options) as c:
+        if not c.replayed:
+            status_code, response = work()
+            c.complete(status_code, response)
+    return c.result
+
+
+def idempotent(scope, key, request=None, **options):
+    """Decorator form of run_once. The decorated function takes the connection first and returns
+    (status_code, response); scope, key and request are values or callables of the function's
+    arguments (without the connection):
+
+        @idempotent(scope=lambda acct, key, body: acct, key=lambda acct, key, body: key,
+                    request=lambda acct, key, body: body, exclude=["client_sent_at"])
+        def create_order(conn, acct, key, body): ...
+        result = create_order(conn, "acct_42", key, body)   # a Result
+    """
+    def pick(v, args, kwargs):
+        return v(*args, **kwargs) if callable(v) else v
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(conn, *args, **kwargs):
+            return run_once(conn, pick(scope, args, kwargs), pick(key, args, kwargs),
+                            lambda: fn(conn, *args, **kwargs),
+                            pick(request, args, kwargs), **options)
+        return wrapper
+    return decorate
+
+
+class Attempt:
+    """Passed to the work of run_external: the attempt number (fencing token), the recovery
+    point an earlier attempt left (None on a first attempt), and checkpoint()."""
+
+    def __init__(self, conn, scope, key, reservation):
+        self.conn, self.scope, self.key = conn, scope, key
+        self.attempt = reservation.attempt
+        self.recovery_point = reservation.recovery_point
+
+    def checkpoint(self, recovery_point: str):
+        """Records progress in its own transaction (IK001 if another holder took over)."""
+        with self.conn.transaction():
+            checkpoint(self.conn, self.scope, self.key, recovery_point, self.attempt)
+        self.recovery_point = recovery_point
+
+
+def run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=None, *,
+                 exclude=(), finish: Callable | None = None, lock_ttl="5 minutes",
+                 retention="24 hours", wait="0") -> Result:
+    """Cross-transaction helper for an external side effect. Commits the claim, runs
+    work(attempt) with no transaction open (it returns (status_code, response)), then, in a
+    second transaction, calls finish(conn, status_code, response) if given (your business
+    writes) and complete with the attempt fence: StaleAttempt if the lease lapsed and another
+    holder took over (that transaction, finish's writes included, is rolled back). If work
+    raises, the claim is released with fail (the next reserve gets attempt + 1) and the
+    exception re-raised."""
+    _check_usable(conn)
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise TransactionOpen(
+            "run_external needs a connection with no transaction open",
+            hint="commit or roll back first: the claim must be committed before the external call")
+    rh = request_hash(request, exclude)
+    with conn.transaction():
+        r = reserve(conn, scope, key, rh, lock_ttl=lock_ttl, retention=retention, wait=wait)
+    if r.outcome == "replay":
+        return Result(r.status_code, r.response, True, r.attempt)
+    _raise_for(scope, key, r)
+    try:
+        status_code, response = work(Attempt(conn, scope, key, r))
+    except BaseException as e:
+        if conn.info.transaction_status == TransactionStatus.INERROR:
+            conn.rollback()
+        with contextlib.suppress(Exception):
+            with conn.transaction():
+                fail(conn, scope, key, {"error": type(e).__name__, "message": str(e)[:1000]},
+                     r.attempt)
+        raise
+    with conn.transaction():
+        if finish is not None:
+            finish(conn, status_code, response)
+        complete(conn, scope, key, status_code, response, r.attempt)
+    return Result(status_code, response, False, r.attempt)
+
+
+# ---- streams, watermarks, outbox keys ----
+
+def accept(conn, consumer, partition, position) -> bool:
+    """idempotency.accept with an int (bigint) or uuid.UUID / UUID string (128-bit) position."""
+    if isinstance(position, int):
+        cur = execute(conn, "SELECT idempotency.accept(%s, %s, %s::bigint)",
+                      (consumer, partition, position))
+    else:
+        cur = execute(conn, "SELECT idempotency.accept(%s, %s, %s::uuid)",
+                      (consumer, partition, uuid.UUID(str(position))))
+    return cur.fetchone()[0]
+
+
+def watermark(conn, consumer, partition) -> Optional[int]:
+    """The stored position as an int (None if none)."""
+    cur = execute(conn, "SELECT idempotency.watermark(%s, %s)::text", (consumer, partition))
+    v = cur.fetchone()[0]
+    return None if v is None else int(v)
+
+
+def apply_once(conn, consumer, partition, position, fn: Callable) -> bool:
+    """Runs fn(conn) in one transaction with accept(consumer, partition, position): true if it
+    ran, false for a position at or below the watermark (a redelivery). A rollback (an exception
+    in fn) undoes the watermark move too, so the message is applied again next time."""
+    _check_usable(conn)
+    with conn.transaction():
+        if not accept(conn, consumer, partition, position):
+            return False
+        fn(conn)
+    return True
+
+
+def next_key(conn, stream) -> int:
+    return execute(conn, "SELECT idempotency.next_key(%s)", (stream,)).fetchone()[0]
+
+
+def emit(conn, topic, payload) -> "Lsn":
+    cur = execute(conn, "SELECT idempotency.emit(%s, %s)::text", (topic, Jsonb(payload)))
+    return Lsn.parse(cur.fetchone()[0])
+
+
+class Lsn(int):
+    """A WAL position: an int that prints as PostgreSQL's pg_lsn text ('0/16B3748')."""
+
+    @classmethod
+    def parse(cls, text: str) -> "Lsn":
+        hi, lo = text.split("/")
+        return cls((int(hi, 16) << 32) | int(lo, 16))
+
+    def __str__(self):
+        return f"{int(self) >> 32:X}/{int(self) & 0xFFFFFFFF:X}"
+
+    __repr__ = __str__
+
+
+def lsn_key(commit_lsn: int, lsn: int) -> uuid.UUID:
+    """The outbox key: commit LSN then LSN, each 64-bit big-endian (as idempotency.lsn_key)."""
+    if lsn > commit_lsn:
+        raise ValueError("lsn must not exceed commit_lsn")
+    return uuid.UUID(int=(int(commit_lsn) << 64) | int(lsn))
+
+
+def lsn_key_parts(key) -> tuple:
+    """(commit LSN, LSN) of an outbox key (uuid.UUID or its text)."""
+    v = key.int if isinstance(key, uuid.UUID) else uuid.UUID(str(key)).int
+    return Lsn(v >> 64), Lsn(v & (2**64 - 1))

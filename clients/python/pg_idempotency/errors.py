@@ -1,0 +1,140 @@
+"""Typed exceptions: one class per SQLSTATE of README's error table, and the reserve outcomes
+an HTTP layer answers with 409 / 422."""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+
+import psycopg
+
+
+class IdempotencyError(Exception):
+    """Base class. `sqlstate`, `message`, `detail` and `hint` are the server's (or, for errors
+    raised in the client, ours); `pgerror` is the psycopg exception, if any."""
+
+    sqlstate: str | None = None
+
+    def __init__(self, message, detail=None, hint=None, sqlstate=None, pgerror=None):
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+        self.hint = hint
+        if sqlstate is not None:
+            self.sqlstate = sqlstate
+        self.pgerror = pgerror
+
+    def __str__(self):
+        parts = [self.message]
+        if self.detail:
+            parts.append("DETAIL: " + self.detail)
+        if self.hint:
+            parts.append("HINT: " + self.hint)
+        return "\n".join(parts)
+
+
+def _state(code, name, doc, *bases):
+    cls = type(name, (IdempotencyError, *bases), {"sqlstate": code, "__doc__": doc})
+    return cls
+
+
+NullValueNotAllowed = _state("22004", "NullValueNotAllowed", "22004: a NULL argument")
+InvalidParameterValue = _state("22023", "InvalidParameterValue",
+                               "22023: an empty, out-of-range or malformed argument", ValueError)
+ProgramLimitExceeded = _state("54000", "ProgramLimitExceeded",
+                              "54000: a key, scope, response or JSON over a limit", ValueError)
+ArraySubscriptError = _state("2202E", "ArraySubscriptError", "2202E: a multi-dimensional exclude")
+ObjectNotInPrerequisiteState = _state("55000", "ObjectNotInPrerequisiteState",
+                                      "55000: no live claim (or wal_level not logical for emit)")
+StaleAttempt = _state("IK001", "StaleAttempt",
+                      "IK001: complete / fail / checkpoint with an attempt another holder replaced")
+ResultConflict = _state("IK002", "ResultConflict",
+                        "IK002: complete of a completed key with a different result")
+ReadOnlySqlTransaction = _state("25006", "ReadOnlySqlTransaction",
+                                "25006: a write in a read-only transaction or on a standby")
+SerializationFailure = _state("40001", "SerializationFailure",
+                              "40001: snapshot older than the key's or watermark's change: retry")
+LockNotAvailable = _state("55P03", "LockNotAvailable", "55P03: your lock_timeout")
+QueryCanceled = _state("57014", "QueryCanceled", "57014: your statement_timeout, or a cancel")
+UndefinedObject = _state("42704", "UndefinedObject", "42704: a stream that does not exist")
+DuplicateObject = _state("42710", "DuplicateObject", "42710: create_stream of an existing stream")
+SequenceGeneratorLimitExceeded = _state("2200H", "SequenceGeneratorLimitExceeded",
+                                        "2200H: a stream handed out its last value")
+FeatureNotSupported = _state("0A000", "FeatureNotSupported",
+                             "0A000: PREPARE TRANSACTION after create_stream / drop_stream")
+InvalidJson = _state("22P02", "InvalidJson",
+                     "22P02 (22P05 for \\u0000): a body that is not JSON, NaN or Infinity, "
+                     "invalid UTF-8, an unpaired surrogate", ValueError)
+
+BY_SQLSTATE = {cls.sqlstate: cls for cls in (
+    NullValueNotAllowed, InvalidParameterValue, ProgramLimitExceeded, ArraySubscriptError,
+    ObjectNotInPrerequisiteState, StaleAttempt, ResultConflict, ReadOnlySqlTransaction,
+    SerializationFailure, LockNotAvailable, QueryCanceled, UndefinedObject, DuplicateObject,
+    SequenceGeneratorLimitExceeded, FeatureNotSupported, InvalidJson)}
+BY_SQLSTATE["22P05"] = InvalidJson       # \u0000 in a jsonb value
+BY_SQLSTATE["22021"] = InvalidJson       # invalid UTF-8
+
+
+class TransactionAborted(IdempotencyError):
+    """The connection is inside a failed transaction: roll it back first."""
+    sqlstate = "25P02"
+
+
+class TransactionOpen(IdempotencyError):
+    """The cross-transaction helper needs a connection with no transaction open."""
+    sqlstate = "25001"
+
+
+def translate(err: psycopg.Error) -> Exception:
+    """The typed exception for a psycopg error (the error itself for an unlisted SQLSTATE)."""
+    cls = BY_SQLSTATE.get(err.sqlstate or "")
+    if cls is None:
+        return err
+    diag = err.diag
+    return cls(diag.message_primary or str(err), diag.message_detail, diag.message_hint,
+               sqlstate=err.sqlstate, pgerror=err)
+
+
+# ---- reserve outcomes that are not errors of the server ----
+
+class OutcomeError(IdempotencyError):
+    """A reserve that did not give the caller the key. `http_status` is what to answer."""
+    http_status = 500
+    outcome = ""
+
+    def __init__(self, scope, key, reservation, message):
+        super().__init__(message)
+        self.scope = scope
+        self.key = key
+        self.reservation = reservation
+
+
+class KeyInProgress(OutcomeError):
+    """Another holder's claim is live: 409, retry after `retry_after` seconds (the time left on
+    the holder's lease, or 1 while the holder is still inside its transaction)."""
+    http_status = 409
+    outcome = "in_progress"
+
+    @property
+    def retry_after(self) -> int:
+        until = self.reservation.locked_until if self.reservation else None
+        if until is None:
+            return 1
+        left = (until - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
+        return max(1, math.ceil(left))
+
+
+class KeyMismatch(OutcomeError):
+    """The key was used before with a different request: 422."""
+    http_status = 422
+    outcome = "mismatch"
+
+
+class KeyTooOld(OutcomeError):
+    """The key embeds a creation time older than the retention window: 422."""
+    http_status = 422
+    outcome = "too_old"
+
+
+__all__ = ["IdempotencyError", "OutcomeError", "KeyInProgress", "KeyMismatch", "KeyTooOld",
+           "TransactionAborted", "TransactionOpen", "translate", "BY_SQLSTATE",
+           *(cls.__name__ for cls in set(BY_SQLSTATE.values()))]
