@@ -170,7 +170,7 @@ run_clients() {
   if [[ -z $line ]]; then
     record clients-py 0 1 "pytest did not run (exit $rc), log ${log#"$IDEM_ROOT"/}"
   else
-    passed=$(sed -nE 's/.*[^0-9]?([0-9]+) passed.*/\1/p' <<<"$line")
+    passed=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed.*/\2/p' <<<"$line")
     failed=$(( $(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<" $line") + 0 +
       $(sed -nE 's/.* ([0-9]+) errors?.*/\1/p' <<<" $line") + 0 ))
     if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
