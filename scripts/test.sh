@@ -149,8 +149,8 @@ run_citus() {
 }
 
 # clients: the Python package (installed with pip into a venv that sees Debian's psycopg and
-# pytest) under pytest, and the Node package under node --test, against the test cluster.
-# Each runner's own summary gives the counts; a runner that prints none counts as a failure.
+# pytest) under pytest, against the test cluster. pytest's own summary gives the counts; a run
+# that prints none counts as a failure.
 run_clients() {
   local log venv=$IDEM_ROOT/build/py-venv rc line passed failed
   log=$LOGS/clients-py.log
@@ -175,22 +175,6 @@ run_clients() {
       $(sed -nE 's/.* ([0-9]+) errors?.*/\1/p' <<<" $line") + 0 ))
     if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
     record clients-py "${passed:-0}" "$failed"
-  fi
-
-  log=$LOGS/clients-node.log
-  log "clients: Node (node --test)"
-  rc=0
-  (cd "$IDEM_ROOT/clients/node" && npm_ci_once &&
-    PGDATABASE=postgres timeout -k 10 "$TIMEOUT" node --test test/) >"$log" 2>&1 </dev/null || rc=$?
-  tail -n 12 "$log"
-  # node --test ends with TAP comments "# pass N" and "# fail N"
-  passed=$(sed -nE 's/^# pass ([0-9]+)$/\1/p' "$log" | tail -n1)
-  failed=$(sed -nE 's/^# fail ([0-9]+)$/\1/p' "$log" | tail -n1)
-  if [[ -z $passed || -z $failed ]]; then
-    record clients-node 0 1 "node --test did not run (exit $rc), log ${log#"$IDEM_ROOT"/}"
-  else
-    if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
-    record clients-node "$passed" "$failed"
   fi
 }
 
