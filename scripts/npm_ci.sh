@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # npm_ci.sh DIR: installs DIR's node_modules from its package-lock.json with npm ci, unless
-# node_modules was installed from this very lock file already. Offline (npm ci fails) with a
-# node_modules from an earlier install of the same lock file, that one is used.
+# node_modules was installed from this very lock file already (a stamp file records it), so a
+# second run needs no registry.
 set -euo pipefail
 cd "$1"
 stamp=node_modules/.installed-from-lock
