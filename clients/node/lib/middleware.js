@@ -1,12 +1,15 @@
 // The Idempotency-Key header as Express-style middleware, (req, res, next), on a pg pool.
-//   400 missing or malformed key; 201 (or whatever the handler answers) the first time;
+//   400 missing or malformed key, or a body that is not JSON; 201 (or whatever the handler answers) the first time;
 //   the stored answer with `Idempotent-Replayed: true` on a retry; 409 + Retry-After while
 //   another request holds the key; 422 when the key was used with another body or is too old.
 // The handler's writes and the stored response commit in one transaction: the handler uses
 // req.idempotency.client for its queries, and the answer it sends is held back until that
 // transaction has committed.
 import { reserve, complete, requestHash } from './client.js';
-import { KeyInProgressError, KeyMismatchError, KeyTooOldError, OutcomeError } from './errors.js';
+import {
+  InvalidJsonError, KeyInProgressError, KeyMismatchError, KeyTooOldError, OutcomeError,
+  ProgramLimitExceededError,
+} from './errors.js';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const TOKEN_RE = /^[\x21-\x7e]{1,255}$/; // visible ASCII, no spaces
@@ -106,6 +109,8 @@ export function idempotencyMiddleware(options) {
     } catch (err) {
       const answer = answerFor(err);
       if (answer) return send(res, answer.status, answer.body, answer.headers);
+      if (err instanceof InvalidJsonError || err instanceof ProgramLimitExceededError)
+        return send(res, 400, { error: 'invalid_json', message: err.message });
       return next(err);
     }
 
@@ -131,10 +136,10 @@ export function idempotencyMiddleware(options) {
         return send(res, statusCode, response,
           { 'Idempotent-Replayed': 'true', ...replayHeaders(statusCode, response) });
       }
-      const err = {
+      const Outcome = {
         in_progress: KeyInProgressError, mismatch: KeyMismatchError, too_old: KeyTooOldError,
       }[reservation.outcome];
-      const answer = answerFor(new err(scope, key, reservation, reservation.outcome));
+      const answer = answerFor(new Outcome(scope, key, reservation, reservation.outcome));
       return send(res, answer.status, answer.body, answer.headers);
     }
 

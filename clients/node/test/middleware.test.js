@@ -191,6 +191,10 @@ test('plain node:http: the middleware composes with an async handler', async () 
   const send = (path, key) => fetch(url + path, { method: 'POST', headers: { 'Idempotency-Key': key },
     body: '{"n": 1.10}' });
   try {
+    const notJson = await fetch(`${url}/ok`, { method: 'POST', body: '{"n": NaN}',
+      headers: { 'Idempotency-Key': randomUUID() } });
+    assert.equal(notJson.status, 400);
+    assert.equal((await notJson.json()).error, 'invalid_json');
     const key = randomUUID();
     const failed = await send('/fail', key);
     assert.equal(failed.status, 500);
@@ -201,7 +205,7 @@ test('plain node:http: the middleware composes with an async handler', async () 
     const replay = await send('/ok', key);
     assert.equal(replay.headers.get('idempotent-replayed'), 'true');
     assert.equal(await replay.text(), text);
-    assert.deepEqual(handled, ['handler failed', 'ok', 'ok']);
+    assert.deepEqual(handled, ['ok', 'handler failed', 'ok', 'ok']); // the 400 is answered by the middleware
     assert.equal((await ordersOf(key)).length, 1);
   } finally {
     await new Promise((r) => { plain.close(r); });
