@@ -11,11 +11,10 @@
 #   bash bench/clients.sh --smoke    a few seconds; writes its report under bench/out/ only
 #
 # Knobs (environment):
-#   BENCH_ROUNDS=5            rounds; each round runs every variant once, in a rotated order
-#   BENCH_REQUESTS=2000       requests per variant and round (bare, helper: the 1 KB body)
-#   BENCH_REQUESTS_100K=100   helper requests with the 100 KB body per round
-#   BENCH_FP_ITERATIONS=2000  fingerprint calls alone per round (1 KB body)
-#   BENCH_FP_ITERATIONS_100K=50
+#   BENCH_ROUNDS=5            rounds (a ratio or share is taken within a round)
+#   BENCH_REQUESTS=2000       requests per variant and round with the 1 KB body (bare and
+#                             helper, taking turns request by request with a fingerprint call)
+#   BENCH_REQUESTS_100K=100   the same with the 100 KB body (helper and a fingerprint call)
 #   BENCH_LANGS="python node"
 #   BENCH_SYNC=off            synchronous_commit of the cluster: off, so the commit's WAL flush
 #                             (a disk wait the client does not change) does not hide the
@@ -35,10 +34,8 @@ SMOKE=0
 ROUNDS=${BENCH_ROUNDS:-5}
 REQUESTS=${BENCH_REQUESTS:-2000}
 REQUESTS_100K=${BENCH_REQUESTS_100K:-100}
-FP_ITERATIONS=${BENCH_FP_ITERATIONS:-2000}
-FP_ITERATIONS_100K=${BENCH_FP_ITERATIONS_100K:-50}
 if [[ $SMOKE == 1 ]]; then
-  ROUNDS=1 REQUESTS=20 REQUESTS_100K=4 FP_ITERATIONS=20 FP_ITERATIONS_100K=4
+  ROUNDS=1 REQUESTS=20 REQUESTS_100K=4
 fi
 LANGS=${BENCH_LANGS:-python node}
 SYNC=${BENCH_SYNC:-off}
@@ -80,13 +77,12 @@ q -v w3keys=1000 -f "$BENCH/setup.sql"
 rm -rf "$OUT"
 mkdir -p "$OUT"
 "$PYTHON" "$BENCH/clients/bodies.py" "$OUT"
-counts=(--rounds "$ROUNDS" --requests "$REQUESTS" --requests-100k "$REQUESTS_100K"
-  --fp-iterations "$FP_ITERATIONS" --fp-iterations-100k "$FP_ITERATIONS_100K")
+counts=(--rounds "$ROUNDS" --requests "$REQUESTS" --requests-100k "$REQUESTS_100K")
 
 # --- runs -------------------------------------------------------------------------------------
 results=()
 for lang in $LANGS; do
-  log "$lang: $ROUNDS rounds of $REQUESTS requests per variant"
+  log "$lang: $ROUNDS rounds of $REQUESTS + $REQUESTS_100K requests per variant"
   case $lang in
     python) "$PYTHON" "$BENCH/clients/py_overhead.py" --bodies "$OUT" "${counts[@]}" \
       --out "$OUT/python.json" ;;
@@ -103,7 +99,7 @@ done
   echo "cpu	$(lscpu | sed -nE 's/^Model name: +//p' | head -1), $(nproc) cores"
   echo "os	$(. /etc/os-release && echo "$PRETTY_NAME"), kernel $(uname -r)"
   echo "server	PostgreSQL $(q -c 'SHOW server_version'), unix socket, synchronous_commit = $SYNC, fsync = on"
-  echo "run	bash bench/clients.sh$([[ $SMOKE == 1 ]] && echo ' --smoke'): $ROUNDS rounds; per round and variant $REQUESTS requests (1 KB body), $REQUESTS_100K with the 100 KB body, $FP_ITERATIONS / $FP_ITERATIONS_100K fingerprint calls"
+  echo "run	bash bench/clients.sh$([[ $SMOKE == 1 ]] && echo ' --smoke'): $ROUNDS rounds; per round and variant $REQUESTS requests with the 1 KB body, $REQUESTS_100K with the 100 KB body"
 } >"$OUT/machine.tsv"
 "$PYTHON" "$BENCH/clients/report.py" --machine "$OUT/machine.tsv" --markdown "$REPORT_DIR/clients.md" \
   "${results[@]}"

@@ -1,21 +1,22 @@
 // The Node half of bench/clients.sh: @idempotency/client's runOnce against the bare SQL calls,
 // over one pg.Client, and the client-side fingerprint's share of a request.
 //
-//   node node_overhead.mjs --bodies DIR --rounds 5 --requests 2000 --requests-100k 200 \
-//       --fp-iterations 2000 --fp-iterations-100k 100 --out result.json
+//   node node_overhead.mjs --bodies DIR --rounds 5 --requests 2000 --requests-100k 100 \
+//       --out result.json
 //
 // The client package is clients/node of this checkout (IDEM_NODE_CLIENT_DIR: another folder
 // with the same layout); `pg` is resolved from that package's node_modules. Connects with the
-// PG* environment. Variants, every request timed on its own (process.hrtime.bigint), the order
-// rotated each round:
-//   bare         fingerprint(body) with the package's fingerprint, then BEGIN; SELECT * FROM
-//                idempotency.reserve($1, $2, $3); INSERT ... RETURNING id;
+// PG* environment. As py_overhead.py: every request timed on its own (process.hrtime.bigint),
+// the two variants taking turns request by request (the first of each turn alternating):
+//   bare         fingerprint(body) with the package's fingerprint (timed on its own too: fp_1k /
+//                fp_100k, the fingerprint within a request), then BEGIN; SELECT * FROM
+//                idempotency.reserve($1, $2, $3); W2's INSERT ... RETURNING id;
 //                SELECT idempotency.complete($1, $2, 201, $3); COMMIT
-//   helper       runOnce(client, { scope, key, request: body }, work): the same INSERT in work
-//   helper_100k  the same with the 100 KB body
-//   fp_1k        fingerprint(body) alone, 1 KB body;  fp_100k: the 100 KB body
-// The body of bare and helper is the 1 KB one (a JSON text, as an HTTP handler has it). Writes
-// per-round medians (microseconds) as JSON, in the same layout as py_overhead.py.
+//   helper       runOnce(client, { scope, key, request: body }, work), the same INSERT in work
+// --requests turns with the 1 KB body (bare, helper), then --requests-100k turns with the
+// 100 KB body (bare_100k, helper_100k); the body is a JSON text, as an HTTP handler has it.
+// Then fp_1k_loop, fp_100k_loop: fingerprint(body) called in a loop (warm caches, JIT-compiled).
+// Writes each round's median per variant (microseconds) as JSON, in py_overhead.py's layout.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
@@ -43,9 +44,7 @@ const { values: opt } = parseArgs({
     bodies: { type: 'string' },
     rounds: { type: 'string', default: '5' },
     requests: { type: 'string', default: '2000' },
-    'requests-100k': { type: 'string', default: '200' },
-    'fp-iterations': { type: 'string', default: '2000' },
-    'fp-iterations-100k': { type: 'string', default: '100' },
+    'requests-100k': { type: 'string', default: '100' },
     out: { type: 'string' },
   },
 });
@@ -81,83 +80,88 @@ let seq = 0;
 let completed = 0;
 const nextKey = (variant) => `${runId}-${variant}-${++seq}`;
 
-async function businessInsert(c, amount) {
-  const { rows } = await c.query(INSERT, [amount]);
+async function businessInsert(c) {
+  const { rows } = await c.query(INSERT, [seq]);
   return { order_id: rows[0].id, status: 'created' };
 }
 
-async function bare(n, body) {
-  const times = [];
-  for (let i = 0; i < n; i++) {
-    const key = nextKey('bare');
-    const t0 = now();
-    const fp = fingerprint(body);
-    await client.query('BEGIN');
-    const { rows } = await client.query('SELECT * FROM idempotency.reserve($1, $2, $3)', [SCOPE, key, fp]);
-    if (rows[0].outcome !== 'new') throw new Error(`bare: reserve of a fresh key gave ${rows[0].outcome}`);
-    const response = await businessInsert(client, i);
-    await client.query('SELECT idempotency.complete($1, $2, $3, $4)', [SCOPE, key, 201, response]);
-    await client.query('COMMIT');
-    times.push(us(now() - t0));
-  }
-  completed += n;
-  return times;
+// Each runs one request and returns its time in microseconds; bare: [request, fingerprint].
+async function bare(body) {
+  const key = nextKey('bare');
+  const t0 = now();
+  const fp = fingerprint(body);
+  const t1 = now();
+  await client.query('BEGIN');
+  const { rows } = await client.query('SELECT * FROM idempotency.reserve($1, $2, $3)', [SCOPE, key, fp]);
+  if (rows[0].outcome !== 'new') throw new Error(`bare: reserve of a fresh key gave ${rows[0].outcome}`);
+  const response = await businessInsert(client);
+  await client.query('SELECT idempotency.complete($1, $2, $3, $4)', [SCOPE, key, 201, response]);
+  await client.query('COMMIT');
+  const t2 = now();
+  completed += 1;
+  return [us(t2 - t0), us(t1 - t0)];
 }
 
-async function helper(n, body, variant = 'helper') {
-  const times = [];
-  for (let i = 0; i < n; i++) {
-    const key = nextKey(variant);
-    const t0 = now();
-    const result = await runOnce(client, { scope: SCOPE, key, request: body }, async (c) => ({
-      statusCode: 201,
-      response: await businessInsert(c, i),
-    }));
-    times.push(us(now() - t0));
-    if (result.replayed || result.statusCode !== 201) {
-      throw new Error(`${variant}: a fresh key gave ${JSON.stringify(result)}`);
-    }
+async function helper(body) {
+  const key = nextKey('helper');
+  const t0 = now();
+  const result = await runOnce(client, { scope: SCOPE, key, request: body }, async (c) => ({
+    statusCode: 201,
+    response: await businessInsert(c),
+  }));
+  const spent = us(now() - t0);
+  if (result.replayed || result.statusCode !== 201) {
+    throw new Error(`helper: a fresh key gave ${JSON.stringify(result)}`);
   }
-  completed += n;
-  return times;
+  completed += 1;
+  return spent;
 }
 
-function fp(n, body) {
+// n turns of a bare and a helper request, the first of each turn alternating: the medians of
+// the bare requests, the helper requests and the bare requests' fingerprints.
+async function takeTurns(body, n) {
+  const bareTimes = [];
+  const helperTimes = [];
+  const fpTimes = [];
+  for (let i = 0; i < n; i++) {
+    if (i % 2) helperTimes.push(await helper(body));
+    const [spent, fpSpent] = await bare(body);
+    bareTimes.push(spent);
+    fpTimes.push(fpSpent);
+    if (!(i % 2)) helperTimes.push(await helper(body));
+  }
+  return [median(bareTimes), median(helperTimes), median(fpTimes)];
+}
+
+// The median of fingerprint(body) called n times in a row.
+function loop(body, n) {
   const times = [];
   for (let i = 0; i < n; i++) {
     const t0 = now();
     fingerprint(body);
     times.push(us(now() - t0));
   }
-  return times;
+  return median(times);
 }
 
 const small = bodies['1k'];
 const large = bodies['100k'];
-const variants = {
-  bare: () => bare(num('requests'), small),
-  helper: () => helper(num('requests'), small),
-  helper_100k: () => helper(num('requests-100k'), large, 'helper_100k'),
-  fp_1k: () => fp(num('fp-iterations'), small),
-  fp_100k: () => fp(num('fp-iterations-100k'), large),
-};
-const names = Object.keys(variants);
+const requests = num('requests');
+const requests100k = num('requests-100k');
 
 // Warm-up (the JIT, the server's caches): a tenth of a round, not recorded.
-const tenth = (name, least) => Math.max(least, Math.ceil(num(name) / 10));
-await bare(tenth('requests', 10), small);
-await helper(tenth('requests', 10), small);
-await helper(tenth('requests-100k', 2), large, 'helper_100k');
-fp(tenth('fp-iterations', 10), small);
-fp(tenth('fp-iterations-100k', 2), large);
+await takeTurns(small, Math.max(10, Math.ceil(requests / 10)));
+await takeTurns(large, Math.max(2, Math.ceil(requests100k / 10)));
 
 const rounds = [];
 for (let r = 0; r < num('rounds'); r++) {
-  const order = [...names.slice(r % names.length), ...names.slice(0, r % names.length)];
   const row = {};
-  for (const name of order) row[name] = median(await variants[name]());
+  [row.bare, row.helper, row.fp_1k] = await takeTurns(small, requests);
+  [row.bare_100k, row.helper_100k, row.fp_100k] = await takeTurns(large, requests100k);
+  row.fp_1k_loop = loop(small, requests);
+  row.fp_100k_loop = loop(large, requests100k);
   rounds.push(row);
-  console.error(`  node round ${r + 1}/${num('rounds')}: ${names.map((n) => `${n} ${row[n].toFixed(1)}`).join('  ')} (us)`);
+  console.error(`  node round ${r + 1}/${num('rounds')}: ${Object.entries(row).map(([k, v]) => `${k} ${v.toFixed(1)}`).join('  ')} (us)`);
 }
 
 const { rows } = await client.query(
@@ -169,11 +173,6 @@ writeFileSync(opt.out, JSON.stringify({
   client: 'node',
   versions: `${pkg.name} ${pkg.version}, pg ${pgVersion}, Node.js ${process.versions.node}`,
   bodies: Object.fromEntries(Object.entries(bodies).map(([n, v]) => [n, Buffer.byteLength(v)])),
-  counts: {
-    requests: num('requests'),
-    requests_100k: num('requests-100k'),
-    fp_iterations: num('fp-iterations'),
-    fp_iterations_100k: num('fp-iterations-100k'),
-  },
+  counts: { requests, requests_100k: requests100k },
   rounds,
 }, null, 1));

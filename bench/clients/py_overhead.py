@@ -2,20 +2,22 @@
 """The Python half of bench/clients.sh: pg_idempotency's run_once against the bare SQL calls,
 over one psycopg connection, and the client-side fingerprint's share of a request.
 
-    py_overhead.py --bodies DIR --rounds 5 --requests 2000 --requests-100k 200 \
-        --fp-iterations 2000 --fp-iterations-100k 100 --out result.json
+    py_overhead.py --bodies DIR --rounds 5 --requests 2000 --requests-100k 100 --out result.json
 
 Connects with the PG* environment (autocommit: both variants send their own BEGIN / COMMIT).
-Variants, every one timed request by request (perf_counter_ns), the order rotated each round:
-  bare         fingerprint(body) with pg_idempotency.fingerprint, then BEGIN; SELECT * FROM
-               idempotency.reserve(scope, key, fp); INSERT ... RETURNING id;
+Every request is timed on its own (perf_counter_ns), and the two variants take turns request
+by request (the first of each turn alternating), so that a burst of load on the machine falls
+on both alike:
+  bare         fingerprint(body) with pg_idempotency.fingerprint (timed on its own too:
+               fp_1k / fp_100k, the fingerprint within a request), then BEGIN; SELECT * FROM
+               idempotency.reserve(scope, key, fp); W2's INSERT ... RETURNING id;
                SELECT idempotency.complete(scope, key, 201, response); COMMIT
-  helper       run_once(conn, scope, key, work, request=body): the same INSERT in work
-  helper_100k  the same with the 100 KB body
-  fp_1k        fingerprint(body) alone, 1 KB body;  fp_100k: the 100 KB body
-  sql_fp_1k    SQL idempotency.fingerprint(text::jsonb) per call, server side (n calls in one
-               statement, less the same statement without the call, over n); sql_fp_100k
-The body of bare and helper is the 1 KB one. Writes per-round medians (microseconds) as JSON.
+  helper       run_once(conn, scope, key, work, request=body), the same INSERT in work
+--requests turns with the 1 KB body (bare, helper), then --requests-100k turns with the
+100 KB body (bare_100k, helper_100k); then, for comparison:
+  fp_1k_loop, fp_100k_loop   fingerprint(body) called in a loop (warm caches)
+  sql_fp_1k, sql_fp_100k     SQL idempotency.fingerprint(text::jsonb) per call, server side
+Writes each round's median per variant (microseconds) as JSON.
 """
 import argparse
 import json
@@ -30,7 +32,7 @@ from psycopg.types.json import Jsonb
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "clients", "python"))
-import pg_idempotency  # noqa: E402  (the checkout's client, unless one is installed)
+import pg_idempotency  # noqa: E402  (the checkout's client)
 from pg_idempotency import fingerprint, run_once  # noqa: E402
 
 SCOPE = "bench-clients-py"
@@ -38,13 +40,11 @@ SCOPE = "bench-clients-py"
 INSERT = "INSERT INTO bench.orders (client, amount, note) VALUES (1, %s, 'order') RETURNING id"
 
 
-def median_us(samples_ns):
-    return statistics.median(samples_ns) / 1000.0
-
-
 class Bench:
-    def __init__(self, conn, bodies, run_id):
-        self.conn, self.bodies, self.run_id = conn, bodies, run_id
+    """Each method runs one request (or one call) and returns its times in nanoseconds."""
+
+    def __init__(self, conn, run_id):
+        self.conn, self.run_id = conn, run_id
         self.seq = 0
         self.completed = 0
 
@@ -52,68 +52,80 @@ class Bench:
         self.seq += 1
         return f"{self.run_id}-{variant}-{self.seq}"
 
-    def business_insert(self, amount):
-        order_id = self.conn.execute(INSERT, (amount,)).fetchone()[0]
+    def business_insert(self):
+        order_id = self.conn.execute(INSERT, (self.seq,)).fetchone()[0]
         return {"order_id": order_id, "status": "created"}
 
-    def bare(self, n, body):
-        conn, times = self.conn, []
-        for i in range(n):
-            key = self.next_key("bare")
-            t0 = time.perf_counter_ns()
-            fp = fingerprint(body)
-            conn.execute("BEGIN")
-            outcome = conn.execute("SELECT * FROM idempotency.reserve(%s, %s, %s)",
-                                   (SCOPE, key, fp)).fetchone()[0]
-            if outcome != "new":
-                raise SystemExit(f"bare: reserve of a fresh key gave {outcome}")
-            response = self.business_insert(i)
-            conn.execute("SELECT idempotency.complete(%s, %s, %s, %s)",
-                         (SCOPE, key, 201, Jsonb(response)))
-            conn.execute("COMMIT")
-            times.append(time.perf_counter_ns() - t0)
-        self.completed += n
-        return times
+    def bare(self, body):
+        """(the request, its fingerprint)"""
+        conn, key = self.conn, self.next_key("bare")
+        t0 = time.perf_counter_ns()
+        fp = fingerprint(body)
+        t1 = time.perf_counter_ns()
+        conn.execute("BEGIN")
+        outcome = conn.execute("SELECT * FROM idempotency.reserve(%s, %s, %s)",
+                               (SCOPE, key, fp)).fetchone()[0]
+        if outcome != "new":
+            raise SystemExit(f"bare: reserve of a fresh key gave {outcome}")
+        response = self.business_insert()
+        conn.execute("SELECT idempotency.complete(%s, %s, %s, %s)",
+                     (SCOPE, key, 201, Jsonb(response)))
+        conn.execute("COMMIT")
+        t2 = time.perf_counter_ns()
+        self.completed += 1
+        return t2 - t0, t1 - t0
 
-    def helper(self, n, body, variant="helper"):
-        times = []
-        for i in range(n):
-            key = self.next_key(variant)
-            t0 = time.perf_counter_ns()
-            result = run_once(self.conn, SCOPE, key, lambda: (201, self.business_insert(i)),
-                              request=body)
-            times.append(time.perf_counter_ns() - t0)
-            if result.replayed or result.status_code != 201:
-                raise SystemExit(f"{variant}: a fresh key gave {result}")
-        self.completed += n
-        return times
+    def helper(self, body):
+        key = self.next_key("helper")
+        t0 = time.perf_counter_ns()
+        result = run_once(self.conn, SCOPE, key, lambda: (201, self.business_insert()),
+                          request=body)
+        spent = time.perf_counter_ns() - t0
+        if result.replayed or result.status_code != 201:
+            raise SystemExit(f"helper: a fresh key gave {result}")
+        self.completed += 1
+        return spent
 
-    @staticmethod
-    def fp(n, body):
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter_ns()
-            fingerprint(body)
-            times.append(time.perf_counter_ns() - t0)
-        return times
-
-    def sql_fp(self, n, body, repeats=3):
-        """Server-side time of one idempotency.fingerprint(text::jsonb) call (the parse
-        included, as on the client), from n calls in one statement, less the same statement
+    def sql_fp(self, n, body):
+        """Server-side nanoseconds of one idempotency.fingerprint(text::jsonb) call (the parse
+        included, as on the client), from n calls in one statement less the same statement
         without the call. The call is in the target list, evaluated for every row of the join
-        (a WHERE clause on the CTE's column alone would be evaluated once, at the CTE scan);
-        a materialised CTE keeps the text from being folded into a constant."""
+        (in a WHERE clause on the CTE's column alone it would run once, at the CTE scan); the
+        materialised CTE keeps the text from being folded into a constant."""
         sql = ("WITH b AS MATERIALIZED (SELECT %s::text AS t) "
                "SELECT sum({}) FROM b, generate_series(1, %s)")
-        per_call = []
-        for _ in range(repeats):
-            spent = []
-            for expr in ("length(idempotency.fingerprint(t::jsonb))", "octet_length(t)"):
-                t0 = time.perf_counter_ns()
-                self.conn.execute(sql.format(expr), (body, n)).fetchone()
-                spent.append(time.perf_counter_ns() - t0)
-            per_call.append((spent[0] - spent[1]) / n)
-        return [statistics.median(per_call)]
+        spent = []
+        for expr in ("length(idempotency.fingerprint(t::jsonb))", "octet_length(t)"):
+            t0 = time.perf_counter_ns()
+            self.conn.execute(sql.format(expr), (body, n)).fetchone()
+            spent.append(time.perf_counter_ns() - t0)
+        return (spent[0] - spent[1]) / n
+
+
+def take_turns(b, body, n):
+    """n turns of a bare and a helper request, the first of each turn alternating: medians
+    in microseconds of the bare requests, the helper requests and the bare requests'
+    fingerprints."""
+    bare, helper, fp = [], [], []
+    for i in range(n):
+        if i % 2:
+            helper.append(b.helper(body))
+        spent, fp_spent = b.bare(body)
+        bare.append(spent)
+        fp.append(fp_spent)
+        if not i % 2:
+            helper.append(b.helper(body))
+    return [statistics.median(t) / 1000.0 for t in (bare, helper, fp)]
+
+
+def loop(body, n):
+    """Median microseconds of fingerprint(body) called n times in a row."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fingerprint(body)
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times) / 1000.0
 
 
 def main():
@@ -121,9 +133,7 @@ def main():
     ap.add_argument("--bodies", required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--requests-100k", type=int, default=200)
-    ap.add_argument("--fp-iterations", type=int, default=2000)
-    ap.add_argument("--fp-iterations-100k", type=int, default=100)
+    ap.add_argument("--requests-100k", type=int, default=100)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -131,6 +141,7 @@ def main():
     for name in ("1k", "100k"):
         with open(os.path.join(args.bodies, f"body-{name}.json"), encoding="utf-8") as f:
             bodies[name] = f.read()
+    small, large = bodies["1k"], bodies["100k"]
 
     conn = psycopg.connect(autocommit=True)
     # Same bytes as the server's fingerprint (a check, not a timing).
@@ -139,34 +150,25 @@ def main():
         if bytes(server) != fingerprint(body):
             raise SystemExit(f"fingerprint of body-{name}: client and server differ")
 
-    b = Bench(conn, bodies, f"{os.getpid()}-{time.time_ns()}")
-    small, large = bodies["1k"], bodies["100k"]
-    variants = {
-        "bare": lambda: b.bare(args.requests, small),
-        "helper": lambda: b.helper(args.requests, small),
-        "helper_100k": lambda: b.helper(args.requests_100k, large, "helper_100k"),
-        "fp_1k": lambda: b.fp(args.fp_iterations, small),
-        "fp_100k": lambda: b.fp(args.fp_iterations_100k, large),
-        "sql_fp_1k": lambda: b.sql_fp(args.fp_iterations, small),
-        "sql_fp_100k": lambda: b.sql_fp(args.fp_iterations_100k, large),
-    }
-    names = list(variants)
-
-    # Warm-up (statements prepared, caches filled): a tenth of a round, not recorded.
-    b.bare(max(10, args.requests // 10), small)
-    b.helper(max(10, args.requests // 10), small)
-    b.helper(max(2, args.requests_100k // 10), large, "helper_100k")
+    b = Bench(conn, f"{os.getpid()}-{time.time_ns()}")
+    # Warm-up (statements prepared after psycopg's fifth execution, caches filled): a tenth
+    # of a round, not recorded.
+    take_turns(b, small, max(10, args.requests // 10))
+    take_turns(b, large, max(2, args.requests_100k // 10))
 
     rounds = []
     for r in range(args.rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
         row = {}
-        for name in order:
-            samples = variants[name]()
-            row[name] = median_us(samples)
+        row["bare"], row["helper"], row["fp_1k"] = take_turns(b, small, args.requests)
+        row["bare_100k"], row["helper_100k"], row["fp_100k"] = \
+            take_turns(b, large, args.requests_100k)
+        row["fp_1k_loop"] = loop(small, args.requests)
+        row["fp_100k_loop"] = loop(large, args.requests_100k)
+        row["sql_fp_1k"] = b.sql_fp(args.requests, small) / 1000.0
+        row["sql_fp_100k"] = b.sql_fp(args.requests_100k, large) / 1000.0
         rounds.append(row)
         print(f"  python round {r + 1}/{args.rounds}: " +
-              "  ".join(f"{n} {row[n]:.1f}" for n in names) + " (us)", file=sys.stderr)
+              "  ".join(f"{k} {v:.1f}" for k, v in row.items()) + " (us)", file=sys.stderr)
 
     done = conn.execute("SELECT count(*) FROM idempotency.keys WHERE scope = %s "
                         "AND state = 'completed'", (SCOPE,)).fetchone()[0]
@@ -179,9 +181,7 @@ def main():
                     f" (libpq {psycopg.pq.version() // 10000}), "
                     f"{platform.python_implementation()} {platform.python_version()}",
         "bodies": {n: len(v.encode()) for n, v in bodies.items()},
-        "counts": {"requests": args.requests, "requests_100k": args.requests_100k,
-                   "fp_iterations": args.fp_iterations,
-                   "fp_iterations_100k": args.fp_iterations_100k},
+        "counts": {"requests": args.requests, "requests_100k": args.requests_100k},
         "rounds": rounds,
     }
     with open(args.out, "w") as f:

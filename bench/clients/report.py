@@ -2,9 +2,9 @@
 """Turns the results of bench/clients.sh (one JSON file per client: per-round medians in
 microseconds) into the table (stdout) and clients.md.
 
-A ratio or a share is taken within each round (its variants run a few seconds apart), and the
-median over rounds is shown with the lowest and highest round; microseconds are medians over
-rounds of each round's median request.
+In a round, the variants compared take turns request by request; a ratio or a share is taken
+within each round and the median over rounds is shown with the lowest and highest round;
+microseconds are medians over rounds of each round's median request.
 
     report.py --machine machine.tsv --markdown clients.md python.json [node.json]
 """
@@ -67,30 +67,27 @@ def main():
         with open(path) as f:
             runs.append(json.load(f))
 
-    overhead_header = ["client", "bare SQL us/request", "helper us/request", "helper - bare us",
+    overhead_header = ["client", "body", "bare SQL us", "helper us", "helper - bare us",
                        "helper / bare"]
     overhead = []
-    share_header = ["client", "body", "fingerprint us", "helper request us", "fingerprint share"]
+    share_header = ["client", "body", "fingerprint in a request us", "in a loop us",
+                    "helper request us", "fingerprint share"]
     share = []
     server = None
     for run in runs:
         rounds = run["rounds"]
         name = run["client"]
-        overhead.append([
-            name,
-            us(med([r["bare"] for r in rounds])),
-            us(med([r["helper"] for r in rounds])),
-            spread([r["helper"] - r["bare"] for r in rounds], us),
-            spread([r["helper"] / r["bare"] for r in rounds], ratio),
-        ])
-        for body, request in (("1k", "helper"), ("100k", "helper_100k")):
-            share.append([
-                name,
-                f"{run['bodies'][body]:,} B",
-                us(med([r[f"fp_{body}"] for r in rounds])),
-                us(med([r[request] for r in rounds])),
-                spread([100 * r[f"fp_{body}"] / r[request] for r in rounds], pct),
-            ])
+        for body, suffix in (("1k", ""), ("100k", "_100k")):
+            bare = [r["bare" + suffix] for r in rounds]
+            helper = [r["helper" + suffix] for r in rounds]
+            fp = [r[f"fp_{body}"] for r in rounds]
+            size = f"{run['bodies'][body]:,} B"
+            overhead.append([name, size, us(med(bare)), us(med(helper)),
+                             spread([h - b for h, b in zip(helper, bare)], us),
+                             spread([h / b for h, b in zip(helper, bare)], ratio)])
+            share.append([name, size, us(med(fp)), us(med([r[f"fp_{body}_loop"] for r in rounds])),
+                          us(med(helper)),
+                          spread([100 * f / h for f, h in zip(fp, helper)], pct)])
         if "sql_fp_1k" in rounds[0]:
             server = {b: med([r[f"sql_fp_{b}"] for r in rounds]) for b in ("1k", "100k")}
 
@@ -109,15 +106,18 @@ def main():
     md += [f"- {k}: {v}" for k, v in machine.items()]
     md += [f"- {NAMES.get(r['client'], r['client'])}: {r['versions']}" for r in runs]
     md += ["", "## The helper against the bare SQL calls", "",
-           "Per request: BEGIN; `reserve` with the fingerprint of the 1 KB body (computed "
-           "client-side in both variants); the business INSERT; `complete`; COMMIT. "
-           "Microseconds: median over rounds of the round's median request; the difference "
-           "and the ratio: within each round, median (lowest-highest round).", ""]
+           "Per request: BEGIN; `reserve` with the fingerprint of the body (computed "
+           "client-side in both variants, by the client's own function); the business INSERT; "
+           "`complete`; COMMIT. The two variants take turns request by request. Microseconds: "
+           "median over rounds of the round's median request; the difference and the ratio: "
+           "within each round, median (lowest-highest round).", ""]
     md += md_table(overhead_header, overhead)
     md += ["", "## The fingerprint's share of a request", "",
-           "`fingerprint(body text)` alone against the whole helper request with that body "
-           "(whose work is the same small INSERT: the body is only fingerprinted). Share: "
-           "within each round, median (lowest-highest round).", ""]
+           "The fingerprint in a request: `fingerprint(body text)` timed inside the bare "
+           "requests (the helper computes it the same way); in a loop: called over and over "
+           "(warm caches). Share: the round's median fingerprint in a request over its median "
+           "helper request (whose work is the same small INSERT: the body is only "
+           "fingerprinted, not stored), median (lowest-highest round).", ""]
     md += md_table(share_header, share)
     if server:
         md += ["", "For comparison, the server: `idempotency.fingerprint(text::jsonb)` (the "
