@@ -7,19 +7,20 @@
 # Method: bench/clients/py_overhead.py and node_overhead.mjs, and bench/README.md, "Client
 # overhead". Prints a table and writes bench/clients.md.
 #
-#   bash bench/clients.sh            full run (about 4 minutes on 2 cores)
+#   bash bench/clients.sh            full run (about 2 minutes on 2 cores)
 #   bash bench/clients.sh --smoke    a few seconds; writes its report under bench/out/ only
 #
 # Knobs (environment):
 #   BENCH_ROUNDS=5            rounds (a ratio or share is taken within a round)
 #   BENCH_REQUESTS=2000       requests per variant and round with the 1 KB body (bare and
-#                             helper, taking turns request by request with a fingerprint call)
-#   BENCH_REQUESTS_100K=100   the same with the 100 KB body (helper and a fingerprint call)
+#                             helper take turns request by request)
+#   BENCH_REQUESTS_100K=100   the same with the 100 KB body
 #   BENCH_LANGS="python node"
 #   BENCH_SYNC=off            synchronous_commit of the cluster: off, so the commit's WAL flush
 #                             (a disk wait the client does not change) does not hide the
 #                             client's share; on to measure with it
-#   BENCH_PORT                default 54455 (+ IDEM_PORT_OFFSET)
+#   BENCH_PORT                default 54455 + IDEM_PORT_OFFSET (free: the citus suites hold
+#                             54460-54462, 54466-54471)
 #   BENCH_BUILD=0             1: build and install the extension first (0: the installed one)
 #   BENCH_OUT=bench/out/clients   working folder (bodies, raw results); emptied first
 #   BENCH_REPORT_DIR=bench    where clients.md goes
