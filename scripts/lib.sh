@@ -21,12 +21,14 @@
 IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export IDEM_ROOT
 
-# Debian packages the build, the demo and the test suites need.
+# Debian packages the build, the demo and the test suites need. libkrb5-dev: Debian's
+# libpq-be.h (server headers of 15) includes gssapi.h, and postgresql-server-dev-15 does not
+# pull it in.
 IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
   postgresql-15-partman postgresql-15-wal2json postgresql-15-cron python3-yaml libssl-dev
   libgtest-dev cmake g++ make pkg-config clang libclang-rt-14-dev gnuplot-nox libipc-run-perl
   pgbouncer postgresql-15-auto-failover pg-auto-failover-cli python3-psycopg python3-pytest
-  python3-setuptools python3-pip"
+  python3-setuptools python3-pip libkrb5-dev"
 
 # shellcheck source=scripts/majors.sh
 source "$IDEM_ROOT/scripts/majors.sh"

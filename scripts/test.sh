@@ -149,9 +149,15 @@ run_citus() {
 }
 
 # clients: the Python package (installed with pip into a venv that sees Debian's psycopg and
-# pytest) under pytest, against the test cluster. pytest's own summary gives the counts; a run
-# that prints none counts as a failure.
+# pytest) under pytest, and the Node package (its locked dev dependencies installed with npm ci)
+# under node --test, against the test cluster. Each runner's own summary gives the counts; a
+# run that prints none counts as a failure.
 run_clients() {
+  run_clients_python
+  run_clients_node
+}
+
+run_clients_python() {
   local log venv=$IDEM_ROOT/build/py-venv rc line passed failed
   log=$LOGS/clients-py.log
   log "clients: Python (pytest)"
@@ -175,6 +181,27 @@ run_clients() {
       $(sed -nE 's/.* ([0-9]+) errors?.*/\1/p' <<<" $line") + 0 ))
     if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
     record clients-py "${passed:-0}" "$failed"
+  fi
+}
+
+run_clients_node() {
+  local log=$LOGS/clients-node.log rc=0 passed failed
+  log "clients: Node (node --test)"
+  {
+    "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/clients/node" &&
+      (cd "$IDEM_ROOT/clients/node" && PGDATABASE=postgres timeout -k 10 "$TIMEOUT" \
+        node --test --test-reporter=tap --test-concurrency=1 test/*.test.js)
+  } >"$log" 2>&1 </dev/null || rc=$?
+  grep -E '^(not ok|# (tests|pass|fail|cancelled) )' "$log" | tail -n 15
+  # The TAP reporter's totals: "# pass 230", "# fail 0", "# cancelled 0"
+  passed=$(sed -nE 's/^# pass ([0-9]+)$/\1/p' "$log" | tail -n1)
+  failed=$(( $(sed -nE 's/^# fail ([0-9]+)$/\1/p' "$log" | tail -n1) + 0 +
+    $(sed -nE 's/^# cancelled ([0-9]+)$/\1/p' "$log" | tail -n1) + 0 ))
+  if [[ -z $passed ]]; then
+    record clients-node 0 1 "node --test did not run (exit $rc), log ${log#"$IDEM_ROOT"/}"
+  else
+    if [[ $rc -ne 0 && ${failed:-0} -eq 0 ]]; then failed=1; fi
+    record clients-node "$passed" "${failed:-0}"
   fi
 }
 

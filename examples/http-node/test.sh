@@ -24,23 +24,9 @@ trap cleanup EXIT
 
 command -v node >/dev/null || { echo "node is not installed" >&2; exit 1; }
 
-# Dependencies: npm ci unless node_modules was installed from this very lock file.
-stamp=node_modules/.installed-from-lock
-lock_sum=$(sha256sum package-lock.json | cut -d' ' -f1)
-if [[ -f $stamp && $(cat "$stamp") == "$lock_sum" ]]; then
-  echo "==> node_modules matches package-lock.json"
-else
-  echo "==> npm ci"
-  if npm ci --no-audit --no-fund --prefer-offline; then
-    echo "$lock_sum" >"$stamp"
-  elif node -e "process.exit(require('./node_modules/pg/package.json').version === \
-      require('./package-lock.json').packages['node_modules/pg'].version ? 0 : 1)" 2>/dev/null; then
-    echo "==> npm ci failed (offline?); using the installed node_modules" >&2
-  else
-    echo "npm ci failed and node_modules does not hold the locked pg" >&2
-    exit 1
-  fi
-fi
+# Dependencies (pg, and @idempotency/client linked from clients/node): npm ci unless
+# node_modules was installed from this very lock file.
+../../scripts/npm_ci.sh "$PWD"
 
 echo "==> database $DB"
 psql -X -q -v ON_ERROR_STOP=1 -d "$SETUP_DB" \

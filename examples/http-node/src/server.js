@@ -1,4 +1,6 @@
-// Orders API whose Idempotency-Key header is backed by the idempotency extension.
+// Orders API whose Idempotency-Key header is backed by the idempotency extension, through its
+// Node client (@idempotency/client, clients/node): the middleware for the one-transaction path,
+// runExternal for the path with an external call.
 //   POST /orders                 create an order (Authorization + Idempotency-Key required)
 //   GET  /orders/by-key/:key     what the server knows about a key (support staff)
 //   GET  /healthz
@@ -7,6 +9,9 @@ import fs from 'node:fs';
 import http from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
+import {
+  answerFor, idempotencyMiddleware, parseIdempotencyKey, runExternal, StaleAttemptError,
+} from '@idempotency/client';
 import pg from 'pg';
 
 const SCHEMA = fs.readFileSync(new URL('../schema.sql', import.meta.url), 'utf8');
@@ -45,22 +50,7 @@ const problem = (status, code, message, headers = {}) =>
 
 // --- request parsing --------------------------------------------------------------------------
 
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const TOKEN_RE = /^[\x21-\x7e]{1,255}$/; // visible ASCII, no spaces
-
-// A UUID (lower-cased) or a token of 1 to 255 visible ASCII characters. The quoted form of
-// the IETF draft (a structured-field string, "...") is accepted too.
-export function parseIdempotencyKey(raw) {
-  if (raw === undefined || raw === '')
-    throw new HttpError(400, 'idempotency_key_missing', 'the Idempotency-Key header is required');
-  let key = raw.trim();
-  if (key.length >= 2 && key.startsWith('"') && key.endsWith('"')) key = key.slice(1, -1);
-  if (UUID_RE.test(key)) return key.toLowerCase();
-  if (!TOKEN_RE.test(key))
-    throw new HttpError(400, 'idempotency_key_malformed',
-      'the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters');
-  return key;
-}
+export { parseIdempotencyKey };
 
 function authenticate(req, tokens) {
   const m = /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? '');
@@ -71,6 +61,7 @@ function authenticate(req, tokens) {
   return account;
 }
 
+// The body's bytes (fingerprinted as sent, every digit kept) and its parsed value.
 async function readJson(req) {
   const chunks = [];
   let size = 0;
@@ -81,8 +72,9 @@ async function readJson(req) {
         { Connection: 'close' });
     chunks.push(chunk);
   }
+  const raw = Buffer.concat(chunks);
   try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    return { raw, body: JSON.parse(raw.toString('utf8')) };
   } catch {
     throw new HttpError(400, 'invalid_json', 'the body must be JSON');
   }
@@ -123,20 +115,12 @@ function simulation(url) {
 
 // --- SQL --------------------------------------------------------------------------------------
 
-const RESERVE = `
-  SELECT r.outcome::text AS outcome, r.status_code, r.response, r.attempt, r.recovery_point,
-         r.locked_until
-    FROM idempotency.reserve($1, $2, idempotency.fingerprint($3::jsonb, $4::text[]),
-                             $5::interval, $6::interval, $7::interval) AS r`;
 const INSERT_ORDER = `
   INSERT INTO orders (account, idempotency_key, item, quantity, total_cents, note)
   VALUES ($1, $2, $3, $4, $5, $6)
   RETURNING jsonb_build_object('id', id, 'account', account, 'idempotency_key', idempotency_key,
     'item', item, 'quantity', quantity, 'total_cents', total_cents, 'note', note,
     'created_at', created_at) AS body`;
-const COMPLETE = 'SELECT idempotency.complete($1, $2, $3, $4::jsonb, $5)';
-const FAIL = 'SELECT idempotency.fail($1, $2, $3::jsonb, $4)';
-const CHECKPOINT = 'SELECT idempotency.checkpoint($1, $2, $3, $4)';
 const LOOKUP = `
   SELECT l.state, l.status_code, l.response, encode(l.request_hash, 'hex') AS request_hash,
          l.attempt, l.recovery_point, l.last_error, l.first_seen_at, l.completed_at,
@@ -144,133 +128,91 @@ const LOOKUP = `
          ARRAY(SELECT o.id::text FROM orders o
                 WHERE o.account = $1 AND o.idempotency_key = $2 ORDER BY o.id) AS order_ids
     FROM idempotency.lookup($1, $2) AS l`;
-const STALE_ATTEMPT = 'IK001'; // complete/fail by a holder whose claim was taken over
+
+class SupplierUnavailable extends Error {}
 
 // --- the orders service -------------------------------------------------------------------------
 
 export function createService(pool, config) {
-  // Runs fn(client) in a transaction; commits when fn returns, rolls back when it throws.
-  async function inTransaction(fn) {
+  const insertOrder = (client, ctx) =>
+    client.query(INSERT_ORDER, [ctx.account, ctx.key, ctx.order.item, ctx.order.quantity,
+      ctx.order.totalCents, ctx.order.note]).then((r) => r.rows[0].body);
+
+  const claimOptions = () => ({
+    exclude: VOLATILE_FIELDS, lockTtl: config.lockTtl, retention: config.retention,
+    wait: config.reserveWait,
+  });
+
+  // The common path: reserve, insert, complete, commit, all in one transaction, by the
+  // middleware. A failure rolls everything back, the claim included: the retry starts afresh.
+  const oneTransaction = idempotencyMiddleware({
+    pool,
+    ...claimOptions(),
+    scope: (req) => req.ctx.account,
+    key: (req) => req.ctx.key,
+    request: (req) => req.ctx.raw,
+    replayHeaders: location,
+  });
+
+  async function createInOneTransaction(req, res) {
+    await oneTransaction(req, res, async (err) => {
+      if (err) throw err;
+      const { ctx } = req;
+      if (ctx.sim.delayMs) await sleep(ctx.sim.delayMs); // a slow handler: duplicates get 409
+      const body = await insertOrder(req.idempotency.client, ctx);
+      send(res, reply(201, body, location(201, body)));
+    });
+    return null; // answered
+  }
+
+  // The cross-transaction path, for work with an external side effect: the claim commits, the
+  // external call runs outside any transaction, then the order and the result commit in a
+  // second transaction fenced by the attempt. A crash in between leaves a claim that lapses
+  // after LOCK_TTL; the next retry takes it over (attempt + 1, recovery point kept).
+  async function createWithExternalCall(ctx) {
     const client = await pool.connect();
     let broken;
     try {
-      await client.query('BEGIN');
-      try {
-        const result = await fn(client);
-        await client.query('COMMIT');
-        return result;
-      } catch (err) {
-        await client.query('ROLLBACK').catch((e) => { broken = e; });
-        throw err;
-      }
+      const r = await runExternal(client, {
+        scope: ctx.account, key: ctx.key, request: ctx.raw, ...claimOptions(),
+        failWith: (err) => ({ error: err instanceof SupplierUnavailable
+          ? 'supplier_unavailable' : 'internal_error' }),
+        finish: async (c) => ({ statusCode: 201, response: await insertOrder(c, ctx) }),
+      }, async (attempt) => {
+        await attempt.checkpoint('supplier_called');
+        // The simulated external call. attempt.recoveryPoint === 'supplier_called' means an
+        // earlier attempt may have made it already: a real supplier would get the same key.
+        await sleep(ctx.sim.externalMs);
+        if (ctx.sim.externalError) throw new SupplierUnavailable('the supplier did not answer');
+        return { statusCode: 201, response: null };
+      });
+      return r.replayed ? replayOf(r.statusCode, r.response)
+        : reply(r.statusCode, r.response, location(r.statusCode, r.response));
+    } catch (err) {
+      if (err instanceof SupplierUnavailable)
+        return problem(502, 'supplier_unavailable',
+          'the supplier did not answer; retry with the same Idempotency-Key', { 'Retry-After': '1' });
+      if (err instanceof StaleAttemptError) // our lease lapsed and a retry took over: its result wins
+        return problem(409, 'idempotency_key_taken_over',
+          'this attempt outlived its claim and a retry took the key over; retry to get its result',
+          { 'Retry-After': '1' });
+      const answer = answerFor(err); // in_progress, mismatch, too_old
+      if (answer) return answer;
+      broken = isUnavailable(err) ? err : undefined;
+      throw err;
     } finally {
       client.release(broken);
     }
   }
 
-  const reserve = (client, ctx) =>
-    client.query(RESERVE, [ctx.account, ctx.key, JSON.stringify(ctx.body), VOLATILE_FIELDS,
-      config.lockTtl, config.retention, config.reserveWait]).then((r) => r.rows[0]);
-
-  const insertOrder = (client, ctx) =>
-    client.query(INSERT_ORDER, [ctx.account, ctx.key, ctx.order.item, ctx.order.quantity,
-      ctx.order.totalCents, ctx.order.note]).then((r) => r.rows[0].body);
-
-  const complete = (client, ctx, status, body, attempt) =>
-    client.query(COMPLETE, [ctx.account, ctx.key, status, JSON.stringify(body), attempt]);
-
-  // Releases the claim so that a retry gets outcome 'new' with the next attempt.
-  async function release(ctx, attempt, error) {
-    try {
-      await inTransaction((c) => c.query(FAIL, [ctx.account, ctx.key, JSON.stringify(error),
-        attempt]));
-    } catch (err) {
-      if (err.code !== STALE_ATTEMPT) throw err; // taken over already: nothing to release
-    }
-  }
-
-  // The answer for every outcome but 'new'.
-  function answerForOutcome(r) {
-    switch (r.outcome) {
-      case 'replay':
-        return reply(r.status_code, r.response ?? null,
-          { 'Idempotent-Replayed': 'true', ...location(r.status_code, r.response) });
-      case 'in_progress': {
-        const left = r.locked_until ? Math.ceil((r.locked_until - Date.now()) / 1000) : 1;
-        return problem(409, 'idempotency_key_in_use',
-          'a request with this Idempotency-Key is still being processed; retry later',
-          { 'Retry-After': String(Math.max(1, left)) });
-      }
-      case 'mismatch':
-        return problem(422, 'idempotency_key_reused',
-          'this Idempotency-Key was already used with a different request body');
-      case 'too_old':
-        return problem(422, 'idempotency_key_too_old',
-          'this Idempotency-Key was created before the retention window, so the request cannot ' +
-          'be told apart from a new one; check whether the order exists, then use a new key');
-      default:
-        throw new Error(`unexpected reserve outcome ${r.outcome}`);
-    }
-  }
-
-  // The common path: reserve, insert, complete, commit, all in one transaction. A failure
-  // rolls everything back, the claim included: the retry starts afresh.
-  async function createInOneTransaction(ctx) {
-    return inTransaction(async (client) => {
-      const r = await reserve(client, ctx);
-      if (r.outcome !== 'new') return answerForOutcome(r);
-      if (ctx.sim.delayMs) await sleep(ctx.sim.delayMs); // a slow handler: duplicates get 409
-      const body = await insertOrder(client, ctx);
-      await complete(client, ctx, 201, body, r.attempt);
-      return reply(201, body, location(201, body));
-    });
-  }
-
-  // The cross-transaction path, for work with an external side effect: commit the claim,
-  // make the external call outside any transaction, then record the order and complete in a
-  // second transaction fenced by the attempt. A crash in between leaves a claim that lapses
-  // after LOCK_TTL; the next retry takes it over (attempt + 1, recovery point kept).
-  async function createWithExternalCall(ctx) {
-    const r = await inTransaction(async (client) => {
-      const r = await reserve(client, ctx);
-      if (r.outcome === 'new')
-        await client.query(CHECKPOINT, [ctx.account, ctx.key, 'supplier_called', r.attempt]);
-      return r;
-    });
-    if (r.outcome !== 'new') return answerForOutcome(r);
-
-    // The simulated external call. r.recovery_point === 'supplier_called' means an earlier
-    // attempt may have made it already: a real supplier would get the same key.
-    await sleep(ctx.sim.externalMs);
-    if (ctx.sim.externalError) {
-      await release(ctx, r.attempt, { error: 'supplier_unavailable' });
-      return problem(502, 'supplier_unavailable',
-        'the supplier did not answer; retry with the same Idempotency-Key',
-        { 'Retry-After': '1' });
-    }
-    try {
-      return await inTransaction(async (client) => {
-        const body = await insertOrder(client, ctx);
-        await complete(client, ctx, 201, body, r.attempt);
-        return reply(201, body, location(201, body));
-      });
-    } catch (err) {
-      if (err.code === STALE_ATTEMPT) // our lease lapsed and a retry took over: its result wins
-        return problem(409, 'idempotency_key_taken_over',
-          'this attempt outlived its claim and a retry took the key over; retry to get its result',
-          { 'Retry-After': '1' });
-      await release(ctx, r.attempt, { error: 'internal_error' }).catch(() => {});
-      throw err;
-    }
-  }
-
-  async function postOrder(req, url) {
+  async function postOrder(req, res, url) {
     const account = authenticate(req, config.tokens);
     const key = parseIdempotencyKey(req.headers['idempotency-key']);
     const sim = simulation(url);
-    const body = await readJson(req);
-    const ctx = { account, key, body, sim, order: validateOrder(body) };
-    return sim.externalMs === null ? createInOneTransaction(ctx) : createWithExternalCall(ctx);
+    const { raw, body } = await readJson(req);
+    req.ctx = { account, key, raw, body, sim, order: validateOrder(body) };
+    return sim.externalMs === null ? createInOneTransaction(req, res)
+      : createWithExternalCall(req.ctx);
   }
 
   async function getByKey(req, encodedKey) {
@@ -289,12 +231,13 @@ export function createService(pool, config) {
     return reply(200, { key, ...row, order_ids: row.order_ids.map(Number) });
   }
 
-  return async function handle(req) {
+  // The answer to send, or null when the request was answered already (the middleware's path).
+  return async function handle(req, res) {
     const url = new URL(req.url, 'http://localhost');
     const path = url.pathname;
     if (path === '/orders') {
       if (req.method !== 'POST') return problem(405, 'method_not_allowed', 'use POST', { Allow: 'POST' });
-      return postOrder(req, url);
+      return postOrder(req, res, url);
     }
     if (path.startsWith('/orders/by-key/') && path.length > '/orders/by-key/'.length) {
       if (req.method !== 'GET') return problem(405, 'method_not_allowed', 'use GET', { Allow: 'GET' });
@@ -309,9 +252,22 @@ function location(status, body) {
   return status === 201 && body && body.id !== undefined ? { Location: `/orders/${body.id}` } : {};
 }
 
+const replayOf = (status, body) =>
+  reply(status, body ?? null, { 'Idempotent-Replayed': 'true', ...location(status, body) });
+
 function isUnavailable(err) {
   return ['ECONNREFUSED', 'ENOENT', 'ECONNRESET', '57P01', '57P03'].includes(err.code) ||
     (typeof err.code === 'string' && err.code.startsWith('08'));
+}
+
+function send(res, answer) {
+  const text = JSON.stringify(answer.body);
+  res.writeHead(answer.status, {
+    'Content-Type': 'application/json',
+    'Content-Length': Buffer.byteLength(text),
+    ...answer.headers,
+  });
+  res.end(text);
 }
 
 export function createHttpServer(pool, config) {
@@ -321,10 +277,12 @@ export function createHttpServer(pool, config) {
     res.on('error', () => {}); // the client may be gone; the work still completes
     let answer;
     try {
-      answer = await handle(req);
+      answer = await handle(req, res);
     } catch (err) {
       if (err instanceof HttpError) {
         answer = problem(err.status, err.code, err.message, err.headers);
+      } else if (answerFor(err)) {
+        answer = answerFor(err); // the Idempotency-Key header
       } else if (isUnavailable(err)) {
         console.error(`${req.method} ${req.url}: ${err.message}`);
         answer = problem(503, 'unavailable', 'the database is unavailable', { 'Retry-After': '1' });
@@ -333,17 +291,9 @@ export function createHttpServer(pool, config) {
         answer = problem(500, 'internal_error', 'the request failed; retry with the same Idempotency-Key');
       }
     }
-    const text = JSON.stringify(answer.body);
-    if (!res.destroyed) {
-      res.writeHead(answer.status, {
-        'Content-Type': 'application/json',
-        'Content-Length': Buffer.byteLength(text),
-        ...answer.headers,
-      });
-      res.end(text);
-    }
+    if (answer && !res.destroyed && !res.headersSent) send(res, answer);
     if (config.logRequests)
-      console.log(`${req.method} ${req.url} ${answer.status} key=${req.headers['idempotency-key'] ?? '-'} ` +
+      console.log(`${req.method} ${req.url} ${answer?.status ?? res.statusCode} key=${req.headers['idempotency-key'] ?? '-'} ` +
         `${Date.now() - started}ms${res.destroyed ? ' (client gone)' : ''}`);
   });
 }

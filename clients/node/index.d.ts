@@ -1,0 +1,285 @@
+// Type declarations of @idempotency/client. The functions take any pg client (pg.Client, a
+// pool's client); Queryable is the part of it they use, so @types/pg is not needed.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+
+export interface QueryResultLike<R = any> {
+  rows: R[];
+}
+export interface Queryable {
+  query(text: string, values?: unknown[]): Promise<QueryResultLike>;
+  /** 'I' idle, 'T' in a transaction, 'E' in a failed one (pg 8.14 and later). */
+  getTransactionStatus?(): string | null;
+}
+export interface PoolClientLike extends Queryable {
+  release(err?: Error | boolean): void;
+}
+export interface PoolLike {
+  connect(): Promise<PoolClientLike>;
+}
+
+/** A JSON value as the fingerprint accepts it. */
+export type JsonValue =
+  | null | boolean | number | bigint | string | JsonValue[] | { [name: string]: JsonValue | undefined }
+  | { toJSON(key?: string): unknown };
+/** A JSON text (a string, or UTF-8 bytes), or a value (not a string: that is a text). */
+export type Body = string | Uint8Array | JsonValue;
+
+/** Dotted member paths left out of the fingerprint, e.g. ['sent_at', 'meta.trace_id']. */
+export type ExcludePaths = readonly string[] | ReadonlySet<string>;
+
+export interface FingerprintOptions {
+  exclude?: ExcludePaths;
+  /** true: a string is a JSON string value, not a JSON text. */
+  asValue?: boolean;
+}
+
+/** SHA-256 of the canonical form (docs/fingerprint.md): equal to SQL fingerprint(body::jsonb). */
+export function fingerprint(body: Body, options?: FingerprintOptions): Buffer;
+export function fingerprintValue(value: JsonValue, options?: { exclude?: ExcludePaths }): Buffer;
+export function canonicalJson(body: Body, options?: FingerprintOptions): Buffer;
+export function canonicalNumber(text: string): string;
+export function compareNames(a: string, b: string): number;
+export const MAX_DEPTH: number;
+export const MAX_DIGITS: number;
+
+// ---- errors ----
+
+export interface ErrorFields {
+  code?: string;
+  detail?: string;
+  hint?: string;
+  cause?: unknown;
+}
+export class IdempotencyError extends Error {
+  constructor(message: string, fields?: ErrorFields);
+  /** The SQLSTATE. */
+  code: string;
+  detail?: string;
+  hint?: string;
+  static sqlstate?: string;
+  static description?: string;
+}
+export class NullValueNotAllowedError extends IdempotencyError {}
+export class InvalidParameterValueError extends IdempotencyError {}
+export class ProgramLimitExceededError extends IdempotencyError {}
+export class ArraySubscriptError extends IdempotencyError {}
+export class ObjectNotInPrerequisiteStateError extends IdempotencyError {}
+export class StaleAttemptError extends IdempotencyError {}
+export class ResultConflictError extends IdempotencyError {}
+export class ReadOnlySqlTransactionError extends IdempotencyError {}
+export class SerializationFailureError extends IdempotencyError {}
+export class LockNotAvailableError extends IdempotencyError {}
+export class QueryCanceledError extends IdempotencyError {}
+export class UndefinedObjectError extends IdempotencyError {}
+export class DuplicateObjectError extends IdempotencyError {}
+export class SequenceGeneratorLimitExceededError extends IdempotencyError {}
+export class FeatureNotSupportedError extends IdempotencyError {}
+export class InvalidJsonError extends IdempotencyError {}
+export class TransactionAbortedError extends IdempotencyError {}
+export class TransactionOpenError extends IdempotencyError {}
+export const BY_SQLSTATE: Readonly<Record<string, typeof IdempotencyError>>;
+/** The typed error for a pg error (the error itself for an unlisted SQLSTATE). */
+export function translate(err: unknown): unknown;
+
+export class OutcomeError extends IdempotencyError {
+  constructor(scope: string, key: string, reservation: Reservation, message: string);
+  scope: string;
+  key: string;
+  reservation: Reservation;
+  readonly httpStatus: number;
+  static outcome: Outcome;
+}
+export class KeyInProgressError extends OutcomeError {
+  /** Seconds to put in Retry-After: what is left of the holder's lease (at least 1). */
+  readonly retryAfter: number;
+}
+export class KeyMismatchError extends OutcomeError {}
+export class KeyTooOldError extends OutcomeError {}
+
+// ---- keys ----
+
+export type Outcome = 'new' | 'replay' | 'in_progress' | 'mismatch' | 'too_old';
+/** An interval as PostgreSQL reads it ('5 minutes'), or seconds. */
+export type Interval = string | number;
+
+export interface Reservation {
+  outcome: Outcome;
+  statusCode: number | null;
+  response: any;
+  attempt: number | null;
+  recoveryPoint: string | null;
+  firstSeenAt: Date | null;
+  lockedUntil: Date | null;
+  expiresAt: Date | null;
+}
+export interface ReserveOptions {
+  lockTtl?: Interval;
+  retention?: Interval;
+  wait?: Interval;
+}
+export interface KeyRecord {
+  state: 'processing' | 'completed' | 'failed';
+  statusCode: number | null;
+  response: any;
+  requestHash: Buffer | null;
+  attempt: number;
+  recoveryPoint: string | null;
+  lastError: any;
+  firstSeenAt: Date;
+  completedAt: Date | null;
+  lockedUntil: Date | null;
+  expiresAt: Date;
+}
+/** What the work returns: an object, or a [statusCode, response] pair. */
+export type Answer<R = any> = { statusCode: number; response?: R } | [number, R];
+export interface Result<R = any> {
+  statusCode: number;
+  response: R;
+  replayed: boolean;
+  attempt: number | null;
+}
+export interface RequestOptions extends ReserveOptions {
+  scope: string;
+  key: string;
+  /** Fingerprinted (a JSON text or a value); null / undefined: no fingerprint check. */
+  request?: Body | null;
+  exclude?: ExcludePaths;
+}
+
+export function query(client: Queryable, text: string, values?: unknown[]): Promise<QueryResultLike>;
+export function requestHash(request: Body | null | undefined, exclude?: ExcludePaths): Buffer | null;
+export function reserve(client: Queryable, scope: string, key: string,
+  requestHash?: Buffer | null, options?: ReserveOptions): Promise<Reservation>;
+export function complete(client: Queryable, scope: string, key: string, statusCode: number,
+  response: unknown, attempt?: number | null): Promise<void>;
+export function fail(client: Queryable, scope: string, key: string, error?: unknown,
+  attempt?: number | null): Promise<void>;
+export function checkpoint(client: Queryable, scope: string, key: string, recoveryPoint: string,
+  attempt?: number | null): Promise<void>;
+export function lookup(client: Queryable, scope: string, key: string): Promise<KeyRecord | null>;
+export function forget(client: Queryable, scope: string, key: string): Promise<boolean>;
+
+/** reserve, work and complete in one transaction (a savepoint inside an open one). */
+export function runOnce<R = any>(client: Queryable, options: RequestOptions,
+  work: (client: Queryable, reservation: Reservation) => Answer<R> | Promise<Answer<R>>):
+  Promise<Result<R>>;
+
+type FromArgs<A extends unknown[], T> = T | ((...args: A) => T);
+export function idempotent<A extends unknown[], R = any>(
+  fn: (client: Queryable, ...args: A) => Answer<R> | Promise<Answer<R>>,
+  options: ReserveOptions & {
+    scope: FromArgs<A, string>;
+    key: FromArgs<A, string>;
+    request?: FromArgs<A, Body | null | undefined>;
+    exclude?: ExcludePaths;
+  }): (client: Queryable, ...args: A) => Promise<Result<R>>;
+
+export interface Attempt {
+  /** The fencing token. */
+  attempt: number;
+  /** The last checkpoint of an earlier attempt (a takeover), or null. */
+  recoveryPoint: string | null;
+  reservation: Reservation;
+  /** Records progress in a transaction of its own. */
+  checkpoint(recoveryPoint: string): Promise<void>;
+}
+/** The claim commits, work runs with no transaction open, complete is fenced by the attempt. */
+export function runExternal<R = any>(client: Queryable,
+  options: RequestOptions & {
+    /** The business writes, in complete's transaction; may return the result to store. */
+    finish?: (client: Queryable, result: { statusCode: number; response: R }) =>
+      void | Answer<R> | Promise<void | Answer<R>>;
+    /** What fail stores when work throws; default { error: err.name, message }. */
+    failWith?: (err: unknown) => unknown;
+  },
+  work: (attempt: Attempt) => Answer<R> | Promise<Answer<R>>): Promise<Result<R>>;
+
+// ---- streams, watermarks, outbox ----
+
+/** A bigint position, a safe integer, a decimal string, or a UUID (an outbox key). */
+export type Position = bigint | number | string;
+export function accept(client: Queryable, consumer: string, partition: string,
+  position: Position): Promise<boolean>;
+export function watermark(client: Queryable, consumer: string, partition: string):
+  Promise<bigint | null>;
+export function applyOnce(client: Queryable, consumer: string, partition: string,
+  position: Position, fn: (client: Queryable) => unknown): Promise<boolean>;
+export function nextKey(client: Queryable, stream: string): Promise<bigint>;
+export function emit(client: Queryable, topic: string, payload: unknown): Promise<bigint>;
+export function parseLsn(text: string): bigint;
+export function formatLsn(lsn: bigint | number): string;
+export function lsnKey(commitLsn: bigint | number, lsn: bigint | number): string;
+export function lsnKeyParts(key: string): { commitLsn: bigint; lsn: bigint };
+
+export interface Message {
+  /** The outbox key as a UUID string: increasing in stream order, the same on redelivery. */
+  key: string;
+  topic: string;
+  payload: any;
+  commitLsn: bigint;
+  lsn: bigint;
+  xid: number;
+  commitTime: string;
+}
+export type Phase = 'peeked' | 'applied_uncommitted' | 'committed' | 'before_advance' | 'advanced';
+export interface OutboxConsumerOptions {
+  slot: string;
+  consumer: string;
+  /** Names the source in the watermark table; default: the slot's name. */
+  partition?: string;
+  topics?: string[];
+  batch?: number;
+  onPhase?: (phase: Phase, item: unknown) => unknown;
+}
+export class OutboxConsumer {
+  constructor(source: Queryable, target: Queryable, options: OutboxConsumerOptions);
+  slot: string;
+  consumer: string;
+  partition: string;
+  createSlot(options?: { ifMissing?: boolean }): Promise<void>;
+  /** One batch; returns how many messages it applied. */
+  poll(handle: (target: Queryable, message: Message) => unknown): Promise<number>;
+  run(handle: (target: Queryable, message: Message) => unknown,
+    options?: { idleMs?: number; signal?: AbortSignal }): Promise<void>;
+}
+
+// ---- HTTP ----
+
+export class IdempotencyKeyHeaderError extends Error {
+  code: 'idempotency_key_missing' | 'idempotency_key_malformed';
+  httpStatus: 400;
+}
+export function parseIdempotencyKey(raw: string | string[] | undefined): string;
+export interface HttpAnswer {
+  status: number;
+  body: { error: string; message: string };
+  headers: Record<string, string>;
+}
+export function answerFor(err: unknown): HttpAnswer | null;
+
+export interface IdempotencyContext {
+  /** The pooled client whose transaction holds the claim: run the handler's writes on it. */
+  client: PoolClientLike;
+  scope: string;
+  key: string;
+  attempt: number;
+  recoveryPoint: string | null;
+  reservation: Reservation;
+}
+declare module 'node:http' {
+  interface IncomingMessage {
+    idempotency?: IdempotencyContext;
+  }
+}
+export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage> extends ReserveOptions {
+  pool: PoolLike;
+  scope: string | ((req: Req) => string);
+  key?: (req: Req) => string;
+  request?: (req: Req) => Body | null | undefined;
+  exclude?: ExcludePaths;
+  store?: (statusCode: number) => boolean;
+  replayHeaders?: (statusCode: number, response: any) => Record<string, string>;
+}
+export function idempotencyMiddleware<Req extends IncomingMessage = IncomingMessage>(
+  options: MiddlewareOptions<Req>):
+  (req: Req, res: ServerResponse, next: (err?: unknown) => unknown) => Promise<void>;

@@ -1,0 +1,15 @@
+// @idempotency/client: the Node.js client of the idempotency PostgreSQL extension.
+export * from './lib/errors.js';
+export {
+  canonicalJson, canonicalNumber, compareNames, fingerprint, fingerprintValue, MAX_DEPTH,
+  MAX_DIGITS,
+} from './lib/fingerprint.js';
+export {
+  accept, applyOnce, checkpoint, complete, emit, fail, forget, formatLsn, idempotent, lookup,
+  lsnKey, lsnKeyParts, nextKey, parseLsn, query, requestHash, reserve, runExternal, runOnce,
+  watermark,
+} from './lib/client.js';
+export { OutboxConsumer } from './lib/consumer.js';
+export {
+  answerFor, IdempotencyKeyHeaderError, idempotencyMiddleware, parseIdempotencyKey,
+} from './lib/middleware.js';

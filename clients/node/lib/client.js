@@ -1,0 +1,330 @@
+// Calls of the extension with typed results and typed errors, and the request helpers. Every
+// function takes a connected pg client (pg.Client, or a pool's client): this package never
+// opens connections itself, so it works with whatever pg the application has.
+import {
+  KeyInProgressError, KeyMismatchError, KeyTooOldError, StaleAttemptError, TransactionAbortedError,
+  TransactionOpenError, translate,
+} from './errors.js';
+import { fingerprint } from './fingerprint.js';
+
+// 'I' idle, 'T' in a transaction, 'E' in a failed transaction; undefined if pg cannot tell
+// (pg before 8.14, or no query run yet).
+function transactionStatus(client) {
+  return typeof client.getTransactionStatus === 'function'
+    ? client.getTransactionStatus() ?? undefined : undefined;
+}
+
+function checkUsable(client) {
+  if (transactionStatus(client) === 'E') {
+    throw new TransactionAbortedError('the connection is inside a failed transaction',
+      { hint: 'roll the transaction back before calling the idempotency helpers' });
+  }
+}
+
+// Runs one statement; pg errors come out as the typed errors of errors.js.
+export async function query(client, text, values = []) {
+  checkUsable(client);
+  try {
+    return await client.query(text, values);
+  } catch (err) {
+    throw translate(err);
+  }
+}
+
+const interval = (v) => (typeof v === 'number' ? `${v} seconds` : v);
+const json = (v) => (v === undefined ? null : JSON.stringify(v));
+
+// fingerprint(request, { exclude }), or null for a request of null / undefined (no check).
+export function requestHash(request, exclude) {
+  return request === undefined || request === null ? null : fingerprint(request, { exclude });
+}
+
+function reservationOf(row) {
+  return {
+    outcome: row.outcome,
+    statusCode: row.status_code,
+    response: row.response,
+    attempt: row.attempt,
+    recoveryPoint: row.recovery_point,
+    firstSeenAt: row.first_seen_at,
+    lockedUntil: row.locked_until,
+    expiresAt: row.expires_at,
+  };
+}
+
+const RESERVE = `SELECT r.outcome::text AS outcome, r.status_code, r.response, r.attempt,
+    r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at
+  FROM idempotency.reserve($1, $2, $3, $4::interval, $5::interval, $6::interval) AS r`;
+
+// idempotency.reserve. requestHash: a Buffer (see fingerprint) or null.
+export async function reserve(client, scope, key, requestHash = null,
+  { lockTtl = '5 minutes', retention = '24 hours', wait = '0' } = {}) {
+  const { rows } = await query(client, RESERVE,
+    [scope, key, requestHash, interval(lockTtl), interval(retention), interval(wait)]);
+  return reservationOf(rows[0]);
+}
+
+export async function complete(client, scope, key, statusCode, response, attempt = null) {
+  await query(client, 'SELECT idempotency.complete($1, $2, $3, $4::jsonb, $5)',
+    [scope, key, statusCode, json(response), attempt]);
+}
+
+export async function fail(client, scope, key, error = null, attempt = null) {
+  await query(client, 'SELECT idempotency.fail($1, $2, $3::jsonb, $4)',
+    [scope, key, json(error), attempt]);
+}
+
+export async function checkpoint(client, scope, key, recoveryPoint, attempt = null) {
+  await query(client, 'SELECT idempotency.checkpoint($1, $2, $3, $4)',
+    [scope, key, recoveryPoint, attempt]);
+}
+
+// What the server knows of a key, or null.
+export async function lookup(client, scope, key) {
+  const { rows } = await query(client, 'SELECT * FROM idempotency.lookup($1, $2)', [scope, key]);
+  if (rows.length === 0) return null;
+  const r = rows[0];
+  return {
+    state: r.state, statusCode: r.status_code, response: r.response, requestHash: r.request_hash,
+    attempt: r.attempt, recoveryPoint: r.recovery_point, lastError: r.last_error,
+    firstSeenAt: r.first_seen_at, completedAt: r.completed_at, lockedUntil: r.locked_until,
+    expiresAt: r.expires_at,
+  };
+}
+
+export async function forget(client, scope, key) {
+  const { rows } = await query(client, 'SELECT idempotency.forget($1, $2) AS existed', [scope, key]);
+  return rows[0].existed;
+}
+
+function raiseFor(scope, key, r) {
+  switch (r.outcome) {
+    case 'in_progress':
+      throw new KeyInProgressError(scope, key, r, `idempotency key "${key}" is in progress`);
+    case 'mismatch':
+      throw new KeyMismatchError(scope, key, r,
+        `idempotency key "${key}" was used with a different request`);
+    case 'too_old':
+      throw new KeyTooOldError(scope, key, r,
+        `idempotency key "${key}" is older than the retention window`);
+    default:
+  }
+}
+
+// The work's answer: { statusCode, response } or [statusCode, response].
+function resultOf(out, what) {
+  if (Array.isArray(out) && out.length === 2) return { statusCode: out[0], response: out[1] };
+  if (out !== null && typeof out === 'object' && Number.isInteger(out.statusCode))
+    return { statusCode: out.statusCode, response: out.response ?? null };
+  throw new TypeError(`${what} must return { statusCode, response } or [statusCode, response]`);
+}
+
+async function rollbackQuietly(client, sql = 'ROLLBACK') {
+  try {
+    await client.query(sql);
+  } catch {
+    // the connection is broken: the server has rolled back already
+  }
+}
+
+// Runs fn() in a transaction of its own, or in a savepoint if the caller has one open.
+async function inTransaction(client, fn) {
+  checkUsable(client);
+  const nested = transactionStatus(client) === 'T';
+  await query(client, nested ? 'SAVEPOINT idempotency_helper' : 'BEGIN');
+  let out;
+  try {
+    out = await fn();
+  } catch (err) {
+    if (nested) {
+      await rollbackQuietly(client, 'ROLLBACK TO SAVEPOINT idempotency_helper');
+      await rollbackQuietly(client, 'RELEASE SAVEPOINT idempotency_helper');
+    } else {
+      await rollbackQuietly(client);
+    }
+    throw translate(err);
+  }
+  await query(client, nested ? 'RELEASE SAVEPOINT idempotency_helper' : 'COMMIT');
+  return out;
+}
+
+const reserveOptions = (o) => ({ lockTtl: o.lockTtl, retention: o.retention, wait: o.wait });
+
+// The one-transaction helper. reserve, work and complete in one transaction (a savepoint if
+// the caller has a transaction open): on 'new' runs work(client, reservation), which returns
+// { statusCode, response }, and completes with it; on 'replay' returns the stored result
+// without running work; in_progress / mismatch / too_old throw KeyInProgressError /
+// KeyMismatchError / KeyTooOldError. An error in work rolls the claim back with the work.
+export async function runOnce(client, options, work) {
+  const { scope, key, request, exclude } = options;
+  const hash = requestHash(request, exclude);
+  return inTransaction(client, async () => {
+    const r = await reserve(client, scope, key, hash, reserveOptions(options));
+    if (r.outcome === 'replay')
+      return { statusCode: r.statusCode, response: r.response, replayed: true, attempt: r.attempt };
+    raiseFor(scope, key, r);
+    const { statusCode, response } = resultOf(await work(client, r), 'runOnce work');
+    await complete(client, scope, key, statusCode, response, r.attempt);
+    return { statusCode, response, replayed: false, attempt: r.attempt };
+  });
+}
+
+// runOnce as a wrapper: idempotent(fn, { scope, key, request, ... }) returns
+// async (client, ...args) => result, where scope, key and request are values or functions of
+// args, and fn(client, ...args) returns { statusCode, response }.
+export function idempotent(fn, options) {
+  const pick = (v, args) => (typeof v === 'function' ? v(...args) : v);
+  return (client, ...args) => runOnce(client, {
+    ...options,
+    scope: pick(options.scope, args),
+    key: pick(options.key, args),
+    request: pick(options.request, args),
+  }, () => fn(client, ...args));
+}
+
+// The cross-transaction helper, for an external side effect. Commits the claim, runs
+// work(attempt) with no transaction open (it returns { statusCode, response }), then in a
+// second transaction calls finish(client, result) if given (your business writes; it may return
+// the result to store instead, say with the id of the row it inserted) and complete with the
+// attempt fence: StaleAttemptError if the lease lapsed and another holder took over (finish's
+// writes roll back with it). If work or that second transaction throws, the claim is released
+// with fail(failWith(err)) (default { error: err.name, message }; the next reserve gets
+// attempt + 1) and the error rethrown. attempt carries the attempt number, the recovery point
+// an earlier attempt left (a takeover), and checkpoint().
+export async function runExternal(client, options, work) {
+  const { scope, key, request, exclude, finish } = options;
+  const failWith = options.failWith ??
+    ((err) => ({ error: err?.name ?? 'Error', message: String(err?.message ?? err).slice(0, 1000) }));
+  checkUsable(client);
+  const status = transactionStatus(client);
+  if (status !== undefined && status !== 'I') {
+    throw new TransactionOpenError('runExternal needs a connection with no transaction open', {
+      hint: 'commit or roll back first: the claim must be committed before the external call',
+    });
+  }
+  const hash = requestHash(request, exclude);
+  const r = await inTransaction(client,
+    () => reserve(client, scope, key, hash, reserveOptions(options)));
+  if (r.outcome === 'replay')
+    return { statusCode: r.statusCode, response: r.response, replayed: true, attempt: r.attempt };
+  raiseFor(scope, key, r);
+  const attempt = {
+    attempt: r.attempt,
+    recoveryPoint: r.recoveryPoint,
+    reservation: r,
+    // Records progress in its own transaction (StaleAttemptError if another holder took over).
+    async checkpoint(recoveryPoint) {
+      await inTransaction(client, () => checkpoint(client, scope, key, recoveryPoint, r.attempt));
+      this.recoveryPoint = recoveryPoint;
+    },
+  };
+  const release = async (err) => {
+    if (transactionStatus(client) !== 'I') await rollbackQuietly(client);
+    try {
+      await inTransaction(client, () => fail(client, scope, key, failWith(err), r.attempt));
+    } catch {
+      // taken over or completed already, or the database is gone: the lease lapses on its own
+    }
+  };
+  let result;
+  try {
+    result = resultOf(await work(attempt), 'runExternal work');
+  } catch (err) {
+    await release(err);
+    throw err;
+  }
+  try {
+    result = await inTransaction(client, async () => {
+      const final = finish ? await finish(client, result) : undefined;
+      const stored = final === undefined ? result : resultOf(final, 'runExternal finish');
+      await complete(client, scope, key, stored.statusCode, stored.response, r.attempt);
+      return stored;
+    });
+  } catch (err) {
+    if (!(err instanceof StaleAttemptError)) await release(err);
+    throw err;
+  }
+  return { ...result, replayed: false, attempt: r.attempt };
+}
+
+// ---- streams, watermarks, outbox keys ----
+
+const UUID = /^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$/i;
+
+function positionParam(position) {
+  if (typeof position === 'bigint' || Number.isSafeInteger(position))
+    return [String(position), 'bigint'];
+  if (typeof position === 'string' && /^[0-9]+$/.test(position)) return [position, 'bigint'];
+  if (typeof position === 'string' && UUID.test(position)) return [position, 'uuid'];
+  throw new TypeError('position must be a bigint, a safe integer, or a UUID string');
+}
+
+// idempotency.accept: true if position is above the watermark (and moves it there).
+export async function accept(client, consumer, partition, position) {
+  const [value, type] = positionParam(position);
+  const { rows } = await query(client,
+    `SELECT idempotency.accept($1, $2, $3::${type}) AS accepted`, [consumer, partition, value]);
+  return rows[0].accepted;
+}
+
+// The stored position as a bigint (a 128-bit position for UUID keys), or null.
+export async function watermark(client, consumer, partition) {
+  const { rows } = await query(client,
+    'SELECT idempotency.watermark($1, $2)::text AS w', [consumer, partition]);
+  return rows[0].w === null ? null : BigInt(rows[0].w);
+}
+
+// Runs fn(client) in one transaction with accept(consumer, partition, position): true if it
+// ran, false for a position at or below the watermark (a redelivery). An error in fn rolls the
+// watermark move back too, so the message is applied again next time.
+export async function applyOnce(client, consumer, partition, position, fn) {
+  return inTransaction(client, async () => {
+    if (!(await accept(client, consumer, partition, position))) return false;
+    await fn(client);
+    return true;
+  });
+}
+
+export async function nextKey(client, stream) {
+  const { rows } = await query(client, 'SELECT idempotency.next_key($1)::text AS k', [stream]);
+  return BigInt(rows[0].k);
+}
+
+// idempotency.emit: the message's LSN as a bigint (formatLsn prints it as pg_lsn does).
+export async function emit(client, topic, payload) {
+  const { rows } = await query(client, 'SELECT idempotency.emit($1, $2::jsonb)::text AS lsn',
+    [topic, json(payload)]);
+  return parseLsn(rows[0].lsn);
+}
+
+const MASK64 = (1n << 64n) - 1n;
+
+// '16/B374D848' -> 0x16B374D848n
+export function parseLsn(text) {
+  const m = /^([0-9A-Fa-f]{1,8})\/([0-9A-Fa-f]{1,8})$/.exec(text);
+  if (m === null) throw new TypeError(`not an LSN: "${text}"`);
+  return (BigInt(`0x${m[1]}`) << 32n) | BigInt(`0x${m[2]}`);
+}
+
+export function formatLsn(lsn) {
+  const v = BigInt(lsn);
+  return `${(v >> 32n).toString(16).toUpperCase()}/${(v & 0xffffffffn).toString(16).toUpperCase()}`;
+}
+
+// The outbox key (as idempotency.lsn_key): commit LSN then LSN, each 64-bit big-endian, as a
+// UUID string.
+export function lsnKey(commitLsn, lsn) {
+  const c = BigInt(commitLsn);
+  const l = BigInt(lsn);
+  if (c < 0n || l < 0n || c > MASK64 || l > MASK64) throw new RangeError('an LSN is 64 bits');
+  if (l > c) throw new RangeError('lsn must not exceed commitLsn');
+  const hex = ((c << 64n) | l).toString(16).padStart(32, '0');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+// { commitLsn, lsn } of an outbox key (a UUID string, with or without dashes).
+export function lsnKeyParts(key) {
+  if (typeof key !== 'string' || !UUID.test(key)) throw new TypeError(`not a UUID: "${key}"`);
+  const v = BigInt(`0x${key.replaceAll('-', '')}`);
+  return { commitLsn: v >> 64n, lsn: v & MASK64 };
+}

@@ -1,0 +1,125 @@
+// Typed errors: one class per SQLSTATE of README's error table, the reserve outcomes an HTTP
+// layer answers with 409 / 422, and the misuse of a connection.
+
+export class IdempotencyError extends Error {
+  // code: the SQLSTATE (the server's, or ours for errors raised in the client); detail and
+  // hint: the server's; cause: the pg error, if any.
+  constructor(message, { code, detail, hint, cause } = {}) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = new.target.name;
+    if (code !== undefined) this.code = code;
+    else if (new.target.sqlstate !== undefined) this.code = new.target.sqlstate;
+    this.detail = detail;
+    this.hint = hint;
+  }
+}
+
+function sqlstateError(name, sqlstate, description) {
+  const cls = {
+    [name]: class extends IdempotencyError {},
+  }[name];
+  cls.sqlstate = sqlstate;
+  cls.description = description;
+  return cls;
+}
+
+export const NullValueNotAllowedError = sqlstateError('NullValueNotAllowedError', '22004',
+  'a NULL argument');
+export const InvalidParameterValueError = sqlstateError('InvalidParameterValueError', '22023',
+  'an empty, out-of-range or malformed argument');
+export const ProgramLimitExceededError = sqlstateError('ProgramLimitExceededError', '54000',
+  'a key, scope, response or JSON over a limit');
+export const ArraySubscriptError = sqlstateError('ArraySubscriptError', '2202E',
+  'a multi-dimensional exclude');
+export const ObjectNotInPrerequisiteStateError = sqlstateError(
+  'ObjectNotInPrerequisiteStateError', '55000',
+  'no live claim (or wal_level not logical for emit, or another extension version)');
+export const StaleAttemptError = sqlstateError('StaleAttemptError', 'IK001',
+  'complete / fail / checkpoint with an attempt another holder replaced');
+export const ResultConflictError = sqlstateError('ResultConflictError', 'IK002',
+  'complete of a completed key with a different result');
+export const ReadOnlySqlTransactionError = sqlstateError('ReadOnlySqlTransactionError', '25006',
+  'a write in a read-only transaction or on a standby');
+export const SerializationFailureError = sqlstateError('SerializationFailureError', '40001',
+  "snapshot older than the key's or watermark's change: retry");
+export const LockNotAvailableError = sqlstateError('LockNotAvailableError', '55P03',
+  'your lock_timeout');
+export const QueryCanceledError = sqlstateError('QueryCanceledError', '57014',
+  'your statement_timeout, or a cancel');
+export const UndefinedObjectError = sqlstateError('UndefinedObjectError', '42704',
+  'a stream or consumer that does not exist');
+export const DuplicateObjectError = sqlstateError('DuplicateObjectError', '42710',
+  'create_stream of an existing stream');
+export const SequenceGeneratorLimitExceededError = sqlstateError(
+  'SequenceGeneratorLimitExceededError', '2200H', 'a stream handed out its last value');
+export const FeatureNotSupportedError = sqlstateError('FeatureNotSupportedError', '0A000',
+  'PREPARE TRANSACTION after create_stream / drop_stream');
+export const InvalidJsonError = sqlstateError('InvalidJsonError', '22P02',
+  'a body that is not JSON, NaN or Infinity, invalid UTF-8, an unpaired surrogate ' +
+  '(22P05 for \\u0000)');
+export const TransactionAbortedError = sqlstateError('TransactionAbortedError', '25P02',
+  'the connection is inside a failed transaction: roll it back first');
+export const TransactionOpenError = sqlstateError('TransactionOpenError', '25001',
+  'the cross-transaction helper needs a connection with no transaction open');
+
+export const BY_SQLSTATE = Object.freeze({
+  ...Object.fromEntries([
+    NullValueNotAllowedError, InvalidParameterValueError, ProgramLimitExceededError,
+    ArraySubscriptError, ObjectNotInPrerequisiteStateError, StaleAttemptError,
+    ResultConflictError, ReadOnlySqlTransactionError, SerializationFailureError,
+    LockNotAvailableError, QueryCanceledError, UndefinedObjectError, DuplicateObjectError,
+    SequenceGeneratorLimitExceededError, FeatureNotSupportedError, InvalidJsonError,
+    TransactionAbortedError,
+  ].map((cls) => [cls.sqlstate, cls])),
+  '22P05': InvalidJsonError, // \u0000 in a jsonb value
+  '22021': InvalidJsonError, // invalid UTF-8
+});
+
+// The typed error for an error of pg (the error itself for an unlisted SQLSTATE, or for
+// something that is not a server error).
+export function translate(err) {
+  if (err instanceof IdempotencyError || err === null || typeof err !== 'object') return err;
+  const cls = typeof err.code === 'string' ? BY_SQLSTATE[err.code] : undefined;
+  if (cls === undefined || err.severity === undefined) return err;
+  const typed = new cls(err.message, { code: err.code, detail: err.detail, hint: err.hint,
+    cause: err });
+  if (cls === TransactionAbortedError && typed.hint === undefined)
+    typed.hint = 'roll the transaction back before calling the idempotency helpers';
+  return typed;
+}
+
+// ---- reserve outcomes that are not errors of the server ----
+
+// A reserve that did not give the caller the key. httpStatus is what to answer.
+export class OutcomeError extends IdempotencyError {
+  constructor(scope, key, reservation, message) {
+    super(message);
+    this.scope = scope;
+    this.key = key;
+    this.reservation = reservation;
+  }
+}
+
+// Another holder's claim is live: 409, retry after retryAfter seconds (the time left on the
+// holder's lease, or 1 while the holder is still inside its transaction).
+export class KeyInProgressError extends OutcomeError {
+  static outcome = 'in_progress';
+  get httpStatus() { return 409; }
+  get retryAfter() {
+    const until = this.reservation?.lockedUntil;
+    if (!until) return 1;
+    return Math.max(1, Math.ceil((until.getTime() - Date.now()) / 1000));
+  }
+}
+
+// The key was used before with a different request: 422.
+export class KeyMismatchError extends OutcomeError {
+  static outcome = 'mismatch';
+  get httpStatus() { return 422; }
+}
+
+// The key embeds a creation time older than the retention window: 422.
+export class KeyTooOldError extends OutcomeError {
+  static outcome = 'too_old';
+  get httpStatus() { return 422; }
+}

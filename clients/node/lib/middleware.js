@@ -1,0 +1,236 @@
+// The Idempotency-Key header as Express-style middleware, (req, res, next), on a pg pool.
+//   400 missing or malformed key; 201 (or whatever the handler answers) the first time;
+//   the stored answer with `Idempotent-Replayed: true` on a retry; 409 + Retry-After while
+//   another request holds the key; 422 when the key was used with another body or is too old.
+// The handler's writes and the stored response commit in one transaction: the handler uses
+// req.idempotency.client for its queries, and the answer it sends is held back until that
+// transaction has committed.
+import { reserve, complete, requestHash } from './client.js';
+import { KeyInProgressError, KeyMismatchError, KeyTooOldError, OutcomeError } from './errors.js';
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const TOKEN_RE = /^[\x21-\x7e]{1,255}$/; // visible ASCII, no spaces
+
+// A malformed or missing Idempotency-Key header: answer 400 with body { error: code }.
+export class IdempotencyKeyHeaderError extends Error {
+  constructor(code, message) {
+    super(message);
+    this.name = 'IdempotencyKeyHeaderError';
+    this.code = code;
+    this.httpStatus = 400;
+  }
+}
+
+// A UUID (lower-cased) or a token of 1 to 255 visible ASCII characters. The quoted form of the
+// IETF draft (a structured-field string, "...") is accepted too.
+export function parseIdempotencyKey(raw) {
+  if (raw === undefined || raw === '')
+    throw new IdempotencyKeyHeaderError('idempotency_key_missing', 'the Idempotency-Key header is required');
+  let key = String(raw).trim();
+  if (key.length >= 2 && key.startsWith('"') && key.endsWith('"')) key = key.slice(1, -1);
+  if (UUID_RE.test(key)) return key.toLowerCase();
+  if (!TOKEN_RE.test(key)) {
+    throw new IdempotencyKeyHeaderError('idempotency_key_malformed',
+      'the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters');
+  }
+  return key;
+}
+
+// The HTTP answer { status, body, headers } for an error of the helpers that has one (the
+// key header, the reserve outcomes), or null.
+export function answerFor(err) {
+  const problem = (status, error, message, headers = {}) =>
+    ({ status, body: { error, message }, headers });
+  if (err instanceof IdempotencyKeyHeaderError) return problem(400, err.code, err.message);
+  if (err instanceof KeyInProgressError) {
+    return problem(409, 'idempotency_key_in_use',
+      'a request with this Idempotency-Key is still being processed; retry later',
+      { 'Retry-After': String(err.retryAfter) });
+  }
+  if (err instanceof KeyMismatchError) {
+    return problem(422, 'idempotency_key_reused',
+      'this Idempotency-Key was already used with a different request body');
+  }
+  if (err instanceof KeyTooOldError) {
+    return problem(422, 'idempotency_key_too_old',
+      'this Idempotency-Key was created before the retention window, so the request cannot be ' +
+      'told apart from a new one; check whether the first request took effect, then use a new key');
+  }
+  if (err instanceof OutcomeError) return problem(err.httpStatus, 'idempotency_key_conflict', err.message);
+  return null;
+}
+
+function send(res, status, body, headers = {}) {
+  const text = body === undefined ? '' : JSON.stringify(body);
+  res.writeHead(status, {
+    'Content-Type': 'application/json',
+    'Content-Length': Buffer.byteLength(text),
+    ...headers,
+  });
+  res.end(text);
+}
+
+const valueOf = (v, req) => (typeof v === 'function' ? v(req) : v);
+
+// options:
+//   pool        a pg.Pool (required)
+//   scope       string or req => string: whose keys (the account, the tenant) (required)
+//   key         req => key; default: parseIdempotencyKey(req.headers['idempotency-key'])
+//   request     req => the request to fingerprint (a JSON text, bytes or a value); default
+//               req.rawBody ?? req.body; null / undefined: no fingerprint check
+//   exclude     fields left out of the fingerprint (dotted paths)
+//   lockTtl, retention, wait   as reserve's (strings of intervals, or seconds)
+//   store       statusCode => whether to store the answer; default: below 500 (a 5xx rolls the
+//               claim back with the handler's writes, and the retry starts afresh)
+//   replayHeaders (statusCode, response) => extra headers of a replay (e.g. Location)
+// The middleware's promise settles when the answer has been sent; errors of its own (the
+// database is down) go to next(err). When next returns a promise (a plain-http composition)
+// and it rejects before an answer was sent, the transaction is rolled back.
+export function idempotencyMiddleware(options) {
+  const { pool, exclude, lockTtl, retention, wait } = options ?? {};
+  if (!pool || typeof pool.connect !== 'function') throw new TypeError('idempotencyMiddleware needs a pg pool');
+  if (options.scope === undefined) throw new TypeError('idempotencyMiddleware needs a scope');
+  const keyOf = options.key ?? ((req) => parseIdempotencyKey(req.headers['idempotency-key']));
+  const requestOf = options.request ?? ((req) => req.rawBody ?? req.body);
+  const store = options.store ?? ((status) => status < 500);
+  const replayHeaders = options.replayHeaders ?? (() => ({}));
+
+  return async function idempotency(req, res, next) {
+    let scope;
+    let key;
+    let hash;
+    try {
+      scope = valueOf(options.scope, req);
+      key = keyOf(req);
+      hash = requestHash(requestOf(req), exclude);
+    } catch (err) {
+      const answer = answerFor(err);
+      if (answer) return send(res, answer.status, answer.body, answer.headers);
+      return next(err);
+    }
+
+    let client;
+    let reservation;
+    try {
+      client = await pool.connect();
+      await client.query('BEGIN');
+      reservation = await reserve(client, scope, key, hash, { lockTtl, retention, wait });
+    } catch (err) {
+      if (client) {
+        await client.query('ROLLBACK').catch(() => {});
+        client.release(err);
+      }
+      return next(err);
+    }
+
+    if (reservation.outcome !== 'new') {
+      await client.query('ROLLBACK').catch(() => {});
+      client.release();
+      if (reservation.outcome === 'replay') {
+        const { statusCode, response } = reservation;
+        return send(res, statusCode, response,
+          { 'Idempotent-Replayed': 'true', ...replayHeaders(statusCode, response) });
+      }
+      const err = {
+        in_progress: KeyInProgressError, mismatch: KeyMismatchError, too_old: KeyTooOldError,
+      }[reservation.outcome];
+      const answer = answerFor(new err(scope, key, reservation, reservation.outcome));
+      return send(res, answer.status, answer.body, answer.headers);
+    }
+
+    // 'new': hold the answer back until the transaction has committed.
+    const original = { writeHead: res.writeHead, write: res.write, end: res.end };
+    const chunks = [];
+    let head = null;
+    let ended = false;
+    let released = false;
+    const restore = () => Object.assign(res, original);
+    const finishTransaction = async (sql) => {
+      if (released) return;
+      released = true;
+      try {
+        await client.query(sql);
+        client.release();
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => {});
+        client.release(err);
+        throw err;
+      }
+    };
+    const chunkOf = (chunk, encoding) =>
+      (typeof chunk === 'string' ? Buffer.from(chunk, typeof encoding === 'string' ? encoding : 'utf8')
+        : Buffer.from(chunk));
+
+    let settle;
+    const settled = new Promise((resolve) => { settle = resolve; });
+
+    res.writeHead = (statusCode, ...rest) => {
+      head = [statusCode, ...rest];
+      res.statusCode = statusCode;
+      return res;
+    };
+    res.write = (chunk, encoding, callback) => {
+      if (chunk !== undefined && chunk !== null) chunks.push(chunkOf(chunk, encoding));
+      const cb = typeof encoding === 'function' ? encoding : callback;
+      if (cb) process.nextTick(cb);
+      return true;
+    };
+    res.end = (chunk, encoding, callback) => {
+      if (ended) return res;
+      ended = true;
+      if (typeof chunk === 'function') {
+        callback = chunk;
+        chunk = undefined;
+      } else if (typeof encoding === 'function') {
+        callback = encoding;
+      }
+      if (chunk !== undefined && chunk !== null) chunks.push(chunkOf(chunk, encoding));
+      const body = Buffer.concat(chunks);
+      const status = head ? head[0] : res.statusCode;
+      (async () => {
+        if (store(status)) {
+          const text = body.toString('utf8');
+          let response;
+          try {
+            response = text === '' ? null : JSON.parse(text);
+          } catch {
+            response = text; // not JSON: stored, and replayed, as a JSON string
+          }
+          await complete(client, scope, key, status, response, reservation.attempt);
+          await finishTransaction('COMMIT');
+        } else {
+          await finishTransaction('ROLLBACK');
+        }
+      })().then(() => {
+        restore();
+        if (head) res.writeHead(...head);
+        res.end(body, callback);
+      }, async (err) => {
+        if (!released) await finishTransaction('ROLLBACK').catch(() => {});
+        restore();
+        console.error(`idempotency: the answer to key "${key}" was not stored: ${err.message}`);
+        res.removeHeader('Content-Length');
+        res.removeHeader('Location');
+        send(res, 500, { error: 'internal_error',
+          message: 'the request failed; retry with the same Idempotency-Key' });
+      }).finally(settle);
+      return res;
+    };
+
+    req.idempotency = { client, scope, key, attempt: reservation.attempt,
+      recoveryPoint: reservation.recoveryPoint, reservation };
+    try {
+      await next();
+    } catch (err) {
+      if (!ended) { // the handler failed before answering: nothing of it commits
+        ended = true;
+        await finishTransaction('ROLLBACK').catch(() => {});
+        restore();
+        settle();
+      }
+      throw err;
+    }
+    await settled;
+    return undefined;
+  };
+}

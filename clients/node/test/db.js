@@ -1,0 +1,37 @@
+// Test databases on the cluster of the PG* environment (scripts/test.sh's test cluster). Each
+// test file (its own process under node --test) gets databases of its own, created afresh:
+// nodeclient_NAME (keys, the outbox's source) and nodeclient_NAME_target (the consumer's).
+import pg from 'pg';
+
+export function connect(database) {
+  const client = new pg.Client({ database });
+  return client.connect().then(() => client);
+}
+
+// Creates both databases with the extension; returns their names.
+export async function databases(name) {
+  const source = `nodeclient_${name}`;
+  const target = `${source}_target`;
+  const admin = await connect(process.env.PGDATABASE || 'postgres');
+  try {
+    await admin.query('SET client_min_messages = warning');
+    const { rows } = await admin.query(
+      'SELECT slot_name FROM pg_replication_slots WHERE database IN ($1, $2)', [source, target]);
+    for (const { slot_name: slot } of rows)
+      await admin.query('SELECT pg_drop_replication_slot($1)', [slot]);
+    for (const db of [source, target]) {
+      await admin.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
+      await admin.query(`CREATE DATABASE ${db}`);
+    }
+  } finally {
+    await admin.end();
+  }
+  for (const db of [source, target]) {
+    const c = await connect(db);
+    await c.query('CREATE EXTENSION idempotency');
+    await c.end();
+  }
+  return { source, target };
+}
+
+export const vectorsPath = new URL('../../../test/vectors/fingerprint.jsonl', import.meta.url);

@@ -1,0 +1,339 @@
+// The request helpers, the typed errors and the stream / watermark / outbox-key calls against a
+// real server.
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, before, beforeEach, test } from 'node:test';
+import {
+  accept, applyOnce, checkpoint, complete, DuplicateObjectError, emit, fail, fingerprint,
+  formatLsn, idempotent, IdempotencyError, InvalidParameterValueError, KeyInProgressError,
+  KeyMismatchError, KeyTooOldError, lookup, lsnKey, lsnKeyParts, nextKey,
+  NullValueNotAllowedError, ObjectNotInPrerequisiteStateError, parseLsn,
+  ProgramLimitExceededError, query, reserve, ResultConflictError, runExternal, runOnce,
+  StaleAttemptError, TransactionAbortedError, TransactionOpenError, UndefinedObjectError,
+  watermark,
+} from '../index.js';
+import { connect, databases } from './db.js';
+
+let db;
+let conn;
+let conn2;
+before(async () => {
+  ({ source: db } = await databases('requests'));
+  conn = await connect(db);
+  conn2 = await connect(db);
+  await conn.query('CREATE TABLE orders (id serial PRIMARY KEY, k text, body jsonb)');
+});
+after(async () => {
+  await conn?.end();
+  await conn2?.end();
+});
+beforeEach(async () => {
+  if (conn.getTransactionStatus() !== 'I') await conn.query('ROLLBACK');
+});
+
+const key = () => `k-${randomUUID()}`;
+const count = async (k) =>
+  Number((await conn2.query('SELECT count(*) AS n FROM orders WHERE k = $1', [k])).rows[0].n);
+const insert = async (client, k, body) =>
+  (await client.query('INSERT INTO orders (k, body) VALUES ($1, $2) RETURNING id', [k, body]))
+    .rows[0].id;
+
+test('reserve comes back typed', async () => {
+  const k = key();
+  await conn.query('BEGIN');
+  const r = await reserve(conn, 'acct', k, fingerprint({ a: 1 }), { lockTtl: 60 });
+  assert.equal(r.outcome, 'new');
+  assert.equal(r.attempt, 1);
+  assert.equal(r.statusCode, null);
+  assert.ok(r.firstSeenAt instanceof Date);
+  await complete(conn, 'acct', k, 201, { id: 7, amount: '1.10' }, r.attempt);
+  await conn.query('COMMIT');
+  await conn.query('BEGIN');
+  const again = await reserve(conn, 'acct', k, fingerprint('{"a":1.0}'));
+  await conn.query('COMMIT');
+  assert.equal(again.outcome, 'replay');
+  assert.equal(again.statusCode, 201);
+  assert.deepEqual(again.response, { id: 7, amount: '1.10' });
+  const rec = await lookup(conn, 'acct', k);
+  assert.equal(rec.state, 'completed');
+  assert.deepEqual(rec.requestHash, fingerprint({ a: 1 }));
+});
+
+test('runOnce: new runs the work and commits it with the result; replay skips the work', async () => {
+  const k = key();
+  let runs = 0;
+  const work = async (client, r) => {
+    runs++;
+    assert.equal(r.outcome, 'new');
+    return { statusCode: 201, response: { id: await insert(client, k, { n: 1 }) } };
+  };
+  const first = await runOnce(conn, { scope: 'acct', key: k, request: { n: 1 } }, work);
+  assert.equal(first.statusCode, 201);
+  assert.equal(first.replayed, false);
+  assert.equal(first.attempt, 1);
+  assert.equal(conn.getTransactionStatus(), 'I', 'committed');
+  const second = await runOnce(conn, { scope: 'acct', key: k, request: '{"n": 1.0}' }, work);
+  assert.deepEqual(second, { ...first, replayed: true });
+  assert.equal(runs, 1);
+  assert.equal(await count(k), 1);
+});
+
+test('runOnce: an error in the work rolls the claim back with it; the retry starts afresh', async () => {
+  const k = key();
+  await assert.rejects(runOnce(conn, { scope: 'acct', key: k }, async (client) => {
+    await insert(client, k, {});
+    throw new Error('boom');
+  }), /boom/);
+  assert.equal(conn.getTransactionStatus(), 'I');
+  assert.equal(await count(k), 0);
+  assert.equal(await lookup(conn, 'acct', k), null, 'the claim rolled back');
+  const retry = await runOnce(conn, { scope: 'acct', key: k }, () => [200, { ok: true }]);
+  assert.deepEqual(retry, { statusCode: 200, response: { ok: true }, replayed: false, attempt: 1 });
+});
+
+test('runOnce inside an open transaction uses a savepoint: the caller commits', async () => {
+  const k = key();
+  await conn.query('BEGIN');
+  await runOnce(conn, { scope: 'acct', key: k }, async (c) => [201, { id: await insert(c, k, {}) }]);
+  assert.equal(conn.getTransactionStatus(), 'T');
+  assert.equal(await count(k), 0, 'not committed yet');
+  await conn.query('COMMIT');
+  assert.equal(await count(k), 1);
+});
+
+test('runOnce: in_progress, mismatch and too_old are typed errors with an HTTP answer', async () => {
+  const k = key();
+  await conn2.query('BEGIN');
+  await reserve(conn2, 'acct', k, fingerprint({ n: 1 }));
+  await assert.rejects(runOnce(conn, { scope: 'acct', key: k, request: { n: 1 } }, () => [201, {}]),
+    (err) => {
+      assert.ok(err instanceof KeyInProgressError);
+      assert.equal(err.httpStatus, 409);
+      assert.equal(err.retryAfter, 1); // the holder is inside its transaction
+      return true;
+    });
+  await conn2.query('ROLLBACK');
+
+  // A committed claim with a lease: Retry-After is the time left on it.
+  await runExternal(conn2, { scope: 'acct', key: k, request: { n: 1 }, lockTtl: '30 seconds' },
+    async () => {
+      await assert.rejects(runOnce(conn, { scope: 'acct', key: k, request: { n: 1 } },
+        () => [201, {}]), (err) => {
+        assert.ok(err instanceof KeyInProgressError);
+        assert.ok(err.retryAfter >= 29 && err.retryAfter <= 30, String(err.retryAfter));
+        return true;
+      });
+      return [201, { done: true }];
+    });
+
+  await assert.rejects(runOnce(conn, { scope: 'acct', key: k, request: { n: 2 } }, () => [201, {}]),
+    (err) => err instanceof KeyMismatchError && err.httpStatus === 422);
+  const v7 = '01890a5d-ac96-774b-bcce-b302099a8057'; // a UUIDv7 of 2023
+  await assert.rejects(runOnce(conn, { scope: 'acct', key: v7 }, () => [201, {}]),
+    (err) => err instanceof KeyTooOldError && err.httpStatus === 422);
+  assert.equal(conn.getTransactionStatus(), 'I');
+});
+
+test('idempotent wraps a function; scope, key and request come from its arguments', async () => {
+  let runs = 0;
+  const createOrder = idempotent(async (client, account, k, body) => {
+    runs++;
+    return { statusCode: 201, response: { id: await insert(client, k, body), account } };
+  }, {
+    scope: (account) => account,
+    key: (account, k) => k,
+    request: (account, k, body) => body,
+    exclude: ['sent_at'],
+  });
+  const k = key();
+  const a = await createOrder(conn, 'acct_42', k, { item: 'x', sent_at: 1 });
+  const b = await createOrder(conn, 'acct_42', k, { item: 'x', sent_at: 2 });
+  assert.equal(b.replayed, true);
+  assert.deepEqual(b.response, a.response);
+  assert.equal(runs, 1);
+  await assert.rejects(createOrder(conn, 'acct_42', k, { item: 'y' }), KeyMismatchError);
+});
+
+test('runExternal: the claim is committed before the call; complete is fenced', async () => {
+  const k = key();
+  const result = await runExternal(conn, { scope: 'acct', key: k, request: { n: 1 },
+    finish: async (client, res) => { await insert(client, k, res.response); },
+  }, async (attempt) => {
+    assert.equal(conn.getTransactionStatus(), 'I', 'no transaction open during the call');
+    const seen = await lookup(conn2, 'acct', k);
+    assert.equal(seen.state, 'processing', 'another connection sees the committed claim');
+    assert.equal(attempt.attempt, 1);
+    assert.equal(attempt.recoveryPoint, null);
+    await attempt.checkpoint('charged');
+    return { statusCode: 201, response: { charged: true } };
+  });
+  assert.deepEqual(result, { statusCode: 201, response: { charged: true }, replayed: false,
+    attempt: 1 });
+  assert.equal(await count(k), 1);
+  const again = await runExternal(conn, { scope: 'acct', key: k, request: { n: 1 } },
+    () => assert.fail('a replay must not call out'));
+  assert.equal(again.replayed, true);
+});
+
+test('runExternal: an error calls fail and rethrows; the retry is attempt 2 with the recovery point',
+  async () => {
+    const k = key();
+    await assert.rejects(runExternal(conn, { scope: 'acct', key: k }, async (attempt) => {
+      await attempt.checkpoint('supplier_called');
+      throw new Error('supplier down');
+    }), /supplier down/);
+    const failed = await lookup(conn, 'acct', k);
+    assert.equal(failed.state, 'failed');
+    assert.deepEqual(failed.lastError, { error: 'Error', message: 'supplier down' });
+    const retry = await runExternal(conn, { scope: 'acct', key: k }, (attempt) => {
+      assert.equal(attempt.attempt, 2);
+      assert.equal(attempt.recoveryPoint, 'supplier_called');
+      return [201, { ok: 2 }];
+    });
+    assert.equal(retry.attempt, 2);
+  });
+
+test('runExternal: a holder whose lease lapsed is fenced off with StaleAttemptError', async () => {
+  const k = key();
+  let takeover;
+  await assert.rejects(runExternal(conn, { scope: 'acct', key: k, lockTtl: '0.3 seconds',
+    finish: async (client) => { await insert(client, k, { late: true }); },
+  }, async () => {
+    await new Promise((resolve) => { setTimeout(resolve, 500); });
+    takeover = await runExternal(conn2, { scope: 'acct', key: k }, (a) => {
+      assert.equal(a.attempt, 2);
+      return [201, { by: 'takeover' }];
+    });
+    return [201, { by: 'late' }];
+  }), (err) => {
+    assert.ok(err instanceof StaleAttemptError, err.stack);
+    assert.equal(err.code, 'IK001');
+    assert.ok(err.cause, 'the pg error is kept');
+    return true;
+  });
+  assert.equal(takeover.response.by, 'takeover');
+  assert.equal(await count(k), 0, "the late holder's writes rolled back with its complete");
+  assert.deepEqual((await lookup(conn, 'acct', k)).response, { by: 'takeover' });
+});
+
+test('runExternal needs a connection with no transaction open', async () => {
+  await conn.query('BEGIN');
+  await assert.rejects(runExternal(conn, { scope: 'acct', key: key() }, () => [200, {}]),
+    (err) => err instanceof TransactionOpenError && err.code === '25001');
+  await conn.query('ROLLBACK');
+});
+
+test('a connection inside a failed transaction: TransactionAbortedError, nothing sent', async () => {
+  await conn.query('BEGIN');
+  await assert.rejects(conn.query('SELECT 1/0'));
+  for (const call of [
+    () => runOnce(conn, { scope: 'acct', key: key() }, () => [200, {}]),
+    () => runExternal(conn, { scope: 'acct', key: key() }, () => [200, {}]),
+    () => applyOnce(conn, 'c', 'p', 1n, () => {}),
+    () => reserve(conn, 'acct', key()),
+  ]) {
+    await assert.rejects(call(), (err) => {
+      assert.ok(err instanceof TransactionAbortedError);
+      assert.equal(err.code, '25P02');
+      assert.match(err.hint, /roll the transaction back/);
+      return true;
+    });
+  }
+  await conn.query('ROLLBACK');
+});
+
+test("server errors keep the server's message, detail and hint, typed by SQLSTATE", async () => {
+  const expectError = async (promise, cls, code) => {
+    await assert.rejects(promise, (err) => {
+      assert.ok(err instanceof cls, `${err.name} ${err.code}: ${err.message}`);
+      assert.ok(err instanceof IdempotencyError);
+      assert.equal(err.code, code);
+      assert.ok(err.message.length > 0);
+      assert.equal(err.cause.code, code);
+      return true;
+    });
+    if (conn.getTransactionStatus() !== 'I') await conn.query('ROLLBACK');
+  };
+  await expectError(runOnce(conn, { scope: 'acct', key: 'x'.repeat(256) }, () => [200, {}]),
+    ProgramLimitExceededError, '54000');
+  await expectError(runOnce(conn, { scope: '', key: key() }, () => [200, {}]),
+    InvalidParameterValueError, '22023');
+  await expectError(runOnce(conn, { scope: 'acct', key: key() }, () => [99, {}]),
+    InvalidParameterValueError, '22023');
+  await expectError(reserve(conn, null, key()), NullValueNotAllowedError, '22004');
+  await expectError(complete(conn, 'acct', key(), 200, {}), ObjectNotInPrerequisiteStateError,
+    '55000');
+  const k = key();
+  await runOnce(conn, { scope: 'acct', key: k }, () => [200, { a: 1 }]);
+  await expectError(complete(conn, 'acct', k, 200, { a: 2 }), ResultConflictError, 'IK002');
+  await expectError(nextKey(conn, 'no_such_stream'), UndefinedObjectError, '42704');
+  await query(conn, "SELECT idempotency.create_stream('s_dup')");
+  await expectError(query(conn, "SELECT idempotency.create_stream('s_dup')"), DuplicateObjectError,
+    '42710');
+  // fail and checkpoint with a stale attempt
+  const k2 = key();
+  await runExternal(conn, { scope: 'acct', key: k2, lockTtl: '0.2 seconds' }, async () => {
+    await new Promise((resolve) => { setTimeout(resolve, 300); });
+    await runExternal(conn2, { scope: 'acct', key: k2 }, () => [201, {}]);
+    await expectError(checkpoint(conn, 'acct', k2, 'x', 1), StaleAttemptError, 'IK001');
+    await expectError(fail(conn, 'acct', k2, null, 1), StaleAttemptError, 'IK001');
+    return [201, {}];
+  }).catch((err) => assert.ok(err instanceof StaleAttemptError));
+  // the 55000 of a connection whose library is another version keeps detail and hint
+  await assert.rejects(query(conn, "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '55000', " +
+    "DETAIL = 'the detail', HINT = 'the hint'; END $$"), (err) => {
+    assert.ok(err instanceof ObjectNotInPrerequisiteStateError);
+    assert.equal(err.detail, 'the detail');
+    assert.equal(err.hint, 'the hint');
+    return true;
+  });
+  // an SQLSTATE the table does not list comes out as pg's own error
+  await assert.rejects(query(conn, 'SELECT 1/0'), (err) => !(err instanceof IdempotencyError) &&
+    err.code === '22012');
+});
+
+test('accept / watermark / applyOnce: bigint and UUID positions, watermark as a bigint', async () => {
+  assert.equal(await watermark(conn, 'c1', 'p'), null);
+  assert.equal(await accept(conn, 'c1', 'p', 5n), true);
+  assert.equal(await accept(conn, 'c1', 'p', 5), false);
+  assert.equal(await accept(conn, 'c1', 'p', '9223372036854775807'), true);
+  assert.equal(await watermark(conn, 'c1', 'p'), 9223372036854775807n);
+
+  const applied = [];
+  const apply = (pos) => applyOnce(conn, 'c2', 'p', pos, async (c) => {
+    await insert(c, 'applyOnce', { pos: String(pos) });
+    applied.push(pos);
+  });
+  assert.equal(await apply(1n), true);
+  assert.equal(await apply(1n), false);
+  await assert.rejects(applyOnce(conn, 'c2', 'p', 2n, () => { throw new Error('no'); }), /no/);
+  assert.equal(await watermark(conn, 'c2', 'p'), 1n, 'the failed apply moved nothing');
+  assert.equal(await apply(2n), true);
+  assert.deepEqual(applied, [1n, 2n]);
+
+  const big = lsnKey(0x16b374d848n, 0x16b374d000n);
+  assert.equal(await accept(conn, 'c3', 'p', big), true);
+  assert.equal(await watermark(conn, 'c3', 'p'), (0x16b374d848n << 64n) | 0x16b374d000n);
+  await assert.rejects(accept(conn, 'c1', 'p', 1.5), TypeError);
+  await assert.rejects(accept(conn, 'c1', 'p', -1), InvalidParameterValueError);
+});
+
+test('nextKey is a bigint; emit gives an LSN; outbox keys round-trip with lsn_key', async () => {
+  await query(conn, "SELECT idempotency.create_stream('orders_ids')");
+  const a = await nextKey(conn, 'orders_ids');
+  const b = await nextKey(conn, 'orders_ids');
+  assert.equal(typeof a, 'bigint');
+  assert.ok(b > a);
+  await conn.query('BEGIN');
+  const lsn = await emit(conn, 'orders', { id: 1 });
+  await conn.query('COMMIT');
+  assert.equal(typeof lsn, 'bigint');
+  assert.equal(parseLsn(formatLsn(lsn)), lsn);
+  assert.equal(formatLsn(0x16b374d848n), '16/B374D848');
+  const { rows } = await conn.query(
+    "SELECT idempotency.lsn_key('16/B374D848', '16/B374D000')::uuid::text AS k");
+  assert.equal(lsnKey(0x16b374d848n, 0x16b374d000n), rows[0].k);
+  assert.deepEqual(lsnKeyParts(rows[0].k), { commitLsn: 0x16b374d848n, lsn: 0x16b374d000n });
+  assert.deepEqual(lsnKeyParts(rows[0].k.replaceAll('-', '')), lsnKeyParts(rows[0].k));
+  assert.throws(() => lsnKey(1n, 2n), RangeError);
+});

@@ -1,0 +1,25 @@
+// The TypeScript declarations: they compile with tsc --strict against a use of every helper,
+// and they declare exactly what the package exports at run time.
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import * as client from '../index.js';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+
+test('index.d.ts compiles with tsc --strict against test/types/usage.ts', async () => {
+  const tsc = `${root}node_modules/typescript/bin/tsc`;
+  const { stdout, stderr } = await promisify(execFile)(process.execPath,
+    [tsc, '-p', `${root}test/types/tsconfig.json`]).catch((err) => err);
+  assert.equal(`${stdout}${stderr}`.trim(), '');
+});
+
+test('index.d.ts declares every run-time export, and nothing more', () => {
+  const dts = fs.readFileSync(`${root}index.d.ts`, 'utf8');
+  const declared = new Set([...dts.matchAll(/^export (?:declare )?(?:function|class|const) (\w+)/gm)]
+    .map((m) => m[1]));
+  assert.deepEqual([...declared].sort(), Object.keys(client).sort());
+});

@@ -1,0 +1,70 @@
+// Compiled (not run) by types.test.js with tsc --strict: the declarations describe the API as
+// the tests use it. Each @ts-expect-error line must stay an error, or tsc fails.
+import {
+  accept, answerFor, applyOnce, fingerprint, idempotencyMiddleware, idempotent, IdempotencyError,
+  KeyInProgressError, lsnKeyParts, OutboxConsumer, type Queryable, runExternal, runOnce,
+  StaleAttemptError, watermark,
+} from '@idempotency/client';
+
+declare const client: Queryable;
+declare const pool: { connect(): Promise<Queryable & { release(): void }> };
+
+export async function usage(): Promise<void> {
+  const h: Buffer = fingerprint('{"a": 1.10}', { exclude: ['sent_at'] });
+  fingerprint({ a: 1, b: [true, null, 2n] });
+  // @ts-expect-error exclude is a list of paths, not one
+  fingerprint('{}', { exclude: 'sent_at' });
+
+  const r = await runOnce(client, { scope: 'acct', key: 'k', request: { item: 'x' } },
+    async (c, reservation) => ({ statusCode: 201, response: { id: reservation.attempt } }));
+  const replayed: boolean = r.replayed;
+  const status: number = r.statusCode;
+  // @ts-expect-error the work answers with a status code
+  await runOnce(client, { scope: 'acct', key: 'k' }, () => ({ response: {} }));
+
+  const create = idempotent(async (c, account: string, key: string, body: { item: string }) =>
+    [201, { account, item: body.item }] as [number, unknown],
+  { scope: (account) => account, key: (_a, key) => key, request: (_a, _k, body) => body });
+  await create(client, 'acct', 'k', { item: 'x' });
+  // @ts-expect-error the wrapped function keeps its parameters
+  await create(client, 'acct', 'k');
+
+  await runExternal(client, { scope: 'acct', key: 'k',
+    finish: async (c, res) => [res.statusCode, { stored: true }] as [number, unknown] },
+    async (attempt) => {
+      const fence: number = attempt.attempt;
+      if (attempt.recoveryPoint === 'charged') return [200, { fence }];
+      await attempt.checkpoint('charged');
+      return { statusCode: 201, response: { fence } };
+    });
+
+  const w: bigint | null = await watermark(client, 'c', 'p');
+  await accept(client, 'c', 'p', 5n);
+  await applyOnce(client, 'c', 'p', '0000001600000000000000160000fff0', async (c) => c.query('SELECT 1'));
+  const { commitLsn }: { commitLsn: bigint } = lsnKeyParts('00000016-b374-d848-0000-0016b374d000');
+
+  const consumer = new OutboxConsumer(client, client, { slot: 's', consumer: 'billing' });
+  await consumer.poll(async (target, message) => {
+    const key: string = message.key;
+    const lsn: bigint = message.lsn;
+    await target.query('INSERT INTO applied VALUES ($1, $2)', [key, String(lsn)]);
+  });
+
+  try {
+    await runOnce(client, { scope: 'a', key: 'k' }, () => [200, null]);
+  } catch (err) {
+    if (err instanceof KeyInProgressError) {
+      const seconds: number = err.retryAfter;
+      const answer = answerFor(err);
+      if (answer) console.log(answer.status, answer.headers['Retry-After'], seconds);
+    } else if (err instanceof StaleAttemptError || err instanceof IdempotencyError) {
+      const sqlstate: string = err.code;
+      console.log(sqlstate, err.detail, err.hint);
+    }
+  }
+
+  const mw = idempotencyMiddleware({ pool, scope: (req) => String(req.headers['x-account']),
+    exclude: ['sent_at'], lockTtl: 30 });
+  void mw;
+  void [h, replayed, status, w, commitLsn];
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# npm_ci.sh DIR: installs DIR's node_modules from its package-lock.json with npm ci, unless
+# node_modules was installed from this very lock file already (a stamp file records it), so a
+# second run needs no registry.
+set -euo pipefail
+cd "$1"
+stamp=node_modules/.installed-from-lock
+lock_sum=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [[ -f $stamp && $(cat "$stamp") == "$lock_sum" ]]; then
+  echo "==> $1: node_modules matches package-lock.json"
+  exit 0
+fi
+echo "==> $1: npm ci"
+if npm ci --no-audit --no-fund --prefer-offline; then
+  echo "$lock_sum" >"$stamp"
+else
+  echo "npm ci failed in $1" >&2
+  exit 1
+fi
