@@ -54,10 +54,8 @@ if [[ " $LANGS " == *" node "* ]]; then
   command -v node >/dev/null || die "node is not installed (BENCH_LANGS=python to skip Node)"
   [[ -f $NODE_CLIENT/package.json ]] ||
     die "no Node client in $NODE_CLIENT (BENCH_LANGS=python to skip Node)"
-  if [[ ! -d $NODE_CLIENT/node_modules/pg ]]; then
-    log "installing the Node client's dependencies (npm ci in ${NODE_CLIENT#"$IDEM_ROOT"/})"
-    (cd "$NODE_CLIENT" && npm ci --prefer-offline --no-audit --no-fund >&2)
-  fi
+  # The package's devDependencies (pg) from its lock file, as the clients suite installs them.
+  "$IDEM_ROOT/scripts/npm_ci.sh" "$NODE_CLIENT" >&2
 fi
 
 # --- cluster ----------------------------------------------------------------------------------
