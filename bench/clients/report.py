@@ -21,10 +21,10 @@ def med(values):
 
 
 def spread(values, fmt):
-    """'median (lowest-highest)' of per-round values."""
+    """'median (lowest to highest)' of per-round values."""
     if len(values) == 1:
         return fmt(values[0])
-    return f"{fmt(med(values))} ({fmt(min(values))}-{fmt(max(values))})"
+    return f"{fmt(med(values))} ({fmt(min(values))} to {fmt(max(values))})"
 
 
 def us(v):
@@ -110,14 +110,14 @@ def main():
            "client-side in both variants, by the client's own function); the business INSERT; "
            "`complete`; COMMIT. The two variants take turns request by request. Microseconds: "
            "median over rounds of the round's median request; the difference and the ratio: "
-           "within each round, median (lowest-highest round).", ""]
+           "within each round, median (lowest to highest round).", ""]
     md += md_table(overhead_header, overhead)
     md += ["", "## The fingerprint's share of a request", "",
            "The fingerprint in a request: `fingerprint(body text)` timed inside the bare "
            "requests (the helper computes it the same way); in a loop: called over and over "
            "(warm caches). Share: the round's median fingerprint in a request over its median "
            "helper request (whose work is the same small INSERT: the body is only "
-           "fingerprinted, not stored), median (lowest-highest round).", ""]
+           "fingerprinted, not stored), median (lowest to highest round).", ""]
     md += md_table(share_header, share)
     if server:
         md += ["", "For comparison, the server: `idempotency.fingerprint(text::jsonb)` (the "
