@@ -98,9 +98,14 @@ done
   echo "date	$(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "cpu	$(lscpu | sed -nE 's/^Model name: +//p' | head -1), $(nproc) cores"
   echo "os	$(. /etc/os-release && echo "$PRETTY_NAME"), kernel $(uname -r)"
-  echo "load	1-minute load average $load_start at the start, $(cut -d' ' -f1 /proc/loadavg) at the end"
-  echo "server	PostgreSQL $(q -c 'SHOW server_version'), unix socket, synchronous_commit = $SYNC, fsync = on"
-  echo "run	bash bench/clients.sh$([[ $SMOKE == 1 ]] && echo ' --smoke'): $ROUNDS rounds; per round and variant $REQUESTS requests with the 1 KB body, $REQUESTS_100K with the 100 KB body"
+  echo "load	1-minute load average $load_start at the start," \
+    "$(cut -d' ' -f1 /proc/loadavg) at the end"
+  echo "server	PostgreSQL $(q -c 'SHOW server_version'), unix socket," \
+    "synchronous_commit = $SYNC, fsync = on"
+  echo "run	bash bench/clients.sh$([[ $SMOKE == 1 ]] && echo ' --smoke'): $ROUNDS rounds;" \
+    "per round and variant $REQUESTS requests with the 1 KB body," \
+    "$REQUESTS_100K with the 100 KB body"
 } >"$OUT/machine.tsv"
-"$PYTHON" "$BENCH/clients/report.py" --machine "$OUT/machine.tsv" --markdown "$REPORT_DIR/clients.md" \
+"$PYTHON" "$BENCH/clients/report.py" --machine "$OUT/machine.tsv" \
+  --markdown "$REPORT_DIR/clients.md" \
   "${results[@]}"

@@ -24,7 +24,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const clientDir = resolve(process.env.IDEM_NODE_CLIENT_DIR ?? join(here, '..', '..', 'clients', 'node'));
+const clientDir = resolve(process.env.IDEM_NODE_CLIENT_DIR
+  ?? join(here, '..', '..', 'clients', 'node'));
 const pkg = JSON.parse(readFileSync(join(clientDir, 'package.json'), 'utf8'));
 const require = createRequire(join(clientDir, 'package.json'));
 const pg = require('pg');
@@ -52,7 +53,8 @@ const num = (name) => Number.parseInt(opt[name], 10);
 
 const SCOPE = 'bench-clients-node';
 // W2's business write (bench/workloads/w2_extension.sql); client 1 is Python, 2 Node.
-const INSERT = "INSERT INTO bench.orders (client, amount, note) VALUES (2, $1, 'order') RETURNING id";
+const INSERT =
+  "INSERT INTO bench.orders (client, amount, note) VALUES (2, $1, 'order') RETURNING id";
 
 const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -63,7 +65,9 @@ const now = () => process.hrtime.bigint();
 const us = (ns) => Number(ns) / 1000;
 
 const bodies = {};
-for (const name of ['1k', '100k']) bodies[name] = readFileSync(join(opt.bodies, `body-${name}.json`), 'utf8');
+for (const name of ['1k', '100k']) {
+  bodies[name] = readFileSync(join(opt.bodies, `body-${name}.json`), 'utf8');
+}
 
 const client = new pg.Client();
 await client.connect();
@@ -92,8 +96,11 @@ async function bare(body) {
   const fp = fingerprint(body);
   const t1 = now();
   await client.query('BEGIN');
-  const { rows } = await client.query('SELECT * FROM idempotency.reserve($1, $2, $3)', [SCOPE, key, fp]);
-  if (rows[0].outcome !== 'new') throw new Error(`bare: reserve of a fresh key gave ${rows[0].outcome}`);
+  const { rows } = await client.query('SELECT * FROM idempotency.reserve($1, $2, $3)',
+    [SCOPE, key, fp]);
+  if (rows[0].outcome !== 'new') {
+    throw new Error(`bare: reserve of a fresh key gave ${rows[0].outcome}`);
+  }
   const response = await businessInsert(client);
   await client.query('SELECT idempotency.complete($1, $2, $3, $4)', [SCOPE, key, 201, response]);
   await client.query('COMMIT');
@@ -161,12 +168,16 @@ for (let r = 0; r < num('rounds'); r++) {
   row.fp_1k_loop = loop(small, requests);
   row.fp_100k_loop = loop(large, requests100k);
   rounds.push(row);
-  console.error(`  node round ${r + 1}/${num('rounds')}: ${Object.entries(row).map(([k, v]) => `${k} ${v.toFixed(1)}`).join('  ')} (us)`);
+  const figures = Object.entries(row).map(([k, v]) => `${k} ${v.toFixed(1)}`).join('  ');
+  console.error(`  node round ${r + 1}/${num('rounds')}: ${figures} (us)`);
 }
 
 const { rows } = await client.query(
-  "SELECT count(*)::int AS n FROM idempotency.keys WHERE scope = $1 AND state = 'completed'", [SCOPE]);
-if (rows[0].n !== completed) throw new Error(`${rows[0].n} completed keys for ${completed} requests`);
+  "SELECT count(*)::int AS n FROM idempotency.keys WHERE scope = $1 AND state = 'completed'",
+  [SCOPE]);
+if (rows[0].n !== completed) {
+  throw new Error(`${rows[0].n} completed keys for ${completed} requests`);
+}
 await client.end();
 
 writeFileSync(opt.out, JSON.stringify({
