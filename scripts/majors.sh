@@ -12,6 +12,19 @@ declare -A IDEM_PG_SOURCE=([17]="trixie postgresql-17" [18]="sid postgresql-18")
 # Source packages built for every such major from the same cache: pg_partman 5.x and pgTAP
 # (Debian 12 packages them for 15 only).
 IDEM_EXTENSION_SOURCES=("trixie pg-partman" "trixie pgtap")
+# Upstream tarballs known to build and pass, with the SHA-256 the archive listed for them: used
+# when the suite's newest one cannot be downloaded (a mirror whose index is ahead of its pool:
+# trixie listed postgresql-17 17.12 while the mirror served only 17.11's files).
+declare -A IDEM_SOURCE_PINS=(
+  [postgresql-17]="postgresql-17_17.11.orig.tar.bz2 \
+    dd27f2b3c59e73ed14aa3324901242bf69a032a6347805f274e6260322d42979"
+  [postgresql-18]="postgresql-18_18.6.orig.tar.bz2 \
+    555610c24d53e4316da5b7d3fc25c279d96856d5e0e23ee308c328c5fa881d9f"
+  [pg-partman]="pg-partman_5.2.4.orig.tar.gz \
+    462464d83389ef20256b982960646a1572341c0beb09eeff32b4a69f04e31b76"
+  [pgtap]="pgtap_1.3.3.orig.tar.gz \
+    325ea79d0d2515bce96bce43f6823dcd3effbd6c54cb2a4d6c2384fffa3a14c7"
+)
 IDEM_SUPPORTED_MAJORS="15 17 18"
 # Build dependencies of PostgreSQL itself (release tarballs carry no generated parsers since 17).
 IDEM_PG_BUILD_PACKAGES="build-essential bison flex perl curl libreadline-dev zlib1g-dev libssl-dev
@@ -46,6 +59,12 @@ debian_mirror() {
 
 sha256_is() { [[ -f $1 && $(sha256sum "$1" | cut -d' ' -f1) == "$2" ]]; }
 
+# fetch_checked URI FILE SHA256: FILE holds URI's bytes with that SHA-256 (downloaded unless
+# it already does).
+fetch_checked() {
+  sha256_is "$2" "$3" || { curl -fsSL --retry 3 -o "$2" "$1" && sha256_is "$2" "$3"; }
+}
+
 # fetch_source SUITE PACKAGE DEST: the upstream tarball of a Debian source package, checked
 # against the archive's SHA-256 and unpacked into DEST (replaced). Only the .orig tarball is
 # fetched: the build uses upstream's source, without Debian's packaging.
@@ -71,11 +90,17 @@ fetch_source() {
   read -r uri file _ sum <<<"$line"
   uri=${uri//\'/}
   sum=${sum#SHA256:}
-  if [[ -z $uri ]] || { ! sha256_is "$apt_dir/download/$file" "$sum" &&
-    ! { curl -fsSL --retry 3 -o "$apt_dir/download/$file" "$uri" &&
-      sha256_is "$apt_dir/download/$file" "$sum"; }; }; then
-    echo "error: could not download source package $pkg from Debian suite $suite" >&2
-    return 1
+  if [[ -z $uri ]] || ! fetch_checked "$uri" "$apt_dir/download/$file" "$sum"; then
+    # The pinned tarball instead, from the same mirror's pool.
+    if [[ -n ${IDEM_SOURCE_PINS[$pkg]:-} ]]; then
+      read -r file sum <<<"${IDEM_SOURCE_PINS[$pkg]}"
+      log "source package $pkg: the suite's newest tarball cannot be had; trying the pinned $file"
+      uri="${mirror%/}/pool/main/${pkg:0:1}/$pkg/$file"
+    fi
+    if [[ -z ${IDEM_SOURCE_PINS[$pkg]:-} ]] || ! fetch_checked "$uri" "$apt_dir/download/$file" "$sum"; then
+      echo "error: could not download source package $pkg from Debian suite $suite" >&2
+      return 1
+    fi
   fi
   rm -rf "$dest" && mkdir -p "$dest" &&
     tar -xf "$apt_dir/download/$file" -C "$dest" --strip-components=1
