@@ -260,51 +260,52 @@ class Writer {
       const segments = p.split('.');
       for (let i = 1; i < segments.length; i++) this.prefixes.add(segments.slice(0, i).join('.'));
     }
-    this.out = [];
+    this.out = '';
   }
 
   // path: the dotted prefix of this object's members ('' at the top, 'a.b.'), or null where
   // exclusion cannot reach.
   writeMembers(names, values, depth, path) {
-    const out = this.out;
-    const last = new Map(); // a duplicate name: the last wins
-    for (let i = 0; i < names.length; i++) last.set(names[i], i);
-    const sorted = [...last.keys()].sort(compareNames);
-    out.push('{');
+    // Member order by name, the written order among equal names: of duplicates, the last wins.
+    const order = names.map((_, i) => i);
+    if (order.length > 1)
+      order.sort((a, b) => compareNames(names[a], names[b]) || a - b);
+    this.out += '{';
     let first = true;
-    for (const name of sorted) {
+    for (let k = 0; k < order.length; k++) {
+      const i = order[k];
+      const name = names[i];
+      if (k + 1 < order.length && names[order[k + 1]] === name) continue;
       let childPath = null;
       if (path !== null && !name.includes('.')) {
         const full = path + name;
         if (this.paths.has(full)) continue;
         if (this.prefixes.has(full)) childPath = `${full}.`;
       }
-      if (!first) out.push(',');
+      this.out += first ? `${quote(name)}:` : `,${quote(name)}:`;
       first = false;
-      out.push(quote(name), ':');
-      this.write(values[last.get(name)], depth + 1, childPath);
+      this.write(values[i], depth + 1, childPath);
     }
-    out.push('}');
+    this.out += '}';
   }
 
   // A parsed value (from parseText): checked already.
   write(v, depth, path) {
-    const out = this.out;
     if (v instanceof Obj) {
       this.writeMembers(v.names, v.values, depth, path);
     } else if (Array.isArray(v)) {
-      out.push('[');
+      this.out += '[';
       for (let i = 0; i < v.length; i++) {
-        if (i) out.push(',');
+        if (i) this.out += ',';
         this.write(v[i], depth + 1, null);
       }
-      out.push(']');
+      this.out += ']';
     } else if (v instanceof Num) {
-      out.push(v.text);
+      this.out += v.text;
     } else if (typeof v === 'string') {
-      out.push(quote(v));
+      this.out += quote(v);
     } else {
-      out.push(String(v)); // true, false, null
+      this.out += String(v); // true, false, null
     }
   }
 }
@@ -382,7 +383,7 @@ export function canonicalJson(body, { exclude, asValue = false } = {}) {
   const tree = treeOf(body, asValue);
   const writer = new Writer(paths);
   writer.write(tree, 0, paths.length > 0 ? '' : null);
-  return Buffer.from(writer.out.join(''), 'utf8');
+  return Buffer.from(writer.out, 'utf8');
 }
 
 // SHA-256 of the canonical form: 32 bytes, equal to SQL
