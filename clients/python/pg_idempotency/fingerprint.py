@@ -16,8 +16,6 @@ MAX_DEPTH = 1000
 MAX_DIGITS = 1000
 
 _NUMBER = re.compile(r"(-?)(0|[1-9][0-9]*)(?:\.([0-9]+))?(?:[eE]([-+]?[0-9]+))?\Z")
-# Strings (skipped) and brackets, to measure nesting before the recursive json parser runs.
-_DEPTH_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 
 
 class _Num(str):
@@ -72,18 +70,9 @@ def _ensure_stack():
 
 
 def _parse(text: str):
+    # Nesting deeper than MAX_DEPTH is refused by the writer (or, far deeper, by the parser's
+    # recursion); only the stack must fit MAX_DEPTH levels. A syntax error wins, as in SQL.
     if text.count("[") + text.count("{") > 200:
-        depth = deepest = 0
-        for m in _DEPTH_TOKENS.finditer(text):
-            c = m.group()
-            if c in "[{":
-                depth += 1
-                if depth > deepest:
-                    deepest = depth
-                    if deepest > MAX_DEPTH:
-                        raise ProgramLimitExceeded(f"JSON nesting exceeds {MAX_DEPTH} levels")
-            elif c in "]}":
-                depth -= 1
         _ensure_stack()
     try:
         return json.loads(text, parse_int=_number_hook, parse_float=_number_hook,

@@ -150,6 +150,13 @@ def test_limits_are_54000_like_sql(conn):
         pi.fingerprint(deep)
     with pytest.raises(pi.ProgramLimitExceeded):
         pi.fingerprint("[" * 100000 + "]" * 100000)
+    # a syntax error wins over a limit, as in SQL, where the cast fails first
+    bad = "[" * 1500 + "1,}" + "]" * 1500
+    with pytest.raises(pi.InvalidJson):
+        pi.fingerprint(bad)
+    with pytest.raises(pi.InvalidJson):
+        pi.execute(conn, "SELECT idempotency.fingerprint(%s::jsonb)", (bad,))
+    conn.rollback()
 
 
 @pytest.mark.parametrize("bad", ["sent_at", b"x", None, 5, [1], ["a", None], [""], ["a..b"], {"a": 1}])
