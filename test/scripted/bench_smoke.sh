@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Keeps the benchmark command working: bench/run.sh --smoke (a few seconds, its own cluster,
-# report under bench/out/smoke/) must run every workload and print every target line.
+# Keeps the benchmark commands working: bench/run.sh --smoke (a few seconds, its own cluster,
+# report under bench/out/smoke/) must run every workload and print every target line;
+# bench/clients.sh --smoke must measure both clients with both bodies (its own checks: each
+# client's fingerprint equals the server's, every key is new and completed).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=$(BENCH_BUILD=0 bash bench/run.sh --smoke 2>&1) || { echo "$out"; exit 1; }
@@ -11,4 +13,12 @@ for workload in "W0 baseline insert" "W1 hand-written pattern" "W2 extension" "W
 done
 [[ $(grep -c '^target ' <<<"$out") -eq 5 ]] || { echo "expected 5 target lines"; exit 1; }
 [[ $(grep -c '^reference ' <<<"$out") -eq 3 ]] || { echo "expected 3 reference lines"; exit 1; }
+
+out=$(bash bench/clients.sh --smoke 2>&1) || { echo "$out"; exit 1; }
+report=bench/out/clients-smoke/clients.md
+for client in python node; do
+  # one row per body in each of the two tables
+  [[ $(grep -cE "^\| $client \| [0-9,]+ B \|" "$report") -eq 4 ]] ||
+    { echo "$out"; echo "clients.md: expected 4 rows of $client"; exit 1; }
+done
 echo "bench smoke: ok"
