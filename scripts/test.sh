@@ -190,7 +190,8 @@ run_clients_node() {
   {
     "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/clients/node" &&
       (cd "$IDEM_ROOT/clients/node" && PGDATABASE=postgres timeout -k 10 "$TIMEOUT" \
-        node --test --test-reporter=tap --test-concurrency=1 test/*.test.js)
+        node --test --test-reporter=tap --test-concurrency=1 --test-timeout=120000 \
+          test/*.test.js)
   } >"$log" 2>&1 </dev/null || rc=$?
   grep -E '^(not ok|# (tests|pass|fail|cancelled) )' "$log" | tail -n 15
   # The TAP reporter's totals: "# pass 230", "# fail 0", "# cancelled 0"

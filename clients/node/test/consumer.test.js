@@ -96,6 +96,28 @@ test('applies in order, confirms, and nothing comes again', async () => {
   await Promise.all([s.end(), t.end(), producer.close()]);
 });
 
+test('run() polls until its signal aborts; createSlot() makes the slot once', async () => {
+  const s = await connect(dbs.source);
+  const t = await connect(dbs.target);
+  const own = `${slot}_run`;
+  const consumer = new OutboxConsumer(s, t, { slot: own, consumer: 'runner' });
+  await consumer.createSlot();
+  await consumer.createSlot(); // ifMissing: nothing to do
+  await assert.rejects(consumer.createSlot({ ifMissing: false }), (err) => err.code === '42710');
+  const producer = await new Producer().open();
+  await producer.produce(3);
+  const controller = new AbortController();
+  const seen = [];
+  const running = consumer.run((c, m) => {
+    seen.push(m.payload.id);
+    if (seen.length === producer.nextId) controller.abort();
+  }, { idleMs: 50, signal: controller.signal });
+  await running;
+  assert.deepEqual(seen, Array.from({ length: producer.nextId }, (_, i) => i + 1));
+  await s.query('SELECT pg_drop_replication_slot($1)', [own]);
+  await Promise.all([s.end(), t.end(), producer.close()]);
+});
+
 for (const phase of ['peeked', 'applied_uncommitted', 'committed', 'before_advance', 'advanced']) {
   test(`SIGKILL at ${phase}: 0 lost, 0 doubled`, async () => {
     const producer = await new Producer().open();
