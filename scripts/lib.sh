@@ -158,6 +158,17 @@ cluster_stop() {
 
 cluster_crash() { as_pg "$PGBIN/pg_ctl" -D "$1" -m immediate -w stop >/dev/null; }
 
+# log_shows_within SECONDS LOG OFFSET PATTERN: true once LOG, from byte OFFSET on, has a line
+# matching PATTERN (grep), checked every 0.2 s for at most SECONDS. (grep reads it all: -q
+# would stop early, and pipefail would see tail's SIGPIPE.)
+log_shows_within() {
+  local tries=$(($1 * 5))
+  while ! tail -c +"$3" "$2" | grep -- "$4" >/dev/null; do
+    ((--tries > 0)) || return 1
+    sleep 0.2
+  done
+}
+
 cluster_init() {
   local data=$1 port=$2 sock=$3 base setting lock other
   shift 3

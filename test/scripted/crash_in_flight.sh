@@ -20,12 +20,7 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; echo "--- server log"; tail -n 40 "$CLUSTER_LOG" || true; exit 1; }
 q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -d postgres -At "$@"; }
-CHECKS=0
-pass() { CHECKS=$((CHECKS + 1)); echo "ok: $*"; }
-expect() { # expect WHAT ACTUAL WANTED
-  [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
-  pass "$1 ($2)"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" "restart_after_crash = on"
 cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
@@ -71,7 +66,7 @@ grep -q "was terminated by signal 9" "$CLUSTER_LOG" || fail "the backend was not
 grep -q "all server processes terminated; reinitializing" "$CLUSTER_LOG" ||
   fail "the postmaster did not restart the backends"
 q -c "SELECT 1" >/dev/null || fail "the server did not come back"
-pass "postmaster killed all backends and recovered"
+passed "postmaster killed all backends and recovered"
 
 expect "after recovery: the claim is still there" \
   "$(q -c "SELECT state || '/' || attempt || '/' || recovery_point FROM idempotency.lookup('flight', 'order-1')")" \
@@ -98,7 +93,7 @@ expect "after the lease: takeover with attempt 2 and the recovery point" \
   "new/2/charged-card"
 stale=$(q -c "SELECT idempotency.complete('flight', 'order-1', 200, '{}', 1)" 2>&1 || true)
 [[ $stale == *"attempt is stale"* ]] || fail "the stale holder's complete was not refused: $stale"
-pass "the stale holder (attempt 1) is refused"
+passed "the stale holder (attempt 1) is refused"
 q -q -c "BEGIN" -c "INSERT INTO payments VALUES ('order-1', 50)" \
   -c "SELECT idempotency.complete('flight', 'order-1', 201, '{\"paid\": 50}', 2)" -c "COMMIT" >/dev/null
 expect "the new holder completes; retries replay" \

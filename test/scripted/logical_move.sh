@@ -57,12 +57,7 @@ wait_for() {
     sleep 0.5
   done
 }
-CHECKS=0
-expect() { # expect WHAT ACTUAL WANTED
-  [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
-  CHECKS=$((CHECKS + 1))
-  echo "ok: $1 ($2)"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 
 if [[ $NEW_PGBIN != "$OLD_PGBIN" ]]; then
   share=$("${SUBSCRIBER_PG_CONFIG}" --sharedir)

@@ -96,11 +96,7 @@ bounded 30 -c "SET synchronous_commit = local" \
   fail "writing rows to the default partition (synchronous_commit = local) took over 30 s"
 
 # Wait for passes that did work (created partitions, moved rows) after the standby stopped.
-for _ in $(seq 150); do
-  tail -c +"$mark" "$PRIMARY_LOG" | grep -q "idempotency: created partition keys_p.*(rows: [1-9]" && break
-  sleep 0.2
-done
-tail -c +"$mark" "$PRIMARY_LOG" | grep -q "idempotency: created partition keys_p.*(rows: [1-9]" ||
+log_shows_within 30 "$PRIMARY_LOG" "$mark" "idempotency: created partition keys_p.*(rows: [1-9]" ||
   fail "no maintenance pass moved rows out of the default partition within 30 s"
 ok "the worker created partitions and moved rows out of the default partition"
 

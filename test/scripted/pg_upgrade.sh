@@ -38,12 +38,7 @@ fail() {
 }
 old() { PGBIN=$OLD_BIN cluster_psql "$OLD_DATA" "$OLD_PORT" "$OLD_SOCK" -d app -qAt "$@"; }
 new() { PGBIN=$NEW_BIN cluster_psql "$NEW_DATA" "$NEW_PORT" "$NEW_SOCK" -d app -qAt "$@"; }
-CHECKS=0
-expect() { # expect WHAT ACTUAL WANTED
-  [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
-  CHECKS=$((CHECKS + 1))
-  echo "ok: $1"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 
 # Both clusters: the worker on 'app', one-hour partitions (so maintain() makes several).
 SETTINGS=("idempotency.database = 'app'" "idempotency.partition_width = '1h'"

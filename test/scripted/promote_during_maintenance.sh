@@ -143,11 +143,7 @@ bounded 3 -c "SELECT outcome FROM idempotency.reserve('pm', 'write-probe')" >/de
 [[ $rc == 124 ]] || fail "a write on the promoted server did not wait for the missing standby (rc $rc)"
 ok "on the promoted server, writes wait for a standby it does not have"
 
-for _ in $(seq 150); do
-  tail -c +"$mark" "$STANDBY_LOG" | grep -q "idempotency: created partition keys_p.*(rows: [1-9]" && break
-  sleep 0.2
-done
-tail -c +"$mark" "$STANDBY_LOG" | grep -q "idempotency: created partition keys_p.*(rows: [1-9]" ||
+log_shows_within 30 "$STANDBY_LOG" "$mark" "idempotency: created partition keys_p.*(rows: [1-9]" ||
   fail "the worker on the promoted server moved no rows within 30 s"
 ok "the launcher started at promotion and its pass moved rows out of the default partition"
 end=$((SECONDS + 5))

@@ -22,12 +22,7 @@ fail() {
 }
 primary() { cluster_psql "$PRIMARY_DATA" "$PRIMARY_PORT" "$PRIMARY_SOCK" -d postgres -qAt "$@"; }
 standby() { cluster_psql "$STANDBY_DATA" "$STANDBY_PORT" "$STANDBY_SOCK" -d postgres -qAt "$@"; }
-CHECKS=0
-expect() { # expect WHAT ACTUAL WANTED
-  [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
-  CHECKS=$((CHECKS + 1))
-  echo "ok: $1 ($2)"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 
 cluster_init "$PRIMARY_DATA" "$PRIMARY_PORT" "$PRIMARY_SOCK"
 cluster_start "$PRIMARY_DATA"

@@ -15,12 +15,7 @@ fail() {
   exit 1
 }
 q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -d postgres -qAt "$@"; }
-CHECKS=0
-expect() { # expect WHAT ACTUAL WANTED
-  [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
-  CHECKS=$((CHECKS + 1))
-  echo "ok: $1"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 # The stored record without its timestamps, which differ between a key and its twin; the
 # timestamps are checked as intervals instead.
 record() {
@@ -70,7 +65,7 @@ expect "prepared done: a reserve that waits 500ms answers in_progress after wait
   "$(q -c "SELECT outcome FROM idempotency.reserve('2pc', 'done', wait => '500 milliseconds')")" in_progress
 waited=$((($(date +%s%N) - start) / 1000000))
 [[ $waited -ge 450 ]] || fail "the reserve did not wait ($waited ms)"
-CHECKS=$((CHECKS + 1)); echo "ok: it waited ($waited ms)"
+passed "it waited ($waited ms)"
 expect "prepared failed: the key lock is held until the outcome" \
   "$(q -c "SELECT outcome FROM idempotency.reserve('2pc', 'failed')")" in_progress
 expect "prepared: nothing is visible yet" \

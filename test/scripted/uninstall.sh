@@ -5,16 +5,11 @@
 set -euo pipefail
 q() { psql -X -v ON_ERROR_STOP=1 -qAt "$@"; }
 fail() { echo "FAIL: $*"; exit 1; }
-CHECKS=0
 partman_type() {
   q -d postgres -c "SELECT CASE WHEN split_part(default_version, '.', 1)::int >= 5 THEN 'range'
     ELSE 'native' END FROM pg_available_extensions WHERE name = 'pg_partman'"
 }
-expect() { # expect WHAT ACTUAL WANTED
-  [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
-  CHECKS=$((CHECKS + 1))
-  echo "ok: $1"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 DBS="idem_uninstall_a idem_uninstall_b"
 cleanup() { for db in $DBS; do q -d postgres -c "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true; done; }
 trap cleanup EXIT
@@ -74,5 +69,5 @@ expect "without stop_partman() pg_partman's row for idempotency.keys stays behin
   "$(q -d $DB -c "SELECT count(*) FROM partman.part_config WHERE parent_table = 'idempotency.keys'")" 1
 out=$(q -d $DB -c "SELECT partman.run_maintenance()" 2>&1) && fail "run_maintenance() succeeded: $out"
 [[ $out == *"idempotency.keys"* ]] || fail "unexpected error: $out"
-CHECKS=$((CHECKS + 1)); echo "ok: without stop_partman(), run_maintenance() fails on the missing table"
+passed "without stop_partman(), run_maintenance() fails on the missing table"
 echo "uninstall: $CHECKS checks passed"

@@ -25,18 +25,12 @@ fail() {
   exit 1
 }
 q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
-CHECKS=0
-expect() { # expect WHAT ACTUAL WANTED
-  [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
-  CHECKS=$((CHECKS + 1))
-  echo "ok: $1"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 expect_error() { # expect_error WHAT TEXT DB SQL: SQL fails and its error contains TEXT
   local out
   if out=$(q -d "$3" -c "$4" 2>&1); then fail "$1: succeeded ($out)"; fi
   [[ $out == *"$2"* ]] || fail "$1: unexpected error: $out"
-  CHECKS=$((CHECKS + 1))
-  echo "ok: $1"
+  passed "$1"
 }
 pgtool() {
   as_pg env PGHOST="$CLUSTER_SOCK" PGPORT="$CLUSTER_PORT" PGUSER=postgres "$PGBIN/$1" "${@:2}"
@@ -113,7 +107,7 @@ done
 out=$(q -d up -c "SELECT idempotency.next_key('orders')" 2>&1 -v VERBOSITY=verbose || true)
 [[ $out == *55000* && $out == *"HINT:  Run ALTER EXTENSION idempotency UPDATE TO '0.2.0' in this database."* ]] ||
   fail "the refusal lacks its SQLSTATE or hint: $out"
-CHECKS=$((CHECKS + 1)); echo "ok: the refusal is SQLSTATE 55000 with the hint"
+passed "the refusal is SQLSTATE 55000 with the hint"
 
 # A version that does not exist: PostgreSQL's own error, nothing changed.
 expect_error "UPDATE TO '9.9' is PostgreSQL's error" \
@@ -130,13 +124,13 @@ SQL
 )
 [[ $out == *"is installed in this database"* && $out == *"after:1"* ]] ||
   fail "a session that was refused does not see the update: $out"
-CHECKS=$((CHECKS + 1)); echo "ok: a refused session works once another session updated"
+passed "a refused session works once another session updated"
 expect "updated to 0.2.0" "$(q -d up -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" 0.2.0
 
 # Every record as before (next_key('empty') moved that stream's bound only).
 snapshot up | sed 's/^empty|100|100$/empty|100|0/' >"$WORK/after"
 diff -u "$WORK/before" "$WORK/after" || fail "records changed by the update"
-CHECKS=$((CHECKS + 1)); echo "ok: every key, stream and watermark unchanged by the update"
+passed "every key, stream and watermark unchanged by the update"
 expect "the parent has no primary key; every partition has its own" \
   "$(q -d up -c "SELECT (SELECT count(*) FROM pg_index WHERE indrelid = 'idempotency.keys'::regclass)
      || ',' || (SELECT count(*) FROM pg_inherits i WHERE inhparent = 'idempotency.keys'::regclass
@@ -171,7 +165,7 @@ out=$(pgtool pg_restore -d up_from_010 "$WORK/up-010.dump" 2>&1) && fail "a 0.1.
 others=$(grep '^pg_restore: error:' <<<"$out" | grep -v 'relation "idempotency.keys_pkey" does not exist' || true)
 [[ -z $others && $(grep -c 'keys_pkey" does not exist' <<<"$out") == 4 ]] ||
   fail "restore of a 0.1.0 dump: other errors than the 4 index attachments: $out"
-CHECKS=$((CHECKS + 1)); echo "ok: a 0.1.0 dump restores with one harmless error per partition (ALTER INDEX keys_pkey ATTACH)"
+passed "a 0.1.0 dump restores with one harmless error per partition (ALTER INDEX keys_pkey ATTACH)"
 expect "a 0.1.0 dump restores into 0.2.0: every key of the dated partitions, none of the default's" \
   "$(q -d up_from_010 -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")|$(q -d up_from_010 -c "SELECT string_agg(key, ',' ORDER BY key) FROM idempotency.keys")" \
   "0.2.0|abandoned,completed,failed,processing"
@@ -182,7 +176,7 @@ q -d postgres -c "CREATE DATABASE up_into_010"
 q -d up_into_010 -c "CREATE EXTENSION idempotency VERSION '0.1.0'"
 out=$(pgtool pg_restore -d up_into_010 "$WORK/up.dump" 2>&1) && fail "a 0.2.0 dump restored into 0.1.0 without an error"
 [[ $out == *"multiple primary keys"* ]] || fail "unexpected error restoring into 0.1.0: $out"
-CHECKS=$((CHECKS + 1)); echo "ok: a 0.2.0 dump into a 0.1.0 database fails (multiple primary keys)"
+passed "a 0.2.0 dump into a 0.1.0 database fails (multiple primary keys)"
 # The documented procedure: pg_restore --clean --if-exists, which drops the installed 0.1.0
 # (with whatever keys it held) and creates the extension at the version of the installed
 # files. (Updating the target first does not do: the dump's CREATE SCHEMA idempotency then
@@ -230,7 +224,7 @@ snapshot up_partman >"$WORK/before-pm"
 q -d up_partman -c "ALTER EXTENSION idempotency UPDATE"
 snapshot up_partman >"$WORK/after-pm"
 diff -u "$WORK/before-pm" "$WORK/after-pm" || fail "records changed by the update (pg_partman)"
-CHECKS=$((CHECKS + 1)); echo "ok: pg_partman database: records unchanged by the update"
+passed "pg_partman database: records unchanged by the update"
 expect "pg_partman's default partition now belongs to the extension, its rows dumped" \
   "$(q -d up_partman -c "SELECT count(*) FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'idempotency' AND c = 'idempotency.keys_default'::regclass")" 1
 expect "pg_partman's template has the primary key" \
@@ -247,7 +241,7 @@ out=$(pgtool pg_restore -d pm_restored "$WORK/pm.dump" 2>&1) || fail "restore of
 [[ -z $out ]] || fail "restore printed: $out"
 snapshot pm_restored >"$WORK/restored-pm"
 diff -u "$WORK/dumped-pm" "$WORK/restored-pm" || fail "the restored pg_partman database differs"
-CHECKS=$((CHECKS + 1)); echo "ok: the upgraded pg_partman database dumps and restores every record"
+passed "the upgraded pg_partman database dumps and restores every record"
 fi
 
 # --- the regression suite in a database created at 0.1.0 and updated
@@ -263,5 +257,5 @@ if [[ $rc -ne 0 ]]; then
   [[ -f $IDEM_ROOT/regression.diffs ]] && head -n 60 "$IDEM_ROOT/regression.diffs"
   fail "the regression suite failed in the upgraded database"
 fi
-CHECKS=$((CHECKS + 1)); echo "ok: the regression suite passes in a database updated from 0.1.0"
+passed "the regression suite passes in a database updated from 0.1.0"
 echo "upgrade_chain: $CHECKS checks passed"
