@@ -1,7 +1,6 @@
 #include "pg/storage/key_store_direct.hpp"
 
 #include "pg/compat.hpp"
-#include "pg/storage/citus.hpp"
 
 extern "C" {
 #include "access/genam.h"
@@ -76,11 +75,11 @@ bool checks_match(const TupleConstr *constr) {
 }
 
 // Range-partitioned on expires_at alone, nothing that an INSERT or SELECT would run besides
-// reading and writing rows, and not a Citus table (whose relations are empty shells).
+// reading and writing rows. (A Citus table never gets here: key_store.cpp keeps its shell
+// relation off the direct path.)
 bool parent_supported(Relation parent) {
     if (parent->rd_rel->relkind != RELKIND_PARTITIONED_TABLE || parent->trigdesc != nullptr ||
-        parent->rd_rel->relrowsecurity || !layout_matches(parent) ||
-        is_citus_table(RelationGetRelid(parent)))
+        parent->rd_rel->relrowsecurity || !layout_matches(parent))
         return false;
     PartitionKey key = RelationGetPartitionKey(parent);
     return key->strategy == PARTITION_STRATEGY_RANGE && key->partnatts == 1 &&

@@ -81,20 +81,34 @@ void spi_check(int rc, int expected) {
         elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 }
 
+// A bigint position argument as the 128-bit position it stands for.
+Datum bigint_position_arg(FunctionCallInfo fcinfo) {
+    int64 value = DatumGetInt64(required_arg(fcinfo, 2, "position"));
+    return uuid_datum(core::position_from_int64(value));
+}
+
+// The (consumer, partition, position) arguments of a watermark write into args, checked before
+// the table is touched, as reserve does: our own 25006 naming the function (a standby's
+// transactions are read-only too).
+void watermark_write_args(FunctionCallInfo fcinfo, Datum position, const char *function,
+                          Datum (&args)[3]) {
+    args[0] = name_arg(fcinfo, 0, "consumer");
+    args[1] = name_arg(fcinfo, 1, "partition");
+    args[2] = position;
+    PreventCommandIfReadOnly(function);
+}
+
+constexpr Oid kWatermarkTypes[] = {TEXTOID, TEXTOID, UUIDOID};
+
 bool accept(FunctionCallInfo fcinfo, Datum position) {
-    Datum consumer = name_arg(fcinfo, 0, "consumer");
-    Datum partition = name_arg(fcinfo, 1, "partition");
-    // Before the table is touched, as reserve does: our own 25006, naming the function (a
-    // standby's transactions are read-only too).
-    PreventCommandIfReadOnly("idempotency.accept()");
+    Datum args[3];
+    watermark_write_args(fcinfo, position, "idempotency.accept()", args);
     Storage storage = open_storage();
-    Oid types[] = {TEXTOID, TEXTOID, UUIDOID};
-    Datum args[] = {consumer, partition, position};
-    SPIPlanPtr advance = saved_plan(&advance_plan, kAdvanceSql, 3, types);
+    SPIPlanPtr advance = saved_plan(&advance_plan, kAdvanceSql, 3, kWatermarkTypes);
     spi_check(SPI_execute_plan(advance, args, nullptr, false, 0), SPI_OK_UPDATE);
     bool accepted = SPI_processed == 1;
     if (!accepted) {
-        SPIPlanPtr upsert = saved_plan(&accept_plan, kAcceptSql, 3, types);
+        SPIPlanPtr upsert = saved_plan(&accept_plan, kAcceptSql, 3, kWatermarkTypes);
         spi_check(SPI_execute_plan(upsert, args, nullptr, false, 0), SPI_OK_INSERT);
         accepted = SPI_processed == 1;
     }
@@ -111,23 +125,19 @@ bool accept(FunctionCallInfo fcinfo, Datum position) {
 }
 
 void set_watermark(FunctionCallInfo fcinfo, Datum position) {
-    Datum consumer = name_arg(fcinfo, 0, "consumer");
-    Datum partition = name_arg(fcinfo, 1, "partition");
-    // Before the table is touched: our own 25006, naming the function (also on a standby).
-    PreventCommandIfReadOnly("idempotency.set_watermark()");
+    Datum args[3];
+    watermark_write_args(fcinfo, position, "idempotency.set_watermark()", args);
     Storage storage = open_storage();
-    Oid types[] = {TEXTOID, TEXTOID, UUIDOID};
-    Datum args[] = {consumer, partition, position};
-    spi_check(SPI_execute_plan(saved_plan(&exists_plan, kConsumerExistsSql, 1, types), args,
-                               nullptr, false, 1),
+    spi_check(SPI_execute_plan(saved_plan(&exists_plan, kConsumerExistsSql, 1, kWatermarkTypes),
+                               args, nullptr, false, 1),
               SPI_OK_SELECT);
     bool known = SPI_processed == 1;
     if (known)
-        spi_check(
-            SPI_execute_plan(saved_plan(&set_plan, kSetSql, 3, types), args, nullptr, false, 0),
-            SPI_OK_INSERT);
+        spi_check(SPI_execute_plan(saved_plan(&set_plan, kSetSql, 3, kWatermarkTypes), args,
+                                   nullptr, false, 0),
+                  SPI_OK_INSERT);
     close_storage(storage);
-    if (!known) unknown_consumer(consumer);
+    if (!known) unknown_consumer(args[0]);
 }
 
 Datum numeric_of(const pg_uuid_t *uuid) {
@@ -145,8 +155,7 @@ Datum numeric_of(const pg_uuid_t *uuid) {
 }  // namespace
 
 IDEM_FUNCTION(idem_accept_bigint) {
-    int64 value = DatumGetInt64(required_arg(fcinfo, 2, "position"));
-    return BoolGetDatum(accept(fcinfo, uuid_datum(core::position_from_int64(value))));
+    return BoolGetDatum(accept(fcinfo, bigint_position_arg(fcinfo)));
 }
 
 IDEM_FUNCTION(idem_accept_uuid) {
@@ -154,8 +163,7 @@ IDEM_FUNCTION(idem_accept_uuid) {
 }
 
 IDEM_FUNCTION(idem_set_watermark_bigint) {
-    int64 value = DatumGetInt64(required_arg(fcinfo, 2, "position"));
-    set_watermark(fcinfo, uuid_datum(core::position_from_int64(value)));
+    set_watermark(fcinfo, bigint_position_arg(fcinfo));
     PG_RETURN_VOID();
 }
 
