@@ -5,7 +5,6 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 citus_cluster_setup "test-cluster/$CITUS_NAME" "$CITUS_PORT"
 trap citus_cluster_stop EXIT
-CHECKS=0
 fail() {
   echo "FAIL: $*"
   for d in "$COORD_DATA" "$W1_DATA" "$W2_DATA"; do
@@ -14,11 +13,8 @@ fail() {
   done
   exit 1
 }
-expect() { # expect WHAT ACTUAL WANTED
-  [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
-  CHECKS=$((CHECKS + 1))
-  echo "ok: $1 ($2)"
-}
+# shellcheck source=test/scripted/lib/checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripted/lib/checks.sh"
 coord() { citus_node coord -qAt "$@"; }
 w1() { citus_node w1 -qAt "$@"; }
 w2() { citus_node w2 -qAt "$@"; }

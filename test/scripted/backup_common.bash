@@ -11,7 +11,6 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 WORK=
-CHECKS=0
 cleanup() {
   cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true
   [[ -n $WORK ]] && rm -rf "$WORK"
@@ -22,11 +21,7 @@ fail() {
   exit 1
 }
 q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
-expect() { # expect WHAT ACTUAL WANTED
-  [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"
-  CHECKS=$((CHECKS + 1))
-  echo "ok: $1"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 pgtool() { # a client program as the cluster user, with the test cluster's connection
   as_pg env PGHOST="$CLUSTER_SOCK" PGPORT="$CLUSTER_PORT" PGUSER=postgres "$PGBIN/$1" "${@:2}"
 }
@@ -90,8 +85,7 @@ check_restored() {
     head -n 40 "$WORK/diff"
     fail "$what: keys or watermarks differ after the restore"
   fi
-  CHECKS=$((CHECKS + 1))
-  echo "ok: $what: $(grep -c . "$snap") rows of keys and watermarks read back exactly"
+  passed "$what: $(grep -c . "$snap") rows of keys and watermarks read back exactly"
   # Before the dump orders handed out up to ORDERS_MAX and invoices up to INVOICES_MAX.
   expect "$what: next_key('orders') above every value handed out before the dump" \
     "$(q -d "$db" -c "SELECT idempotency.next_key('orders') > $ORDERS_MAX")" t
@@ -130,8 +124,7 @@ run_restore() {
     cat "$out"
     fail "$what: the restore printed errors"
   fi
-  CHECKS=$((CHECKS + 1))
-  echo "ok: $what: restored with no error"
+  passed "$what: restored with no error"
 }
 
 fresh_db() { q -d postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1"; }
@@ -166,15 +159,19 @@ SQL
 
 }
 
-backup_main() {
-  cluster_setup "test-cluster/backup-$FORMAT" "$PORT"
-  trap cleanup EXIT
+start_source_cluster() { # the cluster of the sources (worker on src_m), and WORK
   rm -f "$CLUSTER_LOG"
   cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
     "idempotency.database = 'src_m'" "idempotency.maintenance_interval = '1s'" "fsync = off"
   cluster_start "$CLUSTER_DATA"
   WORK=$(mktemp -d /tmp/idem-backup-XXXXXX)
   if is_root; then chown postgres: "$WORK"; fi
+}
+
+backup_main() {
+  cluster_setup "test-cluster/backup-$FORMAT" "$PORT"
+  trap cleanup EXIT
+  start_source_cluster
 
   local src one
   setup_sources

@@ -15,12 +15,7 @@ physical_cleanup() {
   cleanup
 }
 trap physical_cleanup EXIT
-rm -f "$CLUSTER_LOG"
-cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
-  "idempotency.database = 'src_m'" "idempotency.maintenance_interval = '1s'" "fsync = off"
-cluster_start "$CLUSTER_DATA"
-WORK=$(mktemp -d /tmp/idem-backup-XXXXXX)
-if is_root; then chown postgres: "$WORK"; fi
+start_source_cluster
 setup_sources
 for src in src_m src_p; do snapshot $src "$WORK/snap-$src"; done
 
@@ -30,7 +25,7 @@ mkdir -m 0700 "$COPY_SOCK"
 if is_root; then chown postgres: "$COPY_SOCK"; fi
 as_pg "$PGBIN/pg_basebackup" -D "$COPY_DATA" -h "$CLUSTER_SOCK" -p "$CLUSTER_PORT" \
   -U postgres -X stream -c fast --no-sync || fail "pg_basebackup failed"
-CHECKS=$((CHECKS + 1)); echo "ok: pg_basebackup -X stream while the worker runs"
+passed "pg_basebackup -X stream while the worker runs"
 # The source goes on handing out values; the copy must not care.
 q -d src_m -c "SELECT idempotency.next_key('orders')" >/dev/null
 {

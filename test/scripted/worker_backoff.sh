@@ -16,15 +16,7 @@ cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
 fail() { echo "FAIL: $*"; tail -n 40 "$CLUSTER_LOG"; exit 1; }
 count() { grep -c -- "$1" "$CLUSTER_LOG" || true; }
-wait_for() {
-  local limit=$1 what=$2 sql=$3 i
-  for ((i = 0; i < limit * 10; i++)); do
-    [[ $(q -d "${DB:-postgres}" -c "$sql") == t ]] && { echo "ok: $what"; return 0; }
-    sleep 0.1
-  done
-  fail "$what (waited ${limit}s)"
-}
-launcher_pid() { q -d postgres -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/worker.sh"
 
 # 1. 'app' does not exist: over 8 one-second intervals, one LOG line and its hint, no FATAL.
 sleep 8
