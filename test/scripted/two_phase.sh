@@ -7,13 +7,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/two-phase 54476
-cleanup() { cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  echo "--- server log"; tail -n 20 "$CLUSTER_LOG" || true
-  exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -d postgres -qAt "$@"; }
 source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 # The stored record without its timestamps, which differ between a key and its twin; the

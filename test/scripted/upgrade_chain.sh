@@ -13,17 +13,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/upgrade-chain 54474
-WORK=
-cleanup() {
-  cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true
-  [[ -n $WORK ]] && rm -rf "$WORK"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  echo "--- server log"; tail -n 20 "$CLUSTER_LOG" || true
-  exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
 source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 expect_error() { # expect_error WHAT TEXT DB SQL: SQL fails and its error contains TEXT
