@@ -107,12 +107,16 @@ fetch_source() {
 }
 
 # build_pg_major MAJOR: PostgreSQL MAJOR with contrib, pg_regress and the isolation tester,
-# the extensions of IDEM_EXTENSION_SOURCES, installed under $IDEM_CACHE/pgMAJOR. Each part is built once (a
-# stamp file marks it done), so an interrupted build resumes where it stopped.
+# built with injection points and their test module (the `faults` suite drives the extension's
+# own points with them), and the extensions of IDEM_EXTENSION_SOURCES, installed under
+# $IDEM_CACHE/pgMAJOR. Each part is built once (a stamp file marks it done), so an interrupted
+# build resumes where it stopped; a build from before injection points has an older stamp and
+# is made again.
 build_pg_major() {
   local major=$1 prefix src suite pkg
   prefix=$(pg_major_prefix "$major")
-  if [[ ! -f $prefix/.built-postgresql ]]; then
+  if [[ ! -f $prefix/.built-postgresql-injection-points ]]; then
+    rm -rf "$prefix"
     read -r suite pkg <<<"${IDEM_PG_SOURCE[$major]}"
     # shellcheck disable=SC2086 # one package a word
     install_missing $IDEM_PG_BUILD_PACKAGES || return
@@ -120,12 +124,14 @@ build_pg_major() {
     fetch_source "$suite" "$pkg" "$src" || return
     log "building PostgreSQL $major into $prefix (a few minutes)"
     (cd "$src" && ./configure --prefix="$prefix" --without-icu --with-openssl --enable-debug \
-      CFLAGS="-O2 -g" >configure.log && make -s -j2 world-bin >build.log 2>&1 &&
+      --enable-injection-points CFLAGS="-O2 -g" >configure.log &&
+      make -s -j2 world-bin >build.log 2>&1 &&
       make -s install-world-bin >install.log 2>&1 &&
       make -s -C src/test/regress install >>install.log 2>&1 &&
-      make -s -C src/test/isolation install >>install.log 2>&1) ||
+      make -s -C src/test/isolation install >>install.log 2>&1 &&
+      make -s -C src/test/modules/injection_points install >>install.log 2>&1) ||
       { echo "error: building PostgreSQL $major failed (logs in $src)" >&2; return 1; }
-    chmod -R a+rX "$IDEM_CACHE" && touch "$prefix/.built-postgresql"
+    chmod -R a+rX "$IDEM_CACHE" && touch "$prefix/.built-postgresql-injection-points"
   fi
   local source
   for source in "${IDEM_EXTENSION_SOURCES[@]}"; do
