@@ -68,7 +68,7 @@ SET ROLE idem_metrics_nobody;
 SELECT count(*) FROM idempotency.metrics;
 \set VERBOSITY default
 RESET ROLE;
--- The exporter's grants (README, "Metrics") are enough.
+-- The exporter's grants (docs/operations.md, "Metrics") are enough.
 GRANT SELECT ON idempotency.metrics TO idem_metrics_nobody;
 GRANT EXECUTE ON FUNCTION idempotency.stats_counters() TO idem_metrics_nobody;
 SET ROLE idem_metrics_nobody;

@@ -65,7 +65,7 @@ SELECT pg_temp.try($$SELECT idempotency.next_key('st_sp')$$) AS after_savepoint;
 COMMIT;
 
 -- drop_stream: the stream and its cached block are gone. Re-creating a name starts afresh
--- at 1 (a new stream: the README says so).
+-- at 1 (a new stream: docs/streams.md says so).
 SELECT idempotency.drop_stream('st_b');
 SELECT pg_temp.try($$SELECT idempotency.next_key('st_b')$$) AS after_drop;
 SELECT idempotency.create_stream('st_b', 10);

@@ -1,4 +1,4 @@
-// SQLSTATEs of our own (class IK, documented in README) and argument checks shared by the
+// SQLSTATEs of our own (class IK, documented in docs/reference.md) and argument checks shared by the
 // SQL-callable functions.
 #pragma once
 

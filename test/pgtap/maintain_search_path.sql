@@ -13,7 +13,7 @@ SELECT plan(8);
 SET LOCAL idempotency.partition_width = '1d';
 SET LOCAL idempotency.premake = 2;
 
--- The operator of README "Roles and privileges", owning a schema where it plants look-alikes
+-- The operator of docs/operations.md "Roles and privileges", owning a schema where it plants look-alikes
 -- of built-ins pg_partman (and a careless event trigger) call unqualified.
 CREATE ROLE idem_msp_ops NOLOGIN;
 GRANT USAGE ON SCHEMA idempotency TO idem_msp_ops;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Moving to another server with logical replication, exactly as README's "Moving to another
+# Moving to another server with logical replication, exactly as docs/replication.md's "Moving to another
 # server or major version" says. An old server (publisher) runs a storm-shaped pgbench load
 # (reserve + business row + complete, reserve + fail, reserve / commit / complete; next_key
 # and accept inside the business transactions) while its worker keeps short partitions

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # idem: same on every major (the IDEM_PG=15 run runs it; see scripts/test.sh)
-# README's "Moving to another server or major version" across majors: logical_move.sh with the
+# docs/replication.md's "Moving to another server or major version" across majors: logical_move.sh with the
 # old server on PostgreSQL 15 and the new one on 18 (built from Debian's source package on
 # first use), whatever major the rest of the run tests.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # idem: 15 only: pg_cron is packaged for PostgreSQL 15 only (no pg-cron source tarball on the mirror)
-# README's pg_cron recipe, for real, on a socket-only server (listen_addresses = ''): pg_cron
+# docs/storage.md's pg_cron recipe, for real, on a socket-only server (listen_addresses = ''): pg_cron
 # (Debian's postgresql-15-cron) keeps its jobs in 'postgres' and runs maintain() in 'app'
 # through cron.schedule_in_database, connecting over the unix socket (cron.host = the socket
 # directory); the worker is off (idempotency.database = ''). The run shows in
@@ -28,7 +28,7 @@ fail() { echo "FAIL: $*"; tail -n 30 "$CLUSTER_LOG"; exit 1; }
 q -d postgres -c "CREATE EXTENSION pg_cron"
 q -d postgres -c "CREATE DATABASE app"
 q -d app -c "CREATE EXTENSION idempotency"
-# The recipe (README, "Scheduling maintain() with pg_cron").
+# The recipe (docs/storage.md, "Scheduling maintain() with pg_cron").
 job=$(q -d postgres -c "SELECT cron.schedule_in_database('idempotency-maintain', '* * * * *',
   'SELECT count(*) FROM idempotency.maintain()', 'app')")
 [[ $(q -d postgres -c "SELECT nodename FROM cron.job WHERE jobid = $job") == "$CLUSTER_SOCK" ]] ||

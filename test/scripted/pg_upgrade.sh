@@ -3,14 +3,14 @@
 # pg_upgrade from PostgreSQL 15 to 18 with the extension and data in every state: completed,
 # committed-in-progress, failed and checkpointed keys; streams with values handed out; consumer
 # watermarks; partitions made by maintain(); an outbox slot, drained and dropped first as
-# README says (pg_upgrade carries logical slots over only from 17 on). On 18: every key
+# docs/operations.md says (pg_upgrade carries logical slots over only from 17 on). On 18: every key
 # answers as before, next_key continues above every value handed out on 15, old positions are
 # refused by accept, outbox keys continue above the old ones, maintain() and the worker run.
 # PostgreSQL 18 is built from Debian's source package on first use (scripts/majors.sh).
 # The 15 side is Debian 12's own postgresql-15 at the oldest release its archive still has
 # (15.18 today), unpacked beside the installed one: 15.20 stores a `pg_attver` option on every
 # column that 18.6 does not know, so pg_upgrade from 15.20 to 18.6 fails for any database, with
-# or without this extension (README, "Upgrading PostgreSQL").
+# or without this extension (docs/operations.md, "Upgrading PostgreSQL").
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 OLD_VERSION=$(apt-cache madison postgresql-15 | awk '{print $3}' | sort -V | head -n1)
@@ -80,7 +80,7 @@ snapshot="SELECT string_agg(concat_ws('|', scope, key, state, status_code, respo
   completed_at, locked_until, expires_at), E'\n' ORDER BY key) FROM idempotency.keys"
 before=$(old -c "SET TimeZone = 'UTC'" -c "$snapshot")
 
-# The outbox: a slot with the idempotency plugin, read to the end before the upgrade (README:
+# The outbox: a slot with the idempotency plugin, read to the end before the upgrade (docs/outbox.md:
 # consume and drop logical slots first; 15 cannot hand them to pg_upgrade).
 old -c "SELECT 1 FROM pg_create_logical_replication_slot('outbox', 'idempotency')" >/dev/null
 old -c "SELECT idempotency.emit('orders', '{\"n\": 1}')" >/dev/null

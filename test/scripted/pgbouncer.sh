@@ -184,7 +184,7 @@ rc=0
 timeout 60 "$PGBIN/pgbench" -n -M prepared -h "$PGB_SOCK" -p "$PGB_PORT" -U postgres -c 16 -j 2 \
   -t 50 -f "$WORK/prepared.pgbench" postgres >"$WORK/prepared.log" 2>&1 || rc=$?
 grep -qE 'prepared statement "P_[0-9]+" (does not exist|already exists)' "$WORK/prepared.log" ||
-  fail "pgbench -M prepared through pgbouncer did not fail as README says (rc $rc): $(tail -n 5 "$WORK/prepared.log")"
+  fail "pgbench -M prepared through pgbouncer did not fail as docs/replication.md says (rc $rc): $(tail -n 5 "$WORK/prepared.log")"
 ok "protocol-level prepared statements fail: $(grep -oE 'prepared statement "P_[0-9]+" (does not exist|already exists)' "$WORK/prepared.log" | head -n 1)"
 timeout 60 "$PGBIN/pgbench" -n -M extended -h "$PGB_SOCK" -p "$PGB_PORT" -U postgres -c 16 -j 2 \
   -t 50 -f "$WORK/prepared.pgbench" postgres >"$WORK/extended.log" 2>&1 ||

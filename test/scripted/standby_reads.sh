@@ -79,7 +79,7 @@ err=$(standby -c "SELECT idempotency.accept('standby', 'p0', '00000000-0000-0000
 expect "accept's message" "$err" \
   "ERROR:  cannot execute idempotency.accept() in a read-only transaction"
 expect "watermark" "$(standby -c "SELECT idempotency.watermark('standby', 'p0')" 2>&1)" "42"
-# The bounds a move to a logical subscriber reads (README, "Moving to another server").
+# The bounds a move to a logical subscriber reads (docs/replication.md, "Moving to another server").
 expect "stream_positions" \
   "$(standby -c "SELECT reserved_up_to FROM idempotency.stream_positions() WHERE stream = 'standby_s'" 2>&1)" "10"
 err=$(standby -c "\\set VERBOSITY sqlstate" -c "SELECT idempotency.set_stream_floor('standby_s', 100)" 2>&1 || true)

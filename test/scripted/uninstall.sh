@@ -61,7 +61,7 @@ q -d $DB -c "SELECT partman.run_maintenance()" >/dev/null || fail "partman.run_m
 expect "partman.run_maintenance() still maintains public.events (premake raised to 5: new partitions)" \
   "$(q -d $DB -c "SELECT count(*) >= 6 FROM pg_inherits WHERE inhparent = 'public.events'::regclass")" t
 
-# --- DROP EXTENSION without stop_partman(): the hazard README warns of
+# --- DROP EXTENSION without stop_partman(): the hazard docs/operations.md warns of
 setup idem_uninstall_b
 DB=idem_uninstall_b
 q -d $DB -c "DROP EXTENSION idempotency"

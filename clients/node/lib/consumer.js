@@ -22,7 +22,7 @@ export class OutboxConsumer {
   // source: a connected pg client of the database with the slot (used outside transactions);
   // target: a connected pg client of the consumer's database (may be the same database, not
   // the same client). partition names the source in the watermark table: one per source
-  // database, and a new one after a failover or restore (README, "Outbox"). onPhase(phase,
+  // database, and a new one after a failover or restore (docs/outbox.md). onPhase(phase,
   // item) is called at every step ('peeked', 'applied_uncommitted', 'committed',
   // 'before_advance', 'advanced'), for logging and for crash tests.
   constructor(source, target, { slot, consumer, partition, topics, batch = 100, onPhase } = {}) {

@@ -1,4 +1,4 @@
-// Typed errors: one class per SQLSTATE of README's error table, the reserve outcomes an HTTP
+// Typed errors: one class per SQLSTATE of the error table of docs/reference.md, the reserve outcomes an HTTP
 // layer answers with 409 / 422, and the misuse of a connection.
 
 export class IdempotencyError extends Error {

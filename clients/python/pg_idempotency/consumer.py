@@ -55,7 +55,7 @@ class OutboxConsumer:
     source: a connection (autocommit is set) to the database with the slot; target: the
     connection of the consumer's own database (may be another connection to the same
     database). partition names the source in the watermark table: use one per source database
-    and start a new one after a failover or restore (README, "Outbox")."""
+    and start a new one after a failover or restore (docs/outbox.md)."""
 
     def __init__(self, source: psycopg.Connection, target: psycopg.Connection, slot: str,
                  consumer: str, partition: Optional[str] = None, topics=None,

@@ -1,4 +1,4 @@
-"""Typed exceptions: one class per SQLSTATE of README's error table, and the reserve outcomes
+"""Typed exceptions: one class per SQLSTATE of the error table of docs/reference.md, and the reserve outcomes
 an HTTP layer answers with 409 / 422."""
 from __future__ import annotations
 

@@ -232,7 +232,7 @@ def test_key_over_255_bytes_is_the_servers_54000(conn):
 
 
 def readme_sqlstates():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
     table = text.split("## Errors", 1)[1].split("\n## ", 1)[0]
     codes = set()
     for line in table.splitlines():

@@ -4,7 +4,7 @@
 //   POST /orders                 create an order (Authorization + Idempotency-Key required)
 //   GET  /orders/by-key/:key     what the server knows about a key (support staff)
 //   GET  /healthz
-// Run: PGHOST=... PGPORT=... PGDATABASE=... node src/server.js   (see README, "HTTP example")
+// Run: PGHOST=... PGPORT=... PGDATABASE=... node src/server.js   (see docs/http.md)
 import fs from 'node:fs';
 import http from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';

@@ -115,7 +115,7 @@ const char *const kKeyFunctions[] = {
 
 const char *const kCitusHint =
     "Install Citus from Citus's own packages, put citus first in shared_preload_libraries, "
-    "CREATE EXTENSION citus and add the workers with citus_add_node(); see README, Scale-out.";
+    "CREATE EXTENSION citus and add the workers with citus_add_node(); see docs/citus.md.";
 
 }  // namespace
 

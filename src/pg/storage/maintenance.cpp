@@ -330,7 +330,7 @@ bool must_reraise(int sqlstate) {
 // The maintenance transaction commits with synchronous_commit = local: it holds ACCESS
 // EXCLUSIVE on idempotency.keys until its commit ends, and a commit that waits for a
 // synchronous standby that is gone would keep every read of the keys waiting with it. Nothing
-// it writes needs the standby (README, "High availability"): a standby that misses it has the
+// it writes needs the standby (docs/replication.md, "High availability"): a standby that misses it has the
 // same keys, and the next pass redoes the work. A SET LOCAL, before our GUC nest level so it
 // lasts until the commit. Never raised (off stays off); kept when the transaction already
 // wrote something, whose commit must wait.

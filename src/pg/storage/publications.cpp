@@ -77,8 +77,7 @@ void check_publications() {
                            "between partitions: keys would be lost."),
                  errhint("Publish idempotency.keys through its root: ALTER PUBLICATION %s SET "
                          "(publish_via_partition_root = true), or create the publication WITH "
-                         "(publish_via_partition_root = true). See README, \"Logical "
-                         "replication\".",
+                         "(publish_via_partition_root = true). See docs/replication.md.",
                          quote_identifier(publication))));
     if (problem == 2)
         ereport(

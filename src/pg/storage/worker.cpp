@@ -334,7 +334,7 @@ void idem_maintenance_main(Datum) {
     SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_SESSION);
     SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_SESSION);
     // Its commits never wait for synchronous standbys while holding the maintenance locks
-    // (maintain() does the same for its own transaction; README, "High availability").
+    // (maintain() does the same for its own transaction; docs/replication.md, "High availability").
     SetConfigOption("synchronous_commit", "local", PGC_SUSET, PGC_S_SESSION);
     // One transaction per pass; an error is logged and the next pass starts a new worker.
     MemoryContext context = CurrentMemoryContext;
