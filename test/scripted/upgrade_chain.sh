@@ -9,13 +9,17 @@
 # an error that names ALTER EXTENSION idempotency UPDATE, also in a session that asked before
 # another session updated; UPDATE TO a version that does not exist is PostgreSQL's own error.
 # The rows are written with plain SQL: the library installed here is the new one, which
-# refuses to run against 0.1.0's objects.
+# refuses to run against 0.1.0's objects. Last, a database created at 0.2.0 (the last release)
+# and updated has exactly the objects of a new install: every member of the extension with
+# its definition, columns, indexes, constraints, triggers and privileges.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/upgrade-chain 54474
 source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
 source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
+# The version a new install makes (the library serves that one only).
+CURRENT=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idempotency.control")
 expect_error() { # expect_error WHAT TEXT DB SQL: SQL fails and its error contains TEXT
   local out
   if out=$(q -d "$3" -c "$4" 2>&1); then fail "$1: succeeded ($out)"; fi
@@ -92,10 +96,10 @@ for call in "SELECT idempotency.reserve('up', 'x')" "SELECT * FROM idempotency.l
   "SELECT idempotency.accept('billing', 'p0', 1::bigint)" "SELECT * FROM idempotency.maintain()" \
   "SELECT idempotency.fingerprint('{}'::jsonb)" "SELECT * FROM idempotency.stats"; do
   expect_error "0.1.0 objects, new library: $call refused" \
-    "idempotency 0.1.0 is installed in this database, but the loaded library is 0.2.0" up "$call"
+    "idempotency 0.1.0 is installed in this database, but the loaded library is $CURRENT" up "$call"
 done
 out=$(q -d up -c "SELECT idempotency.next_key('orders')" 2>&1 -v VERBOSITY=verbose || true)
-[[ $out == *55000* && $out == *"HINT:  Run ALTER EXTENSION idempotency UPDATE TO '0.2.0' in this database."* ]] ||
+[[ $out == *55000* && $out == *"HINT:  Run ALTER EXTENSION idempotency UPDATE TO '$CURRENT' in this database."* ]] ||
   fail "the refusal lacks its SQLSTATE or hint: $out"
 passed "the refusal is SQLSTATE 55000 with the hint"
 
@@ -115,7 +119,7 @@ SQL
 [[ $out == *"is installed in this database"* && $out == *"after:1"* ]] ||
   fail "a session that was refused does not see the update: $out"
 passed "a refused session works once another session updated"
-expect "updated to 0.2.0" "$(q -d up -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" 0.2.0
+expect "updated to $CURRENT" "$(q -d up -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" "$CURRENT"
 
 # Every record as before (next_key('empty') moved that stream's bound only).
 snapshot up | sed 's/^empty|100|100$/empty|100|0/' >"$WORK/after"
@@ -146,7 +150,7 @@ out=$(pgtool pg_restore -d up_restored "$WORK/up.dump" 2>&1) || fail "restore of
 expect "the upgraded database's dump restores every key" \
   "$(q -d up_restored -c "SELECT count(*) FROM idempotency.keys")" "$(q -d up -c "SELECT count(*) FROM idempotency.keys")"
 
-# A dump taken at 0.1.0 into a server with 0.2.0's files: CREATE EXTENSION makes 0.2.0, whose
+# A dump taken at 0.1.0 into a server with the current files: CREATE EXTENSION makes those, whose
 # parent has no primary key, so the dump's partitions and their keys restore, and the only
 # errors are the dump's ALTER INDEX keys_pkey ATTACH PARTITION, one per partition (harmless:
 # the partition keeps its key). The default partition's rows were never in a 0.1.0 dump.
@@ -156,17 +160,17 @@ others=$(grep '^pg_restore: error:' <<<"$out" | grep -v 'relation "idempotency.k
 [[ -z $others && $(grep -c 'keys_pkey" does not exist' <<<"$out") == 4 ]] ||
   fail "restore of a 0.1.0 dump: other errors than the 4 index attachments: $out"
 passed "a 0.1.0 dump restores with one harmless error per partition (ALTER INDEX keys_pkey ATTACH)"
-expect "a 0.1.0 dump restores into 0.2.0: every key of the dated partitions, none of the default's" \
+expect "a 0.1.0 dump restores into $CURRENT: every key of the dated partitions, none of the default's" \
   "$(q -d up_from_010 -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")|$(q -d up_from_010 -c "SELECT string_agg(key, ',' ORDER BY key) FROM idempotency.keys")" \
-  "0.2.0|abandoned,completed,failed,processing"
+  "$CURRENT|abandoned,completed,failed,processing"
 
 # Bad input: a restore into a database where another version (0.1.0) is installed. The dump's
 # CREATE EXTENSION IF NOT EXISTS does nothing there, and 0.1.0's table refuses the partitions.
 q -d postgres -c "CREATE DATABASE up_into_010"
 q -d up_into_010 -c "CREATE EXTENSION idempotency VERSION '0.1.0'"
-out=$(pgtool pg_restore -d up_into_010 "$WORK/up.dump" 2>&1) && fail "a 0.2.0 dump restored into 0.1.0 without an error"
+out=$(pgtool pg_restore -d up_into_010 "$WORK/up.dump" 2>&1) && fail "a $CURRENT dump restored into 0.1.0 without an error"
 [[ $out == *"multiple primary keys"* ]] || fail "unexpected error restoring into 0.1.0: $out"
-passed "a 0.2.0 dump into a 0.1.0 database fails (multiple primary keys)"
+passed "a $CURRENT dump into a 0.1.0 database fails (multiple primary keys)"
 # The documented procedure: pg_restore --clean --if-exists, which drops the installed 0.1.0
 # (with whatever keys it held) and creates the extension at the version of the installed
 # files. (Updating the target first does not do: the dump's CREATE SCHEMA idempotency then
@@ -179,8 +183,8 @@ out=$(pgtool pg_restore --clean --if-exists -d up_into_010b "$WORK/up.dump" 2>&1
 snapshot up_restored >"$WORK/restored-a"
 snapshot up_into_010b >"$WORK/restored-b"
 diff -u "$WORK/restored-a" "$WORK/restored-b" || fail "restore with --clean differs from one into an empty database"
-expect "pg_restore --clean --if-exists into the 0.1.0 database: 0.2.0 with every record" \
-  "$(q -d up_into_010b -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" 0.2.0
+expect "pg_restore --clean --if-exists into the 0.1.0 database: $CURRENT with every record" \
+  "$(q -d up_into_010b -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" "$CURRENT"
 
 # 0.1.0's use_partman() spoke pg_partman 4.x only: with 5.x (PostgreSQL 17 and 18 here) no
 # such database can exist.
@@ -233,6 +237,59 @@ snapshot pm_restored >"$WORK/restored-pm"
 diff -u "$WORK/dumped-pm" "$WORK/restored-pm" || fail "the restored pg_partman database differs"
 passed "the upgraded pg_partman database dumps and restores every record"
 fi
+
+# --- a database created at 0.2.0 and updated has the objects of a new install
+# objects DB: each member of the extension, described with everything that defines it.
+objects() {
+  q -d "$1" <<'SQL'
+WITH members AS (
+  SELECT classid, objid FROM pg_depend
+  WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency'))
+SELECT pg_describe_object(m.classid, m.objid, 0) || ' | ' || coalesce(CASE
+    WHEN m.classid = 'pg_proc'::regclass THEN
+      (SELECT pg_get_functiondef(p.oid) || coalesce(p.proacl::text, '') FROM pg_proc p WHERE p.oid = m.objid)
+    WHEN m.classid = 'pg_class'::regclass THEN
+      (SELECT c.relkind || c.relpersistence || c.relreplident || coalesce(c.relacl::text, '') ||
+         coalesce(pg_get_viewdef(c.oid), '') || coalesce(pg_get_partkeydef(c.oid), '') ||
+         coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod) ||
+             CASE WHEN a.attnotnull THEN ' not null' ELSE '' END ||
+             coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '') ||
+             coalesce(' ' || a.attacl::text, ''), ', ' ORDER BY a.attnum)
+           FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+           WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '') ||
+         coalesce((SELECT string_agg(pg_get_indexdef(i.indexrelid), '; ' ORDER BY 1)
+           FROM pg_index i WHERE i.indrelid = c.oid), '') ||
+         coalesce((SELECT string_agg(x.conname || ' ' || pg_get_constraintdef(x.oid), '; ' ORDER BY 1)
+           FROM pg_constraint x WHERE x.conrelid = c.oid), '') ||
+         coalesce((SELECT string_agg(pg_get_triggerdef(t.oid) || ' ' || t.tgenabled, '; ' ORDER BY 1)
+           FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal), '') ||
+         coalesce((SELECT string_agg(r.rulename || ' ' || pg_get_ruledef(r.oid), '; ' ORDER BY 1)
+           FROM pg_rewrite r WHERE r.ev_class = c.oid AND r.rulename <> '_RETURN'), '') ||
+         coalesce((SELECT string_agg(pol.polname || ' ' || pol.polcmd || ' ' ||
+             coalesce(pg_get_expr(pol.polqual, pol.polrelid), ''), '; ' ORDER BY 1)
+           FROM pg_policy pol WHERE pol.polrelid = c.oid), '')
+       FROM pg_class c WHERE c.oid = m.objid)
+    WHEN m.classid = 'pg_type'::regclass THEN
+      (SELECT t.typtype || coalesce(t.typacl::text, '') ||
+         coalesce((SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = t.oid), '')
+       FROM pg_type t WHERE t.oid = m.objid)
+    WHEN m.classid = 'pg_namespace'::regclass THEN
+      (SELECT coalesce(n.nspacl::text, '') FROM pg_namespace n WHERE n.oid = m.objid)
+    END, '')
+FROM members m ORDER BY 1;
+SQL
+}
+q -d postgres -c "CREATE DATABASE at_020" -c "CREATE DATABASE at_new"
+q -d at_020 -c "CREATE EXTENSION idempotency VERSION '0.2.0'" -c "ALTER EXTENSION idempotency UPDATE"
+q -d at_new -c "CREATE EXTENSION idempotency"
+expect "0.2.0 updated to $CURRENT" \
+  "$(q -d at_020 -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" "$CURRENT"
+objects at_020 >"$WORK/objects-updated"
+objects at_new >"$WORK/objects-new"
+[[ $(wc -l <"$WORK/objects-new") -gt 20 ]] || fail "the object listing of a new install is too short"
+diff -u "$WORK/objects-new" "$WORK/objects-updated" || fail "a database updated from 0.2.0 differs from a new install"
+passed "a database updated from 0.2.0 has the objects of a new install ($(wc -l <"$WORK/objects-new") objects)"
 
 # --- the regression suite in a database created at 0.1.0 and updated
 q -d postgres -c "CREATE DATABASE contrib_regression"
