@@ -33,30 +33,9 @@ SETTINGS=("idempotency.database = 'postgres'" "idempotency.partition_width = '2s
   "max_connections = $((CLIENTS + 30))" "max_worker_processes = 16"
   "max_logical_replication_workers = 6" "wal_sender_timeout = '10s'")
 
-on_new() { local PGBIN=$NEW_PGBIN; "$@"; }
-cleanup() {
-  on_new cluster_stop "$NEW_DATA" >/dev/null 2>&1 || true
-  cluster_stop "$OLD_DATA" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  echo "--- old server log"; grep -v "idempotency: \(created\|dropped\|purged\)" "$OLD_LOG" | tail -n 20 || true
-  echo "--- new server log"; tail -n 30 "$NEW_LOG" || true
-  exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/two_servers.sh"
 old() { cluster_psql "$OLD_DATA" "$OLD_PORT" "$OLD_SOCK" -d postgres -qAt "$@"; }
 new() { PGBIN=$NEW_PGBIN cluster_psql "$NEW_DATA" "$NEW_PORT" "$NEW_SOCK" -d postgres -qAt "$@"; }
-# wait_for WHAT SECONDS COMMAND...: until COMMAND prints t.
-wait_for() {
-  local what=$1 deadline=$((SECONDS + $2))
-  shift 2
-  until [[ $("$@" 2>/dev/null) == t ]]; do
-    ((SECONDS < deadline)) || fail "timed out waiting for $what"
-    sleep 0.5
-  done
-}
 source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 
 if [[ $NEW_PGBIN != "$OLD_PGBIN" ]]; then

@@ -7,6 +7,9 @@
 // maintain() in the database writes it first, and the background worker writes its own failed
 // runs at once, in a new transaction after the failed one. C-style: no C++ object lives across
 // a PostgreSQL call.
+//
+// The history is each server's own: logical replication never writes it (keep_local_rows below,
+// docs/replication.md).
 
 #include "pg/storage/maintenance.hpp"
 
@@ -15,6 +18,7 @@
 extern "C" {
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "commands/trigger.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
@@ -83,6 +87,10 @@ void unlock_pending(PendingRuns *p) {
 PendingRun flushed[kPendingRuns];
 int n_flushed = 0;
 bool callback_registered = false;
+// True while insert_run writes this backend's own history: keep_local_rows lets those rows
+// through even in a session_replication_role = replica session. Cleared at transaction end
+// too, in case an error skipped the reset.
+bool writing_own_history = false;
 
 void push_pending(const PendingRun &run) {
     PendingRuns *p = pending();
@@ -100,8 +108,16 @@ void at_transaction_end(XactEvent event, void *) {
         for (int i = 0; i < n_flushed; i++) push_pending(flushed[i]);
     if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
         event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
-        event == XACT_EVENT_PREPARE)
+        event == XACT_EVENT_PREPARE) {
         n_flushed = 0;
+        writing_own_history = false;
+    }
+}
+
+void register_callback() {
+    if (callback_registered) return;
+    RegisterXactCallback(at_transaction_end, nullptr);
+    callback_registered = true;
 }
 
 bool log_table_exists() {
@@ -130,6 +146,8 @@ void insert_run(TimestampTz started, TimestampTz ended, const char *caller, cons
                     CStringGetTextDatum(steps),
                     error ? CStringGetTextDatum(error) : (Datum)0};
     char nulls[] = {' ', ' ', ' ', ' ', ' ', ' ', error ? ' ' : 'n'};
+    register_callback();
+    writing_own_history = true;
     int rc = SPI_execute_with_args(kInsertSql, 7, types, args, nulls, false, 1);
     if (rc != SPI_OK_INSERT_RETURNING)
         elog(ERROR, "idempotency: recording the maintenance run failed: %s",
@@ -140,6 +158,7 @@ void insert_run(TimestampTz started, TimestampTz ended, const char *caller, cons
     Oid trim_types[] = {INT8OID};
     Datum trim_args[] = {Int64GetDatum(run - kKeptRuns)};
     rc = SPI_execute_with_args(kTrimSql, 1, trim_types, trim_args, nullptr, false, 0);
+    writing_own_history = false;
     if (rc != SPI_OK_DELETE)
         elog(ERROR, "idempotency: trimming the maintenance runs failed: %s",
              SPI_result_code_string(rc));
@@ -207,10 +226,7 @@ void stash_failed_run(TimestampTz started, const char *caller, const char *error
 
 int record_stashed_runs() {
     if (!log_table_exists()) return 0;
-    if (!callback_registered) {
-        RegisterXactCallback(at_transaction_end, nullptr);
-        callback_registered = true;
-    }
+    register_callback();
     PendingRun *mine = flushed + n_flushed;
     int n = 0;
     PendingRuns *p = pending();
@@ -233,3 +249,31 @@ int record_stashed_runs() {
 }
 
 }  // namespace idem::pg
+
+// idempotency.keep_local_rows(): a BEFORE INSERT OR UPDATE OR DELETE row trigger of
+// idempotency.maintenance_log, enabled as a REPLICA trigger: it fires only where
+// session_replication_role = replica, that is in logical replication's apply and table-sync
+// workers (and other tools that write as a replica). There it skips the row (returns NULL)
+// unless this backend's own maintain() is writing its history: a publisher's runs and trims
+// never reach a subscriber's history, whose run numbers are its own. Not an IDEM_FUNCTION: it
+// reads nothing, so it skips the schema version check, which would stop a subscription while
+// the library and the SQL objects are of different versions.
+extern "C" {
+PG_FUNCTION_INFO_V1(idem_keep_local_rows);
+}
+static Datum keep_local_rows(FunctionCallInfo fcinfo) {
+    if (!CALLED_AS_TRIGGER(fcinfo))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("idempotency.keep_local_rows() must be called as a trigger")));
+    auto *trigger = reinterpret_cast<TriggerData *>(fcinfo->context);
+    if (!TRIGGER_FIRED_BEFORE(trigger->tg_event) || !TRIGGER_FIRED_FOR_ROW(trigger->tg_event))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("idempotency.keep_local_rows() must be a BEFORE ... FOR EACH ROW "
+                               "trigger")));
+    if (!idem::pg::writing_own_history) return PointerGetDatum(nullptr);
+    return PointerGetDatum(TRIGGER_FIRED_BY_UPDATE(trigger->tg_event) ? trigger->tg_newtuple
+                                                                      : trigger->tg_trigtuple);
+}
+extern "C" Datum idem_keep_local_rows(PG_FUNCTION_ARGS) {
+    return idem::pg::guarded([fcinfo]() { return keep_local_rows(fcinfo); });
+}
