@@ -5,6 +5,8 @@
 //   'delay'  forwards the request and holds the answer back until the browser gives up
 //   'reset'  resets the connection before the request reaches the server
 //   '503'    answers 503 itself, as a load balancer without a backend would
+//   'slow'   passes the request on with ?delay_ms=4000: the server's handler holds the key
+//            for 4 s, past the page's timeout, so the retry meets it in flight (409)
 // Every answer says Connection: close, so each attempt of the page opens a new connection and
 // the browser cannot resend a request on its own (it does so on a reused connection).
 import http from 'node:http';
@@ -24,11 +26,13 @@ export async function startProxy(target) {
       res.writeHead(503, { 'Content-Type': 'application/json' });
       return res.end('{"error":"bad_gateway","message":"no backend answered"}');
     }
-    const upstream = http.request(new URL(req.url, target), {
+    const url = new URL(req.url, target);
+    if (behaviour === 'slow') url.searchParams.set('delay_ms', '4000');
+    const upstream = http.request(url, {
       method: req.method,
       headers: { ...req.headers, connection: 'close' },
     }, (answer) => {
-      if (behaviour === 'pass') {
+      if (behaviour === 'pass' || behaviour === 'slow') {
         res.writeHead(answer.statusCode, answer.headers);
         return answer.pipe(res);
       }

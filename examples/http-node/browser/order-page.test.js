@@ -74,10 +74,12 @@ async function ordersWithKeys(keys) {
   return rows;
 }
 
-// The POST /orders the server handled for a key, from its request log.
-const serverSaw = (key) =>
-  requestLog.filter((line) => line.startsWith('POST /orders ') &&
-    line.includes(` key=${key} `)).length;
+// The statuses of the POST /orders the server handled for a key, from its request log
+// ("POST /orders?delay_ms=4000 409 key=... 3ms").
+const answersFor = (key) => requestLog.map((line) =>
+  /^POST \/orders(?:\?\S*)? (\d+) key=(\S+) /.exec(line)).filter((m) => m && m[2] === key)
+  .map((m) => Number(m[1]));
+const serverSaw = (key) => answersFor(key).length;
 
 async function waitServerSaw(key, n) {
   await waitFor(() => serverSaw(key) >= n, { ...WAIT, what: `the server to see ${n} requests` });
@@ -166,4 +168,26 @@ test('a reload during the retries resends the same key from sessionStorage: one 
     assert.equal((await ordersWithKeys([key])).length, 1);
     assert.equal(await orderCount(), ordersBefore + 1);
     assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+  });
+
+test('the server still holds the key when the page times out: 409 + Retry-After, then the replay',
+  async () => {
+    proxy.plan('slow');
+    await place();
+    await page.waitForFunction(() => /Attempt \d+: answer 409\. Retrying with the same key/
+      .test(document.getElementById('status').textContent), null, { timeout: WAIT.timeoutMs });
+    const [shown, ...more] = await waitShown(1);
+    assert.deepEqual(more, []);
+    assert.equal(shown.replayed, true);
+    const key = shown.key;
+    assert.ok(proxy.posts.every((p) => p.key === key));
+    await waitServerSaw(key, proxy.posts.length); // every attempt reached the server
+    // Logged as they finish: one or more 409s while the first attempt held the key, the first
+    // attempt's 201 (its page gone) and the replay's.
+    const answers = answersFor(key);
+    assert.equal(answers.filter((s) => s === 201).length, 2, `answers ${answers}`);
+    assert.ok(answers.filter((s) => s === 409).length >= 1, `answers ${answers}`);
+    assert.equal(answers.length, proxy.posts.length);
+    assert.equal((await ordersWithKeys([key])).length, 1);
+    assert.equal(await orderCount(), ordersBefore + 1);
   });
