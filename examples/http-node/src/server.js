@@ -9,6 +9,7 @@
 // Run: PGHOST=... PGPORT=... PGDATABASE=... node src/server.js   (see docs/http.md)
 import fs from 'node:fs';
 import http from 'node:http';
+import { createRequire } from 'node:module';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import {
@@ -20,7 +21,7 @@ const SCHEMA = fs.readFileSync(new URL('../schema.sql', import.meta.url), 'utf8'
 // The order page and the client helper it imports, served as they are (no bundler).
 const STATIC = {
   '/': { file: new URL('../public/index.html', import.meta.url), type: 'text/html' },
-  '/action.js': { file: new URL(import.meta.resolve('@idempotency/client/action')),
+  '/action.js': { file: createRequire(import.meta.url).resolve('@idempotency/client/action'),
     type: 'text/javascript' },
 };
 
