@@ -5,13 +5,13 @@
 //   'delay'  forwards the request and holds the answer back until the browser gives up
 //   'reset'  resets the connection before the request reaches the server
 //   '503'    answers 503 itself, as a load balancer without a backend would
-//   'slow'   passes the request on with ?delay_ms=4000: the server's handler holds the key
-//            for 4 s, past the page's timeout, so the retry meets it in flight (409)
+//   'slow'   passes the request on with ?delay_ms=<slowMs>: the server's handler holds the key
+//            past the page's timeout, so the retry meets it in flight (409)
 // Every answer says Connection: close, so each attempt of the page opens a new connection and
 // the browser cannot resend a request on its own (it does so on a reused connection).
 import http from 'node:http';
 
-export async function startProxy(target) {
+export async function startProxy(target, { slowMs }) {
   const plan = [];
   const posts = []; // { key, behaviour } of every POST /orders received
   const held = new Set();
@@ -27,7 +27,7 @@ export async function startProxy(target) {
       return res.end('{"error":"bad_gateway","message":"no backend answered"}');
     }
     const url = new URL(req.url, target);
-    if (behaviour === 'slow') url.searchParams.set('delay_ms', '4000');
+    if (behaviour === 'slow') url.searchParams.set('delay_ms', String(slowMs));
     const upstream = http.request(url, {
       method: req.method,
       headers: { ...req.headers, connection: 'close' },

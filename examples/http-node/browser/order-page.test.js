@@ -17,8 +17,10 @@ import { startProxy } from './misbehaving-proxy.js';
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const SHOTS = process.env.BROWSER_SCREENSHOTS ?? path.join(ROOT, 'build', 'browser');
 const WAIT = { timeoutMs: 20_000 };
-// The page's retry settings: a short timeout per attempt so a held answer costs little.
-const PAGE = '/?timeout_ms=3000&base_delay_ms=100&max_delay_ms=500';
+// The page's retry settings: a timeout per attempt short enough for a held answer to cost
+// little, long enough for an attempt on a busy machine; the 'slow' handler outlasts it.
+const PAGE_TIMEOUT_MS = 5000;
+const PAGE = `/?timeout_ms=${PAGE_TIMEOUT_MS}&base_delay_ms=100&max_delay_ms=500`;
 
 let browser;
 let server;
@@ -33,7 +35,7 @@ before(async () => {
   fs.mkdirSync(SHOTS, { recursive: true });
   server = await startServer({ env: { LOG_REQUESTS: '1' } });
   createInterface({ input: server.proc.stdout }).on('line', (line) => requestLog.push(line));
-  proxy = await startProxy(server.url);
+  proxy = await startProxy(server.url, { slowMs: PAGE_TIMEOUT_MS + 1500 });
   browser = await chromium.launch({ executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium' });
 });
 
@@ -75,7 +77,7 @@ async function ordersWithKeys(keys) {
 }
 
 // The statuses of the POST /orders the server handled for a key, from its request log
-// ("POST /orders?delay_ms=4000 409 key=... 3ms").
+// ("POST /orders?delay_ms=6500 409 key=... 3ms").
 const answersFor = (key) => requestLog.map((line) =>
   /^POST \/orders(?:\?\S*)? (\d+) key=(\S+) /.exec(line)).filter((m) => m && m[2] === key)
   .map((m) => Number(m[1]));
