@@ -192,4 +192,6 @@ test('the server still holds the key when the page times out: 409 + Retry-After,
     assert.equal(answers.length, proxy.posts.length);
     assert.equal((await ordersWithKeys([key])).length, 1);
     assert.equal(await orderCount(), ordersBefore + 1);
+    assert.equal(await page.locator('li.order').count(), 1);
+    assert.equal(await page.evaluate(() => sessionStorage.length), 0);
   });
