@@ -4,7 +4,8 @@
 #   IDEM_PG=18 bash scripts/test.sh     (the same against PostgreSQL 17 or 18, built from
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
-#                                        isolation pgtap scripted examples citus clients)
+#                                        isolation pgtap scripted examples citus clients
+#                                        browser)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 # The citus suite (test/citus/*.sh) runs three-node Citus clusters of its own; it builds
 # Citus from ../shared/vendor when citus.so is not installed, and is reported as skipped,
@@ -15,7 +16,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
-ALL_SUITES="unit regress isolation pgtap scripted examples citus clients"
+ALL_SUITES="unit regress isolation pgtap scripted examples citus clients browser"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -185,7 +186,7 @@ run_clients_python() {
 }
 
 run_clients_node() {
-  local log=$LOGS/clients-node.log rc=0 passed failed
+  local log=$LOGS/clients-node.log rc=0
   log "clients: Node (node --test)"
   {
     "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/clients/node" &&
@@ -193,17 +194,44 @@ run_clients_node() {
         node --test --test-reporter=tap --test-concurrency=1 --test-timeout=120000 \
           test/*.test.js)
   } >"$log" 2>&1 </dev/null || rc=$?
+  record_node_tap clients-node "$log" "$rc"
+}
+
+# record_node_tap SUITE LOG EXIT: records the totals of node --test's TAP reporter in LOG
+# ("# pass 230", "# fail 0", "# cancelled 0"); a run that printed none is a failure.
+record_node_tap() {
+  local suite=$1 log=$2 rc=$3 passed failed
   grep -E '^(not ok|# (tests|pass|fail|cancelled) )' "$log" | tail -n 15
-  # The TAP reporter's totals: "# pass 230", "# fail 0", "# cancelled 0"
   passed=$(sed -nE 's/^# pass ([0-9]+)$/\1/p' "$log" | tail -n1)
   failed=$(( $(sed -nE 's/^# fail ([0-9]+)$/\1/p' "$log" | tail -n1) + 0 +
     $(sed -nE 's/^# cancelled ([0-9]+)$/\1/p' "$log" | tail -n1) + 0 ))
   if [[ -z $passed ]]; then
-    record clients-node 0 1 "node --test did not run (exit $rc), log ${log#"$IDEM_ROOT"/}"
+    record "$suite" 0 1 "node --test did not run (exit $rc), log ${log#"$IDEM_ROOT"/}"
   else
     if [[ $rc -ne 0 && ${failed:-0} -eq 0 ]]; then failed=1; fi
-    record clients-node "$passed" "${failed:-0}"
+    record "$suite" "$passed" "${failed:-0}"
   fi
+}
+
+# browser: the HTTP example's order page (examples/http-node/public) in Debian's chromium,
+# headless, driven by playwright-core (from the example's lock file; it downloads no browser),
+# against the example server and the test cluster, through a proxy that misbehaves on purpose
+# (examples/http-node/browser). A screenshot per scenario is kept in build/browser.
+run_browser() {
+  local log=$LOGS/browser.log rc=0 dir=$IDEM_ROOT/examples/http-node
+  local shots=$IDEM_ROOT/build/browser
+  log "browser: the order page in chromium (node --test)"
+  rm -rf "$shots"
+  {
+    install_missing chromium &&
+      PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$IDEM_ROOT/scripts/npm_ci.sh" "$dir" &&
+      tsql -d postgres -c 'SET client_min_messages = warning' \
+        -c 'DROP DATABASE IF EXISTS http_browser WITH (FORCE)' -c 'CREATE DATABASE http_browser' &&
+      (cd "$dir" && export PGDATABASE=http_browser CHROMIUM=/usr/bin/chromium \
+        BROWSER_SCREENSHOTS=$shots && timeout -k 10 "$TIMEOUT" node --test \
+          --test-reporter=tap --test-concurrency=1 --test-timeout=300000 browser/*.test.js)
+  } >"$log" 2>&1 </dev/null || rc=$?
+  record_node_tap browser "$log" "$rc"
 }
 
 stop_test_cluster() { cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true; }
@@ -218,7 +246,7 @@ fi
 wanted unit && run_unit
 
 cluster_suites=()
-for s in regress isolation pgtap scripted examples citus clients; do
+for s in regress isolation pgtap scripted examples citus clients browser; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
 if [[ ${#cluster_suites[@]} -gt 0 ]]; then
@@ -268,6 +296,7 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     wanted examples && run_scripts examples examples/*/test.sh
     wanted citus && run_citus
     wanted clients && run_clients
+    wanted browser && run_browser
     shopt -u nullglob
   fi
   stop_test_cluster

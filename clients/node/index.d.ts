@@ -2,6 +2,15 @@
 // pool's client); Queryable is the part of it they use, so @types/pg is not needed.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
+// The browser-safe helper (also '@idempotency/client/action'): a key per user action, retries.
+export {
+  backoffDelay, IdempotentAction, idempotentFetch, IdempotentFetchError, isRetryableStatus,
+  retryAfterMs, uuidv7, uuidv7Time,
+} from './action.js';
+export type {
+  AttemptReport, BackoffOptions, IdempotentAnswer, IdempotentFetchOptions, SavedAction,
+} from './action.js';
+
 export interface QueryResultLike<R = any> {
   rows: R[];
 }

@@ -9,6 +9,10 @@ export {
   lsnKey, lsnKeyParts, nextKey, parseLsn, query, requestHash, reserve, runExternal, runOnce,
   watermark,
 } from './lib/client.js';
+export {
+  backoffDelay, IdempotentAction, idempotentFetch, IdempotentFetchError, isRetryableStatus,
+  retryAfterMs, uuidv7, uuidv7Time,
+} from './lib/action.js';
 export { OutboxConsumer } from './lib/consumer.js';
 export {
   answerFor, IdempotencyKeyHeaderError, idempotencyMiddleware, parseIdempotencyKey,

@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import * as action from '../lib/action.js';
 import * as client from '../index.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -18,8 +19,21 @@ test('index.d.ts compiles with tsc --strict against test/types/usage.ts', async 
 });
 
 test('index.d.ts declares every run-time export, and nothing more', () => {
+  const declarations = (file) => [...fs.readFileSync(`${root}${file}`, 'utf8')
+    .matchAll(/^export (?:declare )?(?:function|class|const) (\w+)/gm)].map((m) => m[1]);
   const dts = fs.readFileSync(`${root}index.d.ts`, 'utf8');
+  // Re-exported from action.d.ts by name: each name must be declared there.
+  const reexported = [...dts.matchAll(/^export \{([^}]*)\} from '\.\/action\.js';/gm)]
+    .flatMap((m) => m[1].split(',').map((name) => name.trim()).filter(Boolean));
+  const inAction = new Set(declarations('action.d.ts'));
+  for (const name of reexported) assert.ok(inAction.has(name), `action.d.ts declares ${name}`);
+  const declared = new Set([...declarations('index.d.ts'), ...reexported]);
+  assert.deepEqual([...declared].sort(), Object.keys(client).sort());
+});
+
+test('action.d.ts declares exactly the run-time exports of lib/action.js', () => {
+  const dts = fs.readFileSync(`${root}action.d.ts`, 'utf8');
   const declared = new Set([...dts.matchAll(/^export (?:declare )?(?:function|class|const) (\w+)/gm)]
     .map((m) => m[1]));
-  assert.deepEqual([...declared].sort(), Object.keys(client).sort());
+  assert.deepEqual([...declared].sort(), Object.keys(action).sort());
 });

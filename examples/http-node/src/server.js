@@ -4,9 +4,12 @@
 //   POST /orders                 create an order (Authorization + Idempotency-Key required)
 //   GET  /orders/by-key/:key     what the server knows about a key (support staff)
 //   GET  /healthz
+//   GET  /                       the order page (public/index.html), a browser client
+//   GET  /action.js              the helper it loads (@idempotency/client/action)
 // Run: PGHOST=... PGPORT=... PGDATABASE=... node src/server.js   (see docs/http.md)
 import fs from 'node:fs';
 import http from 'node:http';
+import { createRequire } from 'node:module';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import {
@@ -15,6 +18,12 @@ import {
 import pg from 'pg';
 
 const SCHEMA = fs.readFileSync(new URL('../schema.sql', import.meta.url), 'utf8');
+// The order page and the client helper it imports, served as they are (no bundler).
+const STATIC = {
+  '/': { file: new URL('../public/index.html', import.meta.url), type: 'text/html' },
+  '/action.js': { file: createRequire(import.meta.url).resolve('@idempotency/client/action'),
+    type: 'text/javascript' },
+};
 
 export const CATALOG = { widget: 250, gadget: 1000, gizmo: 4200 }; // prices in cents
 const DEFAULT_TOKENS = { 'alice-token': 'acct_alice', 'bob-token': 'acct_bob' };
@@ -244,6 +253,16 @@ export function createService(pool, config) {
       return getByKey(req, path.slice('/orders/by-key/'.length));
     }
     if (path === '/healthz') return reply(200, { ok: true });
+    if (Object.hasOwn(STATIC, path)) {
+      if (req.method !== 'GET')
+        return problem(405, 'method_not_allowed', 'use GET', { Allow: 'GET' });
+      const { file, type } = STATIC[path];
+      const bytes = await fs.promises.readFile(file);
+      res.writeHead(200, { 'Content-Type': `${type}; charset=utf-8`,
+        'Content-Length': bytes.length, 'Cache-Control': 'no-store' });
+      res.end(bytes);
+      return null; // answered
+    }
     return problem(404, 'not_found', 'no such resource');
   };
 }

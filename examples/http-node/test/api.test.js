@@ -1,5 +1,6 @@
 // Status codes of POST /orders and GET /orders/by-key/:key, over real HTTP.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { after, before, test } from 'node:test';
 import { uuidv7 } from '../src/client.js';
 import {
@@ -142,4 +143,16 @@ test('502 from a failed external call releases the key with fail; the retry succ
   const replay = await post({ key });
   assert.equal(replay.headers.get('idempotent-replayed'), 'true');
   assert.equal(replay.text, retry.text);
+});
+
+test('the order page and the helper it imports are served as they are', async () => {
+  const page = await fetch(`${server.url}/`);
+  assert.equal(page.status, 200);
+  assert.match(page.headers.get('content-type'), /^text\/html/);
+  assert.match(await page.text(), /import \{ IdempotentAction, [^}]*\} from '\.\/action\.js'/);
+  const helper = await fetch(`${server.url}/action.js`);
+  assert.match(helper.headers.get('content-type'), /^text\/javascript/);
+  assert.equal(await helper.text(),
+    fs.readFileSync(new URL('../../../clients/node/lib/action.js', import.meta.url), 'utf8'));
+  assert.equal((await fetch(`${server.url}/action.js`, { method: 'POST' })).status, 405);
 });

@@ -5,6 +5,9 @@ import {
   KeyInProgressError, lsnKeyParts, OutboxConsumer, type Queryable, runExternal, runOnce,
   StaleAttemptError, watermark,
 } from '@idempotency/client';
+import {
+  IdempotentAction, idempotentFetch, IdempotentFetchError, type IdempotentAnswer, uuidv7Time,
+} from '@idempotency/client/action';
 
 declare const client: Queryable;
 declare const pool: { connect(): Promise<Queryable & { release(): void }> };
@@ -67,4 +70,29 @@ export async function usage(): Promise<void> {
     exclude: ['sent_at'], lockTtl: 30 });
   void mw;
   void [h, replayed, status, w, commitLsn];
+}
+
+export async function browserHelper(): Promise<void> {
+  const action = new IdempotentAction();
+  const saved: string = JSON.stringify(action);
+  const again = IdempotentAction.from(saved);
+  const created: number | null = uuidv7Time(again.key);
+  const r: IdempotentAnswer<{ id: number }> = await action.fetch<{ id: number }>('/orders', {
+    body: (attempt: number) => ({ item: 'widget', attempt }),
+    timeoutMs: 5000,
+    budgetMs: 30_000,
+    onAttempt: (a) => console.log(a.attempt, a.status, a.delayMs),
+  });
+  const id: number | undefined = r.body?.id;
+  const replayed: boolean = r.replayed;
+  try {
+    await idempotentFetch('/orders', { key: 'k', method: 'PUT', headers: { 'X-A': 'b' } });
+  } catch (err) {
+    if (err instanceof IdempotentFetchError) console.log(err.reason, err.lastResponse?.status);
+  }
+  // @ts-expect-error the action holds its key: a call on it takes no other
+  await action.fetch('/orders', { key: 'other' });
+  // @ts-expect-error the key is read-only
+  action.key = 'x';
+  void [created, id, replayed];
 }
