@@ -224,11 +224,27 @@ def test_failed_transaction_is_a_clear_error(conn):
     conn.rollback()
 
 
-def test_key_over_255_bytes_is_the_servers_54000(conn):
-    with pytest.raises(pi.ProgramLimitExceeded) as e:
-        pi.run_once(conn, "acct", "k" * 256, lambda: (200, {}))
-    assert e.value.sqlstate == "54000" and "255" in str(e.value)
-    assert isinstance(e.value.pgerror, psycopg.errors.ProgramLimitExceeded)
+def test_key_or_scope_over_255_bytes_is_a_400_before_any_query(conn):
+    """The server's 54000 (and 22023 for an empty one), raised before the query as KeyTooLong
+    / KeyEmpty, which answer_for turns into a 400, not a 500."""
+    cases = [("acct", "k" * 256, pi.KeyTooLong, "54000", "idempotency_key_malformed"),
+             ("acct", "\u00e9" * 128, pi.KeyTooLong, "54000", "idempotency_key_malformed"),
+             ("s" * 256, "k", pi.KeyTooLong, "54000", "idempotency_scope_malformed"),
+             ("acct", "", pi.KeyEmpty, "22023", "idempotency_key_malformed"),
+             ("", "k", pi.KeyEmpty, "22023", "idempotency_scope_malformed")]
+    for scope, key, cls, sqlstate, code in cases:
+        for call in (lambda: pi.run_once(conn, scope, key, lambda: (200, {})),
+                     lambda: pi.run_external(conn, scope, key, lambda a: (200, {})),
+                     lambda: pi.reserve(conn, scope, key)):
+            with pytest.raises(cls) as e:
+                call()
+            assert e.value.sqlstate == sqlstate and e.value.pgerror is None
+            answer = pi.answer_for(e.value)
+            assert (answer.status, answer.body["error"]) == (400, code)
+        conn.rollback()
+    assert isinstance(pi.KeyTooLong("c", "m"), pi.ProgramLimitExceeded)
+    # 255 bytes exactly is a key the server takes
+    assert pi.run_once(conn, "s" * 255, "\u00e9" * 127 + "k", lambda: (200, {})).status_code == 200
 
 
 def readme_sqlstates():
