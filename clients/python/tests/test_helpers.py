@@ -351,3 +351,30 @@ def test_lsn_key_codec_matches_sql(conn):
     commit_lsn, lsn2 = pi.lsn_key_parts(key)
     assert (str(commit_lsn), str(lsn2)) == ("0/16B3752", "0/16B3748")
     conn.rollback()
+
+
+def test_ids_out_of_order_accept_skips_3_and_strict_apply_once_raises(conn):
+    """ids 1,2,2,4,3,1,5,4,3,5: accept applies 1,2,4,5 and skips 3 without a word (a
+    watermark); apply_once(strict=True) raises PositionBelowWatermark for each position below
+    it, and rolls its transaction back."""
+    ids = [1, 2, 2, 4, 3, 1, 5, 4, 3, 5]
+
+    def run(consumer, **options):
+        applied, refused = [], []
+        for i in ids:
+            try:
+                pi.apply_once(conn, consumer, "p", i, lambda c, i=i: applied.append(i), **options)
+            except pi.PositionBelowWatermark as e:
+                assert e.position == i and e.watermark > i
+                assert f"position {i} " in str(e) and f"below its watermark {e.watermark}" in str(e)
+                refused.append(i)
+        return applied, refused
+
+    assert run(f"lenient-{uuid.uuid4()}") == ([1, 2, 4, 5], [])
+    assert run(f"strict-{uuid.uuid4()}", strict=True) == ([1, 2, 4, 5], [3, 1, 4, 3])
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    # 128-bit positions compare as numbers too
+    consumer = f"uuid-{uuid.uuid4()}"
+    assert pi.apply_once(conn, consumer, "p", uuid.UUID(int=2**100), lambda c: None)
+    with pytest.raises(pi.PositionBelowWatermark):
+        pi.apply_once(conn, consumer, "p", str(uuid.UUID(int=2**99)), lambda c: None, strict=True)
