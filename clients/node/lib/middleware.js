@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import { checkNames, reserve, complete, requestHash } from './client.js';
 import {
-  InvalidJsonError, KeyEmptyError, KeyInProgressError, KeyMismatchError, KeyTooLongError,
+  IdempotencyError, InvalidJsonError, KeyEmptyError, KeyInProgressError, KeyMismatchError, KeyTooLongError,
   KeyTooOldError, OutcomeError, ProgramLimitExceededError,
 } from './errors.js';
 
@@ -78,6 +78,14 @@ function send(res, status, body, headers = {}) {
 
 const valueOf = (v, req) => (typeof v === 'function' ? v(req) : v);
 
+// No server answered (a refused or lost connection, a pool timeout), or the server is going
+// away (class 08, 57P01-57P03): the request may be retried as it is.
+function databaseUnreachable(err) {
+  if (typeof err?.code === 'string' && /^(08|57P0[123])/.test(err.code)) return true;
+  return !(err instanceof IdempotencyError) && !(err instanceof TypeError) &&
+    err?.severity === undefined;
+}
+
 // application/json, or any */*+json media type.
 const isJsonType = (contentType) =>
   /^(application\/json|[a-z]+\/[^;\s]+\+json)\s*(;|$)/i.test(String(contentType ?? '').trim());
@@ -134,8 +142,9 @@ async function defaultRequestHash(req, exclude, limit) {
 //   store       statusCode => whether to store the answer; default: below 500 (a 5xx rolls the
 //               claim back with the handler's writes, and the retry starts afresh)
 //   replayHeaders (statusCode, response) => extra headers of a replay (e.g. Location)
-// The middleware's promise settles when the answer has been sent; errors of its own (the
-// database is down) go to next(err). When next returns a promise (a plain-http composition)
+// The middleware's promise settles when the answer has been sent; a database it cannot reach
+// (no connection, the server going away) is a 503 + Retry-After: 1; its other errors go to
+// next(err). When next returns a promise (a plain-http composition)
 // and it rejects before an answer was sent, the transaction is rolled back.
 export function idempotencyMiddleware(options) {
   const { pool, exclude, lockTtl, retention, wait } = options ?? {};
@@ -180,6 +189,12 @@ export function idempotencyMiddleware(options) {
       if (client) {
         await client.query('ROLLBACK').catch(() => {});
         client.release(err);
+      }
+      if (databaseUnreachable(err)) {
+        console.error(`idempotency: the database is unreachable: ${err.message}`);
+        return send(res, 503, { error: 'database_unavailable',
+          message: 'the database is unreachable; retry with the same Idempotency-Key' },
+        { 'Retry-After': '1' });
       }
       return next(err);
     }

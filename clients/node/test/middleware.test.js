@@ -188,6 +188,28 @@ test('the answer waits for the commit: a commit that fails turns 201 into 500', 
   assert.equal(await lookup(check, 'acct_1', key), null, 'the claim rolled back too');
 });
 
+test('503 + Retry-After when the database is unreachable; the app keeps serving', async () => {
+  const down = new pg.Pool({ host: '127.0.0.1', port: 1, connectionTimeoutMillis: 2000 });
+  const app = express();
+  app.post('/orders', idempotencyMiddleware({ pool: down, scope: 'down' }),
+    () => assert.fail('the handler ran'));
+  const srv = http.createServer(app);
+  await new Promise((r) => { srv.listen(0, '127.0.0.1', r); });
+  try {
+    for (let i = 0; i < 2; i++) {
+      const res = await fetch(`http://127.0.0.1:${srv.address().port}/orders`, {
+        method: 'POST', headers: { 'Idempotency-Key': randomUUID(), 'Content-Type': 'application/json' },
+        body: '{"item": "w"}' });
+      assert.equal(res.status, 503);
+      assert.equal(res.headers.get('retry-after'), '1');
+      assert.equal((await res.json()).error, 'database_unavailable');
+    }
+  } finally {
+    await new Promise((r) => { srv.close(r); });
+    await down.end();
+  }
+});
+
 test('plain node:http: the middleware composes with an async handler', async () => {
   const mw = idempotencyMiddleware({ pool, scope: 'plain' });
   const handled = [];

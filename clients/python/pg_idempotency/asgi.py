@@ -133,7 +133,15 @@ class IdempotencyMiddleware:
             await _send_answer(send, answer)
             return
 
+        delivered = False
+
         async def replay_receive():
+            # The body read here, once; then the server's own messages (a disconnect), which a
+            # streaming response listens for.
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
             return {"type": "http.request", "body": body, "more_body": False}
 
         try:

@@ -53,7 +53,7 @@ INSERT = "INSERT INTO orders (k, item, code) VALUES (%s, %s, %s) RETURNING id"
 
 
 def replay_location(status, response):
-    return {"Location": f"/orders/{response['id']}"} if status == 201 else {}
+    return {"Location": f"/orders/{response['id']}"} if status == 201 and "id" in response else {}
 
 
 def middleware_options(**extra):
@@ -88,12 +88,25 @@ async def asgi_orders(request: Request):
     return JSONResponse(payload, status_code=status, headers=headers)
 
 
+async def asgi_stream(request: Request):
+    """A streaming answer: Starlette listens for the client's disconnect while it streams."""
+    from starlette.responses import StreamingResponse
+    body = await request.body()
+
+    async def chunks():
+        yield b'{"echo": '
+        yield json.dumps(body.decode()).encode()
+        yield b"}"
+    return StreamingResponse(chunks(), status_code=201, media_type="application/json")
+
+
 def starlette_app(dsn, pool_kind):
     from starlette.applications import Starlette
     from starlette.routing import Route
     from pg_idempotency.asgi import IdempotencyMiddleware
 
-    app = Starlette(routes=[Route("/orders", asgi_orders, methods=["POST"])])
+    app = Starlette(routes=[Route("/orders", asgi_orders, methods=["POST"]),
+                            Route("/stream", asgi_stream, methods=["POST"])])
     return _asgi_with_pool(app, dsn, pool_kind, IdempotencyMiddleware)
 
 
@@ -103,6 +116,7 @@ def fastapi_app(dsn, pool_kind):
 
     app = FastAPI()
     app.post("/orders")(asgi_orders)
+    app.post("/stream")(asgi_stream)
     return _asgi_with_pool(app, dsn, pool_kind, IdempotencyMiddleware)
 
 
@@ -398,6 +412,24 @@ def test_answer_waits_for_the_commit(web, check):
     assert orders_of(check, key) == [] and pi.lookup(check, ACCOUNT, key) is None
 
 
+
+
+@pytest.mark.parametrize("name", ["starlette", "fastapi"])
+def test_asgi_streaming_answer_is_held_and_stored(name, orders_table):
+    h = make_harness(name, orders_table)
+    try:
+        key, result = new_key(), {}
+        t = threading.Thread(target=lambda: result.setdefault(
+            "r", h.post("/stream", key=key, body="abc", content_type="text/plain")),
+            daemon=True)
+        t.start()
+        t.join(60)
+        assert "r" in result, "the streaming answer never came"
+        assert result["r"].status == 201 and result["r"].body == {"echo": "abc"}
+        again = h.post("/stream", key=key, body="abc", content_type="text/plain")
+        assert again.headers["idempotent-replayed"] == "true" and again.body == {"echo": "abc"}
+    finally:
+        h.close()
 
 
 # ---- the database is unreachable: 503, the app keeps running ----
