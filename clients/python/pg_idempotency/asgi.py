@@ -54,6 +54,10 @@ class _BodyTooLarge(Exception):
     pass
 
 
+class _ClientGone(Exception):
+    """The client went away before its body was complete: nothing runs."""
+
+
 async def _send_answer(send, answer: Answer, extra: Optional[dict] = None):
     body = answer.encoded()
     headers = [(b"content-type", b"application/json"),
@@ -69,7 +73,7 @@ async def _read_body(receive, limit: int) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            break
+            raise _ClientGone()
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
@@ -120,6 +124,8 @@ class IdempotencyMiddleware:
             body = await _read_body(receive, self.options.max_body)
         except _BodyTooLarge:
             await _send_answer(send, BODY_TOO_LARGE)
+            return
+        except _ClientGone:
             return
         req = RequestInfo(scope["method"], scope["path"], headers, body, scope)
         try:

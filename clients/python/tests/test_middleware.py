@@ -432,6 +432,34 @@ def test_asgi_streaming_answer_is_held_and_stored(name, orders_table):
         h.close()
 
 
+def test_asgi_client_gone_before_its_body_ended_runs_nothing(orders_table):
+    """A disconnect in the middle of the body: no claim, no handler, no answer."""
+    import asyncio
+    from pg_idempotency.asgi import IdempotencyMiddleware
+
+    async def app(scope, receive, send):
+        raise AssertionError("the app ran")
+
+    sent = []
+    messages = [{"type": "http.request", "body": b'{"item": ', "more_body": True},
+                {"type": "http.disconnect"}]
+
+    async def receive():
+        return messages.pop(0)
+
+    async def send(message):
+        sent.append(message)
+
+    key = new_key()
+    mw = IdempotencyMiddleware(app, conninfo=orders_table, **middleware_options())
+    asyncio.run(mw({"type": "http", "method": "POST", "path": "/orders",
+                    "headers": [(b"idempotency-key", key.encode()),
+                                (b"content-type", b"application/json")]}, receive, send))
+    assert sent == []
+    with psycopg.connect(orders_table) as c:
+        assert pi.lookup(c, "anonymous", key) is None
+
+
 # ---- the database is unreachable: 503, the app keeps running ----
 
 def unreachable_harness(name):
