@@ -77,7 +77,8 @@ def _problem(status, error, message, headers=None) -> Answer:
 
 def answer_for(err: BaseException) -> Optional[Answer]:
     """The HTTP answer for an error of the helpers that has one (a malformed key or scope, the
-    reserve outcomes in_progress / mismatch / too_old, a body that is not JSON), or None."""
+    reserve outcomes in_progress / mismatch / too_old, a request body the fingerprint refused),
+    or None."""
     if isinstance(err, KeyMalformed):
         return _problem(400, err.code, err.message)
     if isinstance(err, KeyInProgress):
@@ -94,7 +95,9 @@ def answer_for(err: BaseException) -> Optional[Answer]:
                         "request took effect, then use a new key")
     if isinstance(err, OutcomeError):
         return _problem(err.http_status, "idempotency_key_conflict", err.message)
-    if isinstance(err, (InvalidJson, ProgramLimitExceeded)):
+    if isinstance(err, (InvalidJson, ProgramLimitExceeded)) and err.pgerror is None:
+        # the request's body, refused by the client-side fingerprint (the server's own 54000,
+        # say a response over 10 MB, is not the client's fault: no answer here)
         return _problem(400, "invalid_json", err.message)
     return None
 

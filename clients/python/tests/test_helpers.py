@@ -243,6 +243,15 @@ def test_key_or_scope_over_255_bytes_is_a_400_before_any_query(conn):
             assert (answer.status, answer.body["error"]) == (400, code)
         conn.rollback()
     assert isinstance(pi.KeyTooLong("c", "m"), pi.ProgramLimitExceeded)
+    # A body the client-side fingerprint refuses is the client's 400; the server's own 54000
+    # (a response over 10 MB) has no HTTP answer of the helpers.
+    with pytest.raises(pi.InvalidJson) as bad_body:
+        pi.run_once(conn, "acct", new_key(), lambda: (200, {}), request='{"n": NaN}')
+    assert pi.answer_for(bad_body.value).status == 400
+    with pytest.raises(pi.ProgramLimitExceeded) as too_big:
+        pi.run_once(conn, "acct", new_key(), lambda: (200, "x" * (11 << 20)))
+    assert too_big.value.pgerror is not None and pi.answer_for(too_big.value) is None
+    conn.rollback()
     # 255 bytes exactly is a key the server takes
     assert pi.run_once(conn, "s" * 255, "\u00e9" * 127 + "k", lambda: (200, {})).status_code == 200
 
