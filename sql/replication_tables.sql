@@ -17,7 +17,8 @@ INSERT INTO stated VALUES
     ('keys_default', 'partition', 'through the root (keys)'),
     ('streams', 'rows', 'streams created and dropped; next_key bounds are not'),
     ('consumer_positions', 'rows', 'watermarks'),
-    ('maintenance_log', 'local', 'never: each server''s own maintenance history');
+    ('maintenance_log', 'local', 'never: each server''s own maintenance history'),
+    ('stats_snapshots', 'local', 'never: each server''s own counters per hour');
 
 -- Each member table with its stated behaviour, and whether the table is set up for it:
 -- root: replica identity FULL (it has no primary key); partition: a partition of keys;

@@ -104,6 +104,26 @@ export class KeyInProgressError extends OutcomeError {
 }
 export class KeyMismatchError extends OutcomeError {}
 export class KeyTooOldError extends OutcomeError {}
+/** A key or scope over 255 bytes, refused before any query: a 400 for answerFor. */
+export class KeyTooLongError extends ProgramLimitExceededError {
+  constructor(what: 'key' | 'scope', bytes: number);
+  httpError: 'idempotency_key_malformed' | 'idempotency_scope_malformed';
+  readonly httpStatus: 400;
+}
+/** An empty key or scope, refused before any query: a 400 for answerFor. */
+export class KeyEmptyError extends InvalidParameterValueError {
+  constructor(what: 'key' | 'scope');
+  httpError: 'idempotency_key_malformed' | 'idempotency_scope_malformed';
+  readonly httpStatus: 400;
+}
+/** applyOnce(..., { strict: true }) with a position below the watermark. */
+export class PositionBelowWatermarkError extends IdempotencyError {
+  constructor(consumer: string, partition: string, position: Position, watermark: bigint);
+  consumer: string;
+  partition: string;
+  position: Position;
+  watermark: bigint;
+}
 
 // ---- keys ----
 
@@ -212,7 +232,8 @@ export function accept(client: Queryable, consumer: string, partition: string,
 export function watermark(client: Queryable, consumer: string, partition: string):
   Promise<bigint | null>;
 export function applyOnce(client: Queryable, consumer: string, partition: string,
-  position: Position, fn: (client: Queryable) => unknown): Promise<boolean>;
+  position: Position, fn: (client: Queryable) => unknown,
+  options?: { strict?: boolean }): Promise<boolean>;
 export function nextKey(client: Queryable, stream: string): Promise<bigint>;
 export function emit(client: Queryable, topic: string, payload: unknown): Promise<bigint>;
 export function parseLsn(text: string): bigint;
@@ -288,6 +309,8 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
   exclude?: ExcludePaths;
   store?: (statusCode: number) => boolean;
   replayHeaders?: (statusCode: number, response: any) => Record<string, string>;
+  /** The largest body the middleware reads itself, in bytes (413 above); default 1 MiB. */
+  limit?: number;
 }
 export function idempotencyMiddleware<Req extends IncomingMessage = IncomingMessage>(
   options: MiddlewareOptions<Req>):

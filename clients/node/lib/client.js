@@ -2,8 +2,9 @@
 // function takes a connected pg client (pg.Client, or a pool's client): this package never
 // opens connections itself, so it works with whatever pg the application has.
 import {
-  KeyInProgressError, KeyMismatchError, KeyTooOldError, StaleAttemptError, TransactionAbortedError,
-  TransactionOpenError, translate,
+  KeyEmptyError, KeyInProgressError, KeyMismatchError, KeyTooLongError, KeyTooOldError,
+  PositionBelowWatermarkError, StaleAttemptError, TransactionAbortedError, TransactionOpenError,
+  translate,
 } from './errors.js';
 import { fingerprint } from './fingerprint.js';
 
@@ -56,9 +57,21 @@ const RESERVE = `SELECT r.outcome::text AS outcome, r.status_code, r.response, r
     r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at
   FROM idempotency.reserve($1, $2, $3, $4::interval, $5::interval, $6::interval) AS r`;
 
+// KeyEmptyError / KeyTooLongError (a 400 for answerFor) unless scope and key are each 1 to 255
+// bytes of UTF-8, the server's rule: refused before anything is sent.
+export function checkNames(scope, key) {
+  for (const [what, value] of [['scope', scope], ['key', key]]) {
+    if (value === undefined || value === null) continue;
+    const bytes = Buffer.byteLength(String(value), 'utf8');
+    if (bytes === 0) throw new KeyEmptyError(what);
+    if (bytes > 255) throw new KeyTooLongError(what, bytes);
+  }
+}
+
 // idempotency.reserve. requestHash: a Buffer (see fingerprint) or null.
 export async function reserve(client, scope, key, requestHash = null,
   { lockTtl = '5 minutes', retention = '24 hours', wait = '0' } = {}) {
+  checkNames(scope, key);
   const { rows } = await query(client, RESERVE,
     [scope, key, requestHash, interval(lockTtl), interval(retention), interval(wait)]);
   return reservationOf(rows[0]);
@@ -274,12 +287,24 @@ export async function watermark(client, consumer, partition) {
   return rows[0].w === null ? null : BigInt(rows[0].w);
 }
 
+const positionValue = (p) => (typeof p === 'string' && UUID.test(p)
+  ? BigInt(`0x${p.replaceAll('-', '')}`) : BigInt(p));
+
 // Runs fn(client) in one transaction with accept(consumer, partition, position): true if it
 // ran, false for a position at or below the watermark (a redelivery). An error in fn rolls the
-// watermark move back too, so the message is applied again next time.
-export async function applyOnce(client, consumer, partition, position, fn) {
+// watermark move back too, so the message is applied again next time. { strict: true }: a
+// position below the watermark (not equal to it) throws PositionBelowWatermarkError instead of
+// returning false, for partitions that must arrive in order.
+export async function applyOnce(client, consumer, partition, position, fn, { strict = false } = {}) {
   return inTransaction(client, async () => {
-    if (!(await accept(client, consumer, partition, position))) return false;
+    if (!(await accept(client, consumer, partition, position))) {
+      if (strict) {
+        const mark = await watermark(client, consumer, partition);
+        if (mark !== null && positionValue(position) < mark)
+          throw new PositionBelowWatermarkError(consumer, partition, position, mark);
+      }
+      return false;
+    }
     await fn(client);
     return true;
   });

@@ -123,3 +123,38 @@ export class KeyTooOldError extends OutcomeError {
   static outcome = 'too_old';
   get httpStatus() { return 422; }
 }
+
+// ---- refused by the helpers before any query ----
+
+// A key or scope the server would refuse, refused before any query: KeyTooLongError (over 255
+// bytes, the server's 54000) or KeyEmptyError (22023). answerFor makes it a 400 whose error is
+// `httpError`: idempotency_key_malformed or idempotency_scope_malformed.
+export class KeyTooLongError extends ProgramLimitExceededError {
+  constructor(what, bytes) {
+    super(`the idempotency ${what} is ${bytes} bytes, over the limit of 255`);
+    this.httpError = `idempotency_${what}_malformed`;
+  }
+  get httpStatus() { return 400; }
+}
+
+export class KeyEmptyError extends InvalidParameterValueError {
+  constructor(what) {
+    super(`the idempotency ${what} must not be empty`);
+    this.httpError = `idempotency_${what}_malformed`;
+  }
+  get httpStatus() { return 400; }
+}
+
+// applyOnce(..., { strict: true }) got a position below the partition's watermark: a message
+// that arrived out of order (or an older one redelivered), which accept would skip without a
+// word. Nothing was applied; watermark is the stored position (a bigint).
+export class PositionBelowWatermarkError extends IdempotencyError {
+  constructor(consumer, partition, position, watermark) {
+    super(`position ${position} of partition "${partition}" (consumer "${consumer}") is below ` +
+      `its watermark ${watermark}`, {
+      hint: 'accept fits partitions delivered in order; for messages that arrive out of order, ' +
+        'reserve one key per message id instead',
+    });
+    Object.assign(this, { consumer, partition, position, watermark });
+  }
+}

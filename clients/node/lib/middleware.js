@@ -1,14 +1,15 @@
 // The Idempotency-Key header as Express-style middleware, (req, res, next), on a pg pool.
-//   400 missing or malformed key, or a body that is not JSON; 201 (or whatever the handler answers) the first time;
+//   400 missing or malformed key or scope, or a JSON body that is not JSON; 201 (or whatever the handler answers) the first time;
 //   the stored answer with `Idempotent-Replayed: true` on a retry; 409 + Retry-After while
 //   another request holds the key; 422 when the key was used with another body or is too old.
 // The handler's writes and the stored response commit in one transaction: the handler uses
 // req.idempotency.client for its queries, and the answer it sends is held back until that
 // transaction has committed.
-import { reserve, complete, requestHash } from './client.js';
+import { createHash } from 'node:crypto';
+import { checkNames, reserve, complete, requestHash } from './client.js';
 import {
-  InvalidJsonError, KeyInProgressError, KeyMismatchError, KeyTooOldError, OutcomeError,
-  ProgramLimitExceededError,
+  IdempotencyError, InvalidJsonError, KeyEmptyError, KeyInProgressError, KeyMismatchError, KeyTooLongError,
+  KeyTooOldError, OutcomeError, ProgramLimitExceededError,
 } from './errors.js';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -45,6 +46,8 @@ export function answerFor(err) {
   const problem = (status, error, message, headers = {}) =>
     ({ status, body: { error, message }, headers });
   if (err instanceof IdempotencyKeyHeaderError) return problem(400, err.code, err.message);
+  if (err instanceof KeyTooLongError || err instanceof KeyEmptyError)
+    return problem(400, err.httpError, err.message);
   if (err instanceof KeyInProgressError) {
     return problem(409, 'idempotency_key_in_use',
       'a request with this Idempotency-Key is still being processed; retry later',
@@ -75,26 +78,83 @@ function send(res, status, body, headers = {}) {
 
 const valueOf = (v, req) => (typeof v === 'function' ? v(req) : v);
 
+// No server answered (a refused or lost connection, a pool timeout), or the server is going
+// away (class 08, 57P01-57P03): the request may be retried as it is.
+function databaseUnreachable(err) {
+  if (typeof err?.code === 'string' && /^(08|57P0[123])/.test(err.code)) return true;
+  return !(err instanceof IdempotencyError) && !(err instanceof TypeError) &&
+    err?.severity === undefined;
+}
+
+// application/json, or any */*+json media type.
+const isJsonType = (contentType) =>
+  /^(application\/json|[a-z]+\/[^;\s]+\+json)\s*(;|$)/i.test(String(contentType ?? '').trim());
+
+class BodyTooLargeError extends Error {}
+
+async function readBody(req, limit) {
+  const chunks = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += chunk.length;
+    if (size > limit) throw new BodyTooLargeError();
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}
+
+// The fingerprint of the request as it arrived. A JSON body (by its Content-Type) is
+// fingerprinted as JSON: the exact text (req.rawBody, kept by express.json's verify) or the
+// parsed value; any other body by its raw bytes, as SQL's idempotency.fingerprint(bytea), so
+// the same key with other bytes is a mismatch, never a replay. A body no parser has read is
+// read here (and kept as req.rawBody for the handler); one that a parser read without keeping
+// the bytes is fingerprinted by the value it made (say a form's fields).
+async function defaultRequestHash(req, exclude, limit) {
+  const json = isJsonType(req.headers['content-type']);
+  let bytes = req.rawBody;
+  if (bytes === undefined || bytes === null) {
+    if (!req._body && !req.readableEnded) {
+      bytes = await readBody(req, limit);
+      req.rawBody = bytes;
+    } else if (typeof req.body === 'string' || Buffer.isBuffer(req.body)) {
+      bytes = req.body;
+    } else if (req.body !== undefined && req.body !== null) {
+      return requestHash(req.body, exclude);
+    } else {
+      throw new TypeError('the request body was read, and neither req.rawBody nor req.body ' +
+        'holds it: keep the bytes in req.rawBody (express.json({ verify }))');
+    }
+  }
+  if (json) return requestHash(bytes, exclude);
+  return createHash('sha256').update(bytes).digest();
+}
+
 // options:
 //   pool        a pg.Pool (required)
 //   scope       string or req => string: whose keys (the account, the tenant) (required)
 //   key         req => key; default: parseIdempotencyKey(req.headers['idempotency-key'])
-//   request     req => the request to fingerprint (a JSON text, bytes or a value); default
-//               req.rawBody ?? req.body; null / undefined: no fingerprint check
+//   request     req => the request to fingerprint (a JSON text, bytes or a value; null /
+//               undefined: no fingerprint check); default: a JSON body as JSON, any other
+//               by its raw bytes (read here if no body parser has read them)
+//   limit       the largest body read here, in bytes (413 above); default 1 MiB
 //   exclude     fields left out of the fingerprint (dotted paths)
 //   lockTtl, retention, wait   as reserve's (strings of intervals, or seconds)
 //   store       statusCode => whether to store the answer; default: below 500 (a 5xx rolls the
 //               claim back with the handler's writes, and the retry starts afresh)
 //   replayHeaders (statusCode, response) => extra headers of a replay (e.g. Location)
-// The middleware's promise settles when the answer has been sent; errors of its own (the
-// database is down) go to next(err). When next returns a promise (a plain-http composition)
+// The middleware's promise settles when the answer has been sent; a database it cannot reach
+// (no connection, the server going away) is a 503 + Retry-After: 1; its other errors go to
+// next(err). When next returns a promise (a plain-http composition)
 // and it rejects before an answer was sent, the transaction is rolled back.
 export function idempotencyMiddleware(options) {
   const { pool, exclude, lockTtl, retention, wait } = options ?? {};
   if (!pool || typeof pool.connect !== 'function') throw new TypeError('idempotencyMiddleware needs a pg pool');
   if (options.scope === undefined) throw new TypeError('idempotencyMiddleware needs a scope');
   const keyOf = options.key ?? ((req) => parseIdempotencyKey(req.headers['idempotency-key']));
-  const requestOf = options.request ?? ((req) => req.rawBody ?? req.body);
+  const limit = options.limit ?? 1 << 20;
+  const hashOf = options.request
+    ? async (req) => requestHash(options.request(req), exclude)
+    : (req) => defaultRequestHash(req, exclude, limit);
   const store = options.store ?? ((status) => status < 500);
   const replayHeaders = options.replayHeaders ?? (() => ({}));
 
@@ -105,12 +165,17 @@ export function idempotencyMiddleware(options) {
     try {
       scope = valueOf(options.scope, req);
       key = keyOf(req);
-      hash = requestHash(requestOf(req), exclude);
+      checkNames(scope, key);
+      hash = await hashOf(req);
     } catch (err) {
       const answer = answerFor(err);
       if (answer) return send(res, answer.status, answer.body, answer.headers);
       if (err instanceof InvalidJsonError || err instanceof ProgramLimitExceededError)
         return send(res, 400, { error: 'invalid_json', message: err.message });
+      if (err instanceof BodyTooLargeError) {
+        return send(res, 413, { error: 'body_too_large',
+          message: 'the request body is over the limit of the idempotency middleware' });
+      }
       return next(err);
     }
 
@@ -124,6 +189,12 @@ export function idempotencyMiddleware(options) {
       if (client) {
         await client.query('ROLLBACK').catch(() => {});
         client.release(err);
+      }
+      if (databaseUnreachable(err)) {
+        console.error(`idempotency: the database is unreachable: ${err.message}`);
+        return send(res, 503, { error: 'database_unavailable',
+          message: 'the database is unreachable; retry with the same Idempotency-Key' },
+        { 'Retry-After': '1' });
       }
       return next(err);
     }

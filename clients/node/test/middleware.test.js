@@ -37,13 +37,15 @@ before(async () => {
     runs++;
     const { client, key, attempt } = req.idempotency;
     if (req.query.delay_ms) await new Promise((r) => { setTimeout(r, Number(req.query.delay_ms)); });
+    // A body that is not JSON: express.json left it alone, the middleware read it.
+    const body = req.is('application/json') ? req.body : { item: req.rawBody.toString() };
     const { rows } = await client.query(
-      'INSERT INTO orders (k, item, code) VALUES ($1, $2, $3) RETURNING id', [key, req.body.item,
-        req.body.code ?? null]);
+      'INSERT INTO orders (k, item, code) VALUES ($1, $2, $3) RETURNING id', [key, body.item,
+        body.code ?? null]);
     if (req.query.answer === '503') return res.status(503).json({ error: 'try later' });
     if (req.query.throw === '1') throw new Error('handler failed');
     return res.status(201).location(`/orders/${rows[0].id}`)
-      .json({ id: rows[0].id, item: req.body.item, attempt });
+      .json({ id: rows[0].id, item: body.item, attempt });
   });
   app.use((err, req, res, next) => { // eslint-disable-line no-unused-vars
     res.status(500).json({ error: 'internal_error', message: err.message });
@@ -58,8 +60,9 @@ after(async () => {
   await check?.end();
 });
 
-async function post({ key, body = { item: 'widget' }, account = 'acct_1', query = '' }) {
-  const headers = { 'Content-Type': 'application/json', 'X-Account': account };
+async function post({ key, body = { item: 'widget' }, account = 'acct_1', query = '',
+  contentType = 'application/json' }) {
+  const headers = { 'Content-Type': contentType, 'X-Account': account };
   if (key !== undefined) headers['Idempotency-Key'] = key;
   const res = await fetch(`${base}/orders${query ? `?${query}` : ''}`, {
     method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body),
@@ -113,6 +116,28 @@ test('422 when the key is reused with another body', async () => {
   assert.equal((await ordersOf(key)).length, 1);
 });
 
+test('a body that is not JSON is fingerprinted by its bytes: another body is a 422, not a replay', async () => {
+  const key = randomUUID();
+  const first = await post({ key, body: 'plain widget', contentType: 'text/plain' });
+  assert.equal(first.status, 201);
+  assert.equal(first.body.item, 'plain widget');
+  const again = await post({ key, body: 'plain widget', contentType: 'text/plain' });
+  assert.equal(again.status, 201);
+  assert.equal(again.headers.get('idempotent-replayed'), 'true');
+  const other = await post({ key, body: 'plain gadget', contentType: 'text/plain' });
+  assert.equal(other.status, 422);
+  assert.equal(other.body.error, 'idempotency_key_reused');
+  assert.equal((await ordersOf(key)).length, 1);
+});
+
+test('a scope over 255 bytes is a 400, not a 500; nothing runs', async () => {
+  const before = runs;
+  const res = await post({ key: randomUUID(), account: 'a'.repeat(256) });
+  assert.equal(res.status, 400);
+  assert.equal(res.body.error, 'idempotency_scope_malformed');
+  assert.equal(runs, before);
+});
+
 test('422 for a UUIDv7 key older than the retention window', async () => {
   const res = await post({ key: '01890a5d-ac96-774b-bcce-b302099a8057' });
   assert.equal(res.status, 422);
@@ -163,6 +188,28 @@ test('the answer waits for the commit: a commit that fails turns 201 into 500', 
   assert.equal(await lookup(check, 'acct_1', key), null, 'the claim rolled back too');
 });
 
+test('503 + Retry-After when the database is unreachable; the app keeps serving', async () => {
+  const down = new pg.Pool({ host: '127.0.0.1', port: 1, connectionTimeoutMillis: 2000 });
+  const app = express();
+  app.post('/orders', idempotencyMiddleware({ pool: down, scope: 'down' }),
+    () => assert.fail('the handler ran'));
+  const srv = http.createServer(app);
+  await new Promise((r) => { srv.listen(0, '127.0.0.1', r); });
+  try {
+    for (let i = 0; i < 2; i++) {
+      const res = await fetch(`http://127.0.0.1:${srv.address().port}/orders`, {
+        method: 'POST', headers: { 'Idempotency-Key': randomUUID(), 'Content-Type': 'application/json' },
+        body: '{"item": "w"}' });
+      assert.equal(res.status, 503);
+      assert.equal(res.headers.get('retry-after'), '1');
+      assert.equal((await res.json()).error, 'database_unavailable');
+    }
+  } finally {
+    await new Promise((r) => { srv.close(r); });
+    await down.end();
+  }
+});
+
 test('plain node:http: the middleware composes with an async handler', async () => {
   const mw = idempotencyMiddleware({ pool, scope: 'plain' });
   const handled = [];
@@ -192,7 +239,7 @@ test('plain node:http: the middleware composes with an async handler', async () 
     body: '{"n": 1.10}' });
   try {
     const notJson = await fetch(`${url}/ok`, { method: 'POST', body: '{"n": NaN}',
-      headers: { 'Idempotency-Key': randomUUID() } });
+      headers: { 'Idempotency-Key': randomUUID(), 'Content-Type': 'application/json' } });
     assert.equal(notJson.status, 400);
     assert.equal((await notJson.json()).error, 'invalid_json');
     const key = randomUUID();

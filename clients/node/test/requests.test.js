@@ -8,6 +8,7 @@ import {
   formatLsn, idempotent, IdempotencyError, InvalidParameterValueError, KeyInProgressError,
   KeyMismatchError, KeyTooOldError, lookup, lsnKey, lsnKeyParts, nextKey,
   NullValueNotAllowedError, ObjectNotInPrerequisiteStateError, parseLsn,
+  KeyEmptyError, KeyTooLongError, PositionBelowWatermarkError, answerFor,
   ProgramLimitExceededError, query, reserve, ResultConflictError, runExternal, runOnce,
   StaleAttemptError, TransactionAbortedError, TransactionOpenError, UndefinedObjectError,
   watermark,
@@ -254,10 +255,6 @@ test("server errors keep the server's message, detail and hint, typed by SQLSTAT
     });
     if (conn.getTransactionStatus() !== 'I') await conn.query('ROLLBACK');
   };
-  await expectError(runOnce(conn, { scope: 'acct', key: 'x'.repeat(256) }, () => [200, {}]),
-    ProgramLimitExceededError, '54000');
-  await expectError(runOnce(conn, { scope: '', key: key() }, () => [200, {}]),
-    InvalidParameterValueError, '22023');
   await expectError(runOnce(conn, { scope: 'acct', key: key() }, () => [99, {}]),
     InvalidParameterValueError, '22023');
   await expectError(reserve(conn, null, key()), NullValueNotAllowedError, '22004');
@@ -290,6 +287,59 @@ test("server errors keep the server's message, detail and hint, typed by SQLSTAT
   // an SQLSTATE the table does not list comes out as pg's own error
   await assert.rejects(query(conn, 'SELECT 1/0'), (err) => !(err instanceof IdempotencyError) &&
     err.code === '22012');
+});
+
+test('a key or scope over 255 bytes, or empty, is refused before any query: a 400, not a 500', async () => {
+  const cases = [
+    ['acct', 'x'.repeat(256), KeyTooLongError, ProgramLimitExceededError, '54000', 'idempotency_key_malformed'],
+    ['acct', '\u00e9'.repeat(128), KeyTooLongError, ProgramLimitExceededError, '54000', 'idempotency_key_malformed'],
+    ['s'.repeat(256), 'k', KeyTooLongError, ProgramLimitExceededError, '54000', 'idempotency_scope_malformed'],
+    ['acct', '', KeyEmptyError, InvalidParameterValueError, '22023', 'idempotency_key_malformed'],
+    ['', 'k', KeyEmptyError, InvalidParameterValueError, '22023', 'idempotency_scope_malformed'],
+  ];
+  for (const [scope, k, cls, base, code, httpError] of cases) {
+    for (const call of [() => runOnce(conn, { scope, key: k }, () => [200, {}]),
+      () => runExternal(conn, { scope, key: k }, () => [200, {}]), () => reserve(conn, scope, k)]) {
+      await assert.rejects(call(), (err) => {
+        assert.ok(err instanceof cls && err instanceof base, `${err.name}: ${err.message}`);
+        assert.equal(err.code, code);
+        assert.equal(err.cause, undefined, 'nothing was sent');
+        const answer = answerFor(err);
+        assert.equal(answer.status, 400);
+        assert.equal(answer.body.error, httpError);
+        return true;
+      });
+      assert.equal(conn.getTransactionStatus(), 'I');
+    }
+  }
+  const ok = await runOnce(conn, { scope: 's'.repeat(255), key: `${'\u00e9'.repeat(127)}k` },
+    () => [200, {}]);
+  assert.equal(ok.statusCode, 200, '255 bytes exactly is a key the server takes');
+});
+
+test('ids out of order: accept applies 1,2,4,5 and skips 3; strict applyOnce throws at 3', async () => {
+  const ids = [1, 2, 2, 4, 3, 1, 5, 4, 3, 5];
+  const run = async (consumer, options) => {
+    const applied = [];
+    const refused = [];
+    for (const id of ids) {
+      try {
+        if (await applyOnce(conn, consumer, 'p', id, () => { applied.push(id); }, options)) continue;
+      } catch (err) {
+        if (!(err instanceof PositionBelowWatermarkError)) throw err;
+        assert.ok(err.watermark > BigInt(id));
+        assert.equal(err.position, id);
+        assert.match(err.message, new RegExp(`position ${id} .* below its watermark ${err.watermark}`));
+        refused.push(id);
+      }
+    }
+    return { applied, refused };
+  };
+  assert.deepEqual(await run(`lenient-${randomUUID()}`), { applied: [1, 2, 4, 5], refused: [] });
+  // 1 after 2 and 4 after 5 are below the watermark too: strict refuses every one of them.
+  assert.deepEqual(await run(`strict-${randomUUID()}`, { strict: true }),
+    { applied: [1, 2, 4, 5], refused: [3, 1, 4, 3] });
+  assert.equal(conn.getTransactionStatus(), 'I', 'the refusal rolled its transaction back');
 });
 
 test('accept / watermark / applyOnce: bigint and UUID positions, watermark as a bigint', async () => {

@@ -7,5 +7,6 @@ from .consumer import Message, OutboxConsumer
 from .errors import *  # noqa: F401,F403  (the exception classes)
 from .errors import BY_SQLSTATE, IdempotencyError, translate
 from .fingerprint import canonical_json, canonical_number, fingerprint
+from .web import Answer, answer_for, parse_idempotency_key, request_fingerprint
 
 __version__ = "0.2.0"

@@ -12,8 +12,8 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from .errors import (KeyInProgress, KeyMismatch, KeyTooOld, TransactionAborted,
-                     TransactionOpen, translate)
+from .errors import (KeyInProgress, KeyMismatch, KeyTooOld, PositionBelowWatermark,
+                     TransactionAborted, TransactionOpen, check_names, translate)
 from .fingerprint import fingerprint
 
 
@@ -68,19 +68,31 @@ def request_hash(body, exclude=()):
     return None if body is None else fingerprint(body, exclude)
 
 
-def reserve(conn, scope, key, request_hash=None, *, lock_ttl="5 minutes",
-            retention="24 hours", wait="0") -> Reservation:
-    cur = execute(conn, "SELECT * FROM idempotency.reserve(%s, %s, %s, %s::interval, "
-                  "%s::interval, %s::interval)",
-                  (scope, key, request_hash, _interval(lock_ttl), _interval(retention),
-                   _interval(wait)))
-    row = cur.fetchone()
+RESERVE_SQL = ("SELECT * FROM idempotency.reserve(%s, %s, %s, %s::interval, %s::interval, "
+               "%s::interval)")
+COMPLETE_SQL = "SELECT idempotency.complete(%s, %s, %s, %s, %s)"
+
+
+def reserve_params(scope, key, request_hash, lock_ttl, retention, wait):
+    """reserve's parameters; KeyMalformed (a 400) for an empty scope or key, or one over 255
+    bytes, before anything is sent."""
+    check_names(scope, key)
+    return (scope, key, request_hash, _interval(lock_ttl), _interval(retention),
+            _interval(wait))
+
+
+def reservation_of(row) -> Reservation:
     return Reservation(str(row[0]), *row[1:])
 
 
+def reserve(conn, scope, key, request_hash=None, *, lock_ttl="5 minutes",
+            retention="24 hours", wait="0") -> Reservation:
+    params = reserve_params(scope, key, request_hash, lock_ttl, retention, wait)
+    return reservation_of(execute(conn, RESERVE_SQL, params).fetchone())
+
+
 def complete(conn, scope, key, status_code, response, attempt=None):
-    execute(conn, "SELECT idempotency.complete(%s, %s, %s, %s, %s)",
-            (scope, key, status_code, Jsonb(response), attempt))
+    execute(conn, COMPLETE_SQL, (scope, key, status_code, Jsonb(response), attempt))
 
 
 def fail(conn, scope, key, error=None, attempt=None):
@@ -279,13 +291,24 @@ def watermark(conn, consumer, partition) -> Optional[int]:
     return None if v is None else int(v)
 
 
-def apply_once(conn, consumer, partition, position, fn: Callable) -> bool:
+def _position_int(position) -> int:
+    return position if isinstance(position, int) else uuid.UUID(str(position)).int
+
+
+def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=False) -> bool:
     """Runs fn(conn) in one transaction with accept(consumer, partition, position): true if it
     ran, false for a position at or below the watermark (a redelivery). A rollback (an exception
-    in fn) undoes the watermark move too, so the message is applied again next time."""
+    in fn) undoes the watermark move too, so the message is applied again next time.
+    strict=True: a position below the watermark (not equal to it) raises
+    PositionBelowWatermark instead of returning false, for partitions that must arrive in
+    order (an out-of-order message would otherwise be skipped without a word)."""
     _check_usable(conn)
     with conn.transaction():
         if not accept(conn, consumer, partition, position):
+            if strict:
+                mark = watermark(conn, consumer, partition)
+                if mark is not None and _position_int(position) < mark:
+                    raise PositionBelowWatermark(consumer, partition, position, mark)
             return False
         fn(conn)
     return True

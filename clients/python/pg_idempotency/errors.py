@@ -94,6 +94,56 @@ def translate(err: psycopg.Error) -> Exception:
                sqlstate=err.sqlstate, pgerror=err)
 
 
+class KeyMalformed(IdempotencyError, ValueError):
+    """A key or scope the server would refuse, or a missing or malformed Idempotency-Key
+    header: a 400, refused before any query. `code` is the error of the HTTP answer:
+    idempotency_key_missing, idempotency_key_malformed or idempotency_scope_malformed."""
+    http_status = 400
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+class KeyEmpty(KeyMalformed, InvalidParameterValue):
+    """An empty key or scope (the server's 22023)."""
+
+
+class KeyTooLong(KeyMalformed, ProgramLimitExceeded):
+    """A key or scope over 255 bytes (the server's 54000)."""
+
+
+class PositionBelowWatermark(IdempotencyError):
+    """apply_once(..., strict=True) got a position below the partition's watermark: a message
+    that arrived out of order (or an older one redelivered), which accept would skip without a
+    word. Nothing was applied; `watermark` is the stored position."""
+
+    def __init__(self, consumer, partition, position, watermark):
+        super().__init__(f'position {position} of partition "{partition}" (consumer '
+                         f'"{consumer}") is below its watermark {watermark}',
+                         hint="accept fits partitions delivered in order; for messages that "
+                              "arrive out of order, reserve one key per message id instead")
+        self.consumer, self.partition = consumer, partition
+        self.position, self.watermark = position, watermark
+
+
+MAX_NAME_BYTES = 255
+
+
+def check_names(scope, key):
+    """KeyMalformed unless scope and key are each 1 to 255 bytes of UTF-8 (the server's rule)."""
+    for what, value, code in (("scope", scope, "idempotency_scope_malformed"),
+                              ("key", key, "idempotency_key_malformed")):
+        if value is None:
+            continue
+        size = len(str(value).encode("utf-8"))
+        if size == 0:
+            raise KeyEmpty(code, f"the idempotency {what} must not be empty")
+        if size > MAX_NAME_BYTES:
+            raise KeyTooLong(code, f"the idempotency {what} is {size} bytes, over the limit "
+                             f"of {MAX_NAME_BYTES}")
+
+
 # ---- reserve outcomes that are not errors of the server ----
 
 class OutcomeError(IdempotencyError):
@@ -136,5 +186,7 @@ class KeyTooOld(OutcomeError):
 
 
 __all__ = ["IdempotencyError", "OutcomeError", "KeyInProgress", "KeyMismatch", "KeyTooOld",
-           "TransactionAborted", "TransactionOpen", "translate", "BY_SQLSTATE",
+           "TransactionAborted", "TransactionOpen", "KeyMalformed", "KeyEmpty", "KeyTooLong",
+           "PositionBelowWatermark",
+           "check_names", "translate", "BY_SQLSTATE",
            *(cls.__name__ for cls in set(BY_SQLSTATE.values()))]

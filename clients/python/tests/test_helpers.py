@@ -224,11 +224,36 @@ def test_failed_transaction_is_a_clear_error(conn):
     conn.rollback()
 
 
-def test_key_over_255_bytes_is_the_servers_54000(conn):
-    with pytest.raises(pi.ProgramLimitExceeded) as e:
-        pi.run_once(conn, "acct", "k" * 256, lambda: (200, {}))
-    assert e.value.sqlstate == "54000" and "255" in str(e.value)
-    assert isinstance(e.value.pgerror, psycopg.errors.ProgramLimitExceeded)
+def test_key_or_scope_over_255_bytes_is_a_400_before_any_query(conn):
+    """The server's 54000 (and 22023 for an empty one), raised before the query as KeyTooLong
+    / KeyEmpty, which answer_for turns into a 400, not a 500."""
+    cases = [("acct", "k" * 256, pi.KeyTooLong, "54000", "idempotency_key_malformed"),
+             ("acct", "\u00e9" * 128, pi.KeyTooLong, "54000", "idempotency_key_malformed"),
+             ("s" * 256, "k", pi.KeyTooLong, "54000", "idempotency_scope_malformed"),
+             ("acct", "", pi.KeyEmpty, "22023", "idempotency_key_malformed"),
+             ("", "k", pi.KeyEmpty, "22023", "idempotency_scope_malformed")]
+    for scope, key, cls, sqlstate, code in cases:
+        for call in (lambda: pi.run_once(conn, scope, key, lambda: (200, {})),
+                     lambda: pi.run_external(conn, scope, key, lambda a: (200, {})),
+                     lambda: pi.reserve(conn, scope, key)):
+            with pytest.raises(cls) as e:
+                call()
+            assert e.value.sqlstate == sqlstate and e.value.pgerror is None
+            answer = pi.answer_for(e.value)
+            assert (answer.status, answer.body["error"]) == (400, code)
+        conn.rollback()
+    assert isinstance(pi.KeyTooLong("c", "m"), pi.ProgramLimitExceeded)
+    # A body the client-side fingerprint refuses is the client's 400; the server's own 54000
+    # (a response over 10 MB) has no HTTP answer of the helpers.
+    with pytest.raises(pi.InvalidJson) as bad_body:
+        pi.run_once(conn, "acct", new_key(), lambda: (200, {}), request='{"n": NaN}')
+    assert pi.answer_for(bad_body.value).status == 400
+    with pytest.raises(pi.ProgramLimitExceeded) as too_big:
+        pi.run_once(conn, "acct", new_key(), lambda: (200, "x" * (11 << 20)))
+    assert too_big.value.pgerror is not None and pi.answer_for(too_big.value) is None
+    conn.rollback()
+    # 255 bytes exactly is a key the server takes
+    assert pi.run_once(conn, "s" * 255, "\u00e9" * 127 + "k", lambda: (200, {})).status_code == 200
 
 
 def readme_sqlstates():
@@ -335,3 +360,30 @@ def test_lsn_key_codec_matches_sql(conn):
     commit_lsn, lsn2 = pi.lsn_key_parts(key)
     assert (str(commit_lsn), str(lsn2)) == ("0/16B3752", "0/16B3748")
     conn.rollback()
+
+
+def test_ids_out_of_order_accept_skips_3_and_strict_apply_once_raises(conn):
+    """ids 1,2,2,4,3,1,5,4,3,5: accept applies 1,2,4,5 and skips 3 without a word (a
+    watermark); apply_once(strict=True) raises PositionBelowWatermark for each position below
+    it, and rolls its transaction back."""
+    ids = [1, 2, 2, 4, 3, 1, 5, 4, 3, 5]
+
+    def run(consumer, **options):
+        applied, refused = [], []
+        for i in ids:
+            try:
+                pi.apply_once(conn, consumer, "p", i, lambda c, i=i: applied.append(i), **options)
+            except pi.PositionBelowWatermark as e:
+                assert e.position == i and e.watermark > i
+                assert f"position {i} " in str(e) and f"below its watermark {e.watermark}" in str(e)
+                refused.append(i)
+        return applied, refused
+
+    assert run(f"lenient-{uuid.uuid4()}") == ([1, 2, 4, 5], [])
+    assert run(f"strict-{uuid.uuid4()}", strict=True) == ([1, 2, 4, 5], [3, 1, 4, 3])
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    # 128-bit positions compare as numbers too
+    consumer = f"uuid-{uuid.uuid4()}"
+    assert pi.apply_once(conn, consumer, "p", uuid.UUID(int=2**100), lambda c: None)
+    with pytest.raises(pi.PositionBelowWatermark):
+        pi.apply_once(conn, consumer, "p", str(uuid.UUID(int=2**99)), lambda c: None, strict=True)

@@ -35,6 +35,7 @@ namespace {
 
 // field4 of our advisory lock tags: keeps them apart from pg_advisory_lock(bigint) (1) and
 // pg_advisory_lock(int, int) (2) taken by applications. Shown as objsubid in pg_locks.
+// idempotency.key_locks (extension/idempotency--0.2.0--0.3.0.sql) selects on this value.
 constexpr uint16 kKeyLockClass = 0x1DE;
 
 void key_lock_tag(LOCKTAG *tag, Datum scope, Datum key) {

@@ -40,7 +40,7 @@ constexpr const char *kPartitionsSql =
     "SELECT c.oid, c.relname::pg_catalog.text,"
     " pg_catalog.substring(b.expr, 'FROM \\(''([^'']*)''\\)')::pg_catalog.timestamptz,"
     " pg_catalog.substring(b.expr, 'TO \\(''([^'']*)''\\)')::pg_catalog.timestamptz,"
-    " c.reltuples::pg_catalog.float8"
+    " idempotency.rows_estimate(c.oid)::pg_catalog.float8"
     " FROM pg_catalog.pg_inherits i"
     " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid"
     " CROSS JOIN LATERAL pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS b(expr)"
@@ -596,6 +596,15 @@ void maintain_run(ActionSink *sink) {
         else
             maintain_partitions(sink);
     }
+    // The counters' row of this hour (idempotency.stats_hourly / stats_daily read them).
+    auto snapshot_stats = [](void *) {
+        spi_run("SELECT idempotency.stats_snapshot()", SPI_OK_SELECT);
+    };
+    (void)run_reported_step(snapshot_stats, nullptr, sink,
+                            StepReport{nullptr, 0, 0, false, -1,
+                                       "could not snapshot the counters into "
+                                       "idempotency.stats_snapshots",
+                                       "stats snapshot"});
 }
 
 }  // namespace

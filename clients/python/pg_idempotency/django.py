@@ -1,0 +1,130 @@
+"""The Idempotency-Key header as Django middleware, on Django's own database connection: the
+claim, the view's ORM writes and the stored answer commit in one transaction.
+
+    # settings.py
+    MIDDLEWARE = [..., "pg_idempotency.django.IdempotencyMiddleware"]
+    IDEMPOTENCY = {"scope": lambda req: req.headers["x-account"], "lock_ttl": "30 seconds"}
+
+    # a view: request.idempotency.key, .attempt; the ORM's writes are in the claim's transaction
+
+IDEMPOTENCY takes the options of pg_idempotency.asgi.IdempotencyMiddleware (scope, key,
+exclude, lock_ttl, retention, wait, store, replay_headers, applies, max_body) and `database`
+(the alias, default "default"); the callables get a RequestInfo whose `raw` is the Django
+request. Answers: those of the ASGI and WSGI middlewares.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+from django.conf import settings
+from django.db import DatabaseError, OperationalError, connections, transaction
+from django.http import HttpResponse
+
+from .client import Reservation, reserve_params
+from .errors import KeyInProgress, KeyMismatch, KeyTooOld
+from .web import (DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context, RequestInfo, answer_for,
+                  options_from, stored_response)
+
+log = logging.getLogger("pg_idempotency")
+
+_OUTCOMES = {"in_progress": KeyInProgress, "mismatch": KeyMismatch, "too_old": KeyTooOld}
+_COMPLETE = "SELECT idempotency.complete(%s, %s, %s, %s::jsonb, %s)"
+# The response as text: Django's backend loads jsonb as a string (for its JSONField).
+_RESERVE = ("SELECT r.outcome::text, r.status_code, r.response::text, r.attempt, "
+            "r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at "
+            "FROM idempotency.reserve(%s, %s, %s, %s::interval, %s::interval, %s::interval) r")
+
+
+def _reservation(row) -> Reservation:
+    response = None if row[2] is None else json.loads(row[2])
+    return Reservation(row[0], row[1], response, *row[3:])
+
+
+def _response(answer: Answer, extra=None) -> HttpResponse:
+    response = HttpResponse(answer.encoded(), status=answer.status,
+                            content_type="application/json")
+    for name, value in {**answer.headers, **(extra or {})}.items():
+        response[name] = str(value)
+    return response
+
+
+def _buffered(streaming) -> HttpResponse:
+    response = HttpResponse(b"".join(streaming.streaming_content), status=streaming.status_code)
+    for name, value in streaming.items():
+        response[name] = value
+    return response
+
+
+class _Rollback(Exception):
+    """Leaves transaction.atomic with a rollback, carrying the answer to send."""
+
+    def __init__(self, response):
+        super().__init__()
+        self.response = response
+
+
+class IdempotencyMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+        config = dict(getattr(settings, "IDEMPOTENCY", {}))
+        self.database = config.pop("database", "default")
+        self.options = options_from(config.pop("scope", None), **config)
+
+    def __call__(self, request):
+        opts = self.options
+        if not opts.applies_to(request.method, request.path):
+            return self.get_response(request)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        req = RequestInfo(request.method, request.path, headers, request.body, request)
+        try:
+            scope, key, request_hash = opts.identify(req)
+            params = reserve_params(scope, key, request_hash, **opts.reserve_options())
+        except Exception as e:
+            answer = answer_for(e)
+            if answer is None:
+                raise
+            return _response(answer)
+        handled = False
+        try:
+            with transaction.atomic(using=self.database):
+                with connections[self.database].cursor() as cursor:
+                    cursor.execute(_RESERVE, params)
+                    reservation = _reservation(cursor.fetchone())
+                if reservation.outcome == "replay":
+                    extra = {"Idempotent-Replayed": "true",
+                             **opts.replay_headers(reservation.status_code,
+                                                   reservation.response)}
+                    raise _Rollback(_response(Answer(reservation.status_code,
+                                                     reservation.response), extra))
+                if reservation.outcome != "new":
+                    outcome = _OUTCOMES[reservation.outcome](scope, key, reservation,
+                                                             reservation.outcome)
+                    raise _Rollback(_response(answer_for(outcome)))
+                request.idempotency = Context(connections[self.database], scope, key,
+                                              reservation.attempt, reservation.recovery_point,
+                                              reservation)
+                handled = True
+                response = self.get_response(request)  # Django turns exceptions into a 500
+                if response.streaming:
+                    response = _buffered(response)
+                if not opts.store(response.status_code):
+                    raise _Rollback(response)
+                with connections[self.database].cursor() as cursor:
+                    cursor.execute(_COMPLETE, (scope, key, response.status_code,
+                                               json.dumps(stored_response(response.content)),
+                                               reservation.attempt))
+            return response                    # after COMMIT
+        except _Rollback as r:
+            return r.response
+        except DatabaseError as e:
+            if handled:
+                log.error('idempotency: the answer to key "%s" was not stored: %s', key, e)
+                return _response(NOT_STORED)
+            if isinstance(e, OperationalError):
+                log.error("idempotency: the database is unreachable: %s", e)
+                return _response(DATABASE_UNAVAILABLE)
+            raise
+
+
+__all__ = ["IdempotencyMiddleware"]

@@ -1,0 +1,197 @@
+"""What the HTTP middlewares (asgi.py, wsgi.py, django.py) share: the Idempotency-Key header,
+the request's fingerprint, and the answers they send. The answers are those of the Node
+client's Express middleware."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from typing import Any, Callable, Mapping, Optional
+
+from .errors import (InvalidJson, KeyInProgress, KeyMalformed, KeyMismatch, KeyTooOld,
+                     OutcomeError, ProgramLimitExceeded)
+from .fingerprint import fingerprint
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+_TOKEN = re.compile(r"[\x21-\x7e]{1,255}")  # visible ASCII, no spaces
+
+DEFAULT_MAX_BODY = 1 << 20
+
+
+def parse_idempotency_key(raw: Optional[str]) -> str:
+    """A UUID (lower-cased) or a token of 1 to 255 visible ASCII characters; the quoted form of
+    the IETF draft ("...") is accepted too. KeyMalformed (a 400) otherwise."""
+    if raw is None or raw == "":
+        raise KeyMalformed("idempotency_key_missing", "the Idempotency-Key header is required")
+    key = raw.strip()
+    if len(key) >= 2 and key[0] == '"' and key[-1] == '"':
+        key = key[1:-1]
+    if _UUID.fullmatch(key):
+        return key.lower()
+    if not _TOKEN.fullmatch(key):
+        raise KeyMalformed("idempotency_key_malformed",
+                           "the Idempotency-Key must be a UUID or 1 to 255 visible ASCII "
+                           "characters")
+    return key
+
+
+def is_json_type(content_type: Optional[str]) -> bool:
+    """application/json, or any */*+json media type."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith(("application/", "text/"))
+                                           and media.endswith("+json"))
+
+
+def request_fingerprint(body: bytes, content_type: Optional[str], exclude=()) -> bytes:
+    """A JSON body (by its Content-Type) is fingerprinted as JSON (so 1.10 and 1.1, or another
+    member order, are the same request; InvalidJson / ProgramLimitExceeded when it is not
+    JSON); any other body by its raw bytes, as SQL's idempotency.fingerprint(bytea). An empty
+    body is fingerprinted too, so a later request with a body never replays it."""
+    if is_json_type(content_type):
+        return fingerprint(body, exclude)
+    return hashlib.sha256(body).digest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """An HTTP answer: status, a JSON body, extra headers."""
+    status: int
+    body: Any
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def encoded(self) -> bytes:
+        return encode_json(self.body)
+
+
+def encode_json(value) -> bytes:
+    """JSON as JSON.stringify writes it (no spaces, UTF-8); None is an empty body."""
+    if value is None:
+        return b""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _problem(status, error, message, headers=None) -> Answer:
+    return Answer(status, {"error": error, "message": message}, headers or {})
+
+
+def answer_for(err: BaseException) -> Optional[Answer]:
+    """The HTTP answer for an error of the helpers that has one (a malformed key or scope, the
+    reserve outcomes in_progress / mismatch / too_old, a request body the fingerprint refused),
+    or None."""
+    if isinstance(err, KeyMalformed):
+        return _problem(400, err.code, err.message)
+    if isinstance(err, KeyInProgress):
+        return _problem(409, "idempotency_key_in_use",
+                        "a request with this Idempotency-Key is still being processed; retry "
+                        "later", {"Retry-After": str(err.retry_after)})
+    if isinstance(err, KeyMismatch):
+        return _problem(422, "idempotency_key_reused",
+                        "this Idempotency-Key was already used with a different request body")
+    if isinstance(err, KeyTooOld):
+        return _problem(422, "idempotency_key_too_old",
+                        "this Idempotency-Key was created before the retention window, so the "
+                        "request cannot be told apart from a new one; check whether the first "
+                        "request took effect, then use a new key")
+    if isinstance(err, OutcomeError):
+        return _problem(err.http_status, "idempotency_key_conflict", err.message)
+    if isinstance(err, (InvalidJson, ProgramLimitExceeded)) and err.pgerror is None:
+        # the request's body, refused by the client-side fingerprint (the server's own 54000,
+        # say a response over 10 MB, is not the client's fault: no answer here)
+        return _problem(400, "invalid_json", err.message)
+    return None
+
+
+DATABASE_UNAVAILABLE = _problem(503, "database_unavailable",
+                                "the database is unreachable; retry with the same "
+                                "Idempotency-Key", {"Retry-After": "1"})
+NOT_STORED = _problem(500, "internal_error",
+                      "the request failed; retry with the same Idempotency-Key")
+BODY_TOO_LARGE = _problem(413, "body_too_large",
+                          "the request body is over the limit of the idempotency middleware")
+
+
+def stored_response(body: bytes) -> Any:
+    """What complete() stores for an answer's body: its JSON value, the text as a JSON string
+    when it is not JSON, None when empty."""
+    if not body:
+        return None
+    text = body.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+@dataclasses.dataclass
+class RequestInfo:
+    """What the scope / key / applies callables of the middlewares get."""
+    method: str
+    path: str
+    headers: Mapping[str, str]          # lower-case names
+    body: bytes
+    raw: Any = None                     # the ASGI scope, WSGI environ or Django request
+
+
+@dataclasses.dataclass
+class Options:
+    """The middlewares' options (see asgi.IdempotencyMiddleware)."""
+    scope: Any
+    key: Optional[Callable[[RequestInfo], str]] = None
+    exclude: tuple = ()
+    lock_ttl: Any = "5 minutes"
+    retention: Any = "24 hours"
+    wait: Any = "0"
+    store: Callable[[int], bool] = lambda status: status < 500
+    replay_headers: Callable[[int, Any], Mapping[str, str]] = lambda status, response: {}
+    applies: Optional[Callable[[str, str], bool]] = None
+    max_body: int = DEFAULT_MAX_BODY
+
+    def applies_to(self, method: str, path: str) -> bool:
+        """applies(method, path); by default POST and PATCH (the methods that are not
+        idempotent by themselves)."""
+        if self.applies is not None:
+            return bool(self.applies(method, path))
+        return method.upper() in ("POST", "PATCH")
+
+    def identify(self, req: RequestInfo):
+        """(scope, key, request_hash); raises KeyMalformed, InvalidJson, ProgramLimitExceeded."""
+        scope = self.scope(req) if callable(self.scope) else self.scope
+        key = (self.key(req) if self.key is not None
+               else parse_idempotency_key(req.headers.get("idempotency-key")))
+        return scope, key, request_fingerprint(req.body, req.headers.get("content-type"),
+                                               self.exclude)
+
+    def reserve_options(self):
+        return {"lock_ttl": self.lock_ttl, "retention": self.retention, "wait": self.wait}
+
+
+def connector(pool, conninfo, connect, one_connection):
+    """The one of pool= / conninfo= / connect= given, as a callable of no argument returning
+    a context manager (sync or async) that yields a connection; one_connection(conninfo) makes
+    that callable for a connection string."""
+    if sum(x is not None for x in (pool, conninfo, connect)) != 1:
+        raise TypeError("the idempotency middleware needs one of pool=, conninfo=, connect=")
+    if pool is not None:
+        return pool.connection
+    return connect if connect is not None else one_connection(conninfo)
+
+
+def options_from(scope, **kwargs) -> Options:
+    if scope is None:
+        raise TypeError("the idempotency middleware needs a scope (a string, or a callable of "
+                        "the request)")
+    return Options(scope=scope, **{k: v for k, v in kwargs.items() if v is not None})
+
+
+@dataclasses.dataclass
+class Context:
+    """What the handler gets (request.state.idempotency, environ["idempotency"],
+    request.idempotency): `conn` is the connection whose transaction holds the claim; the
+    handler's writes through it commit with the stored answer."""
+    conn: Any
+    scope: str
+    key: str
+    attempt: int
+    recovery_point: Optional[str]
+    reservation: Any

@@ -1,0 +1,184 @@
+"""The Idempotency-Key header as WSGI middleware: Flask, or any WSGI app.
+
+    from psycopg_pool import ConnectionPool
+    from pg_idempotency.wsgi import IdempotencyMiddleware
+
+    pool = ConnectionPool("dbname=shop")
+    app.wsgi_app = IdempotencyMiddleware(app.wsgi_app, pool=pool,
+                                         scope=lambda req: req.headers["x-account"])
+
+    @app.post("/orders")
+    def create_order():
+        conn = request.environ["idempotency"].conn     # the transaction that holds the claim
+        ...
+
+Options and answers: those of pg_idempotency.asgi.IdempotencyMiddleware, with a
+psycopg_pool.ConnectionPool (pool=), a connection string (conninfo=) or a callable returning a
+context manager that yields a psycopg.Connection (connect=).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from http import HTTPStatus
+
+import psycopg
+
+from .client import complete, reserve
+from .errors import KeyInProgress, KeyMismatch, KeyTooOld, check_names
+from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
+                  RequestInfo, answer_for, connector, options_from, stored_response)
+
+log = logging.getLogger("pg_idempotency")
+
+_OUTCOMES = {"in_progress": KeyInProgress, "mismatch": KeyMismatch, "too_old": KeyTooOld}
+
+
+def _status_line(status: int) -> str:
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"{status} Unknown"
+
+
+def _answer(start_response, answer: Answer, extra=None):
+    body = answer.encoded()
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    headers += [(k, str(v)) for k, v in {**answer.headers, **(extra or {})}.items()]
+    start_response(_status_line(answer.status), headers)
+    return [body]
+
+
+def _one_connection(conninfo):
+    @contextlib.contextmanager
+    def one_connection():
+        conn = psycopg.connect(conninfo)
+        try:
+            yield conn
+        finally:
+            conn.close()
+    return one_connection
+
+
+def _rollback(conn):
+    try:
+        conn.rollback()
+    except Exception:  # the connection is broken: the server has rolled back already
+        pass
+
+
+def _headers_of(environ) -> dict:
+    headers = {k[5:].replace("_", "-").lower(): v for k, v in environ.items()
+               if k.startswith("HTTP_")}
+    for name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if environ.get(name):
+            headers[name.replace("_", "-").lower()] = environ[name]
+    return headers
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _read_body(environ, limit: int) -> bytes:
+    stream = environ.get("wsgi.input")
+    if stream is None:
+        return b""
+    length = environ.get("CONTENT_LENGTH") or ""
+    if length.strip().isdigit():
+        if int(length) > limit:
+            raise _BodyTooLarge()
+        return stream.read(int(length)) if int(length) else b""
+    if not environ.get("wsgi.input_terminated"):
+        return b""  # no length and an unterminated stream: WSGI allows no read
+    body = stream.read(limit + 1)
+    if len(body) > limit:
+        raise _BodyTooLarge()
+    return body
+
+
+class IdempotencyMiddleware:
+    def __init__(self, app, *, pool=None, conninfo=None, connect=None, scope=None, **options):
+        self.app = app
+        self.connect = connector(pool, conninfo, connect, _one_connection)
+        self.options = options_from(scope, **options)
+
+    def __call__(self, environ, start_response):
+        method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
+        if not self.options.applies_to(method, path):
+            return self.app(environ, start_response)
+        try:
+            body = _read_body(environ, self.options.max_body)
+        except _BodyTooLarge:
+            return _answer(start_response, BODY_TOO_LARGE)
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        req = RequestInfo(method, path, _headers_of(environ), body, environ)
+        try:
+            id_scope, key, request_hash = self.options.identify(req)
+            check_names(id_scope, key)
+        except Exception as e:
+            answer = answer_for(e)
+            if answer is None:
+                raise
+            return _answer(start_response, answer)
+        try:
+            with self.connect() as conn:
+                return self._handle(conn, environ, start_response, id_scope, key, request_hash)
+        except psycopg.OperationalError as e:
+            log.error("idempotency: the database is unreachable: %s", e)
+            return _answer(start_response, DATABASE_UNAVAILABLE)
+
+    def _handle(self, conn, environ, start_response, id_scope, key, request_hash):
+        opts = self.options
+        try:
+            reservation = reserve(conn, id_scope, key, request_hash, **opts.reserve_options())
+        except BaseException:
+            _rollback(conn)
+            raise
+        if reservation.outcome != "new":
+            _rollback(conn)
+            if reservation.outcome == "replay":
+                extra = {"Idempotent-Replayed": "true",
+                         **opts.replay_headers(reservation.status_code, reservation.response)}
+                return _answer(start_response,
+                               Answer(reservation.status_code, reservation.response), extra)
+            outcome = _OUTCOMES[reservation.outcome](id_scope, key, reservation,
+                                                     reservation.outcome)
+            return _answer(start_response, answer_for(outcome))
+
+        environ["idempotency"] = Context(conn, id_scope, key, reservation.attempt,
+                                         reservation.recovery_point, reservation)
+        held = {}
+
+        def hold(status, headers, exc_info=None):
+            held["status"], held["headers"] = status, headers
+            return lambda data: held.setdefault("written", []).append(data)
+
+        try:
+            result = self.app(environ, hold)
+            try:
+                body = b"".join([*held.get("written", []), *result])
+            finally:
+                if hasattr(result, "close"):
+                    result.close()
+        except BaseException:
+            _rollback(conn)                   # nothing of the handler commits
+            raise
+        status = int(held["status"].split(" ", 1)[0])
+        try:
+            if opts.store(status):
+                complete(conn, id_scope, key, status, stored_response(body), reservation.attempt)
+                conn.commit()
+            else:
+                conn.rollback()
+        except Exception as e:
+            _rollback(conn)
+            log.error('idempotency: the answer to key "%s" was not stored: %s', key, e)
+            return _answer(start_response, NOT_STORED)
+        start_response(held["status"], held["headers"])
+        return [body]
+
+
+__all__ = ["IdempotencyMiddleware", "Context", "RequestInfo"]
