@@ -1,4 +1,5 @@
 #include "pg/keys/pending_claims.hpp"
+#include "pg/fault_points.hpp"
 #include "pg/guard.hpp"
 
 namespace idem::pg {
@@ -41,6 +42,8 @@ void write_unwritten_claims() noexcept {
         claim->written_in = GetCurrentSubTransactionId();
     }
     if (connected) {
+        // The claims are written, the transaction not committed yet.
+        IDEM_FAULT_POINT("claim-pre-commit");
         close_storage(storage);
         PopActiveSnapshot();
     }

@@ -11,6 +11,7 @@
 // ereport), and the core functions they call are noexcept.
 
 #include "pg/postgres_headers.hpp"
+#include "pg/fault_points.hpp"
 #include "pg/outbox/output_plugin.hpp"
 #include "pg/guard.hpp"
 
@@ -307,6 +308,7 @@ void on_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr m
                            hi(message_lsn), lo(message_lsn), kOutboxPrefix)));
     } else if (topic_wanted(state, content)) {
         check_order(state, core::LsnKey{txn->final_lsn, message_lsn});
+        IDEM_FAULT_POINT("decode-message");
         if (!state->txn_ready) prepare_txn(state, txn);
         if (state->framing && !state->begin_written) write_begin(ctx, state);
         write_message(ctx, state, content, message_lsn);

@@ -7,6 +7,7 @@
 // otherwise is reported and the next one runs.
 
 #include "pg/storage/maintenance.hpp"
+#include "pg/fault_points.hpp"
 
 #include "pg/guard.hpp"
 #include "pg/storage/citus.hpp"
@@ -155,6 +156,7 @@ void create_step(void *arg) noexcept {
                      space_name ? quote_identifier(space_name) : ""),
             SPI_OK_UTILITY);
     spi_run(kLockExclusiveSql, SPI_OK_UTILITY);
+    IDEM_FAULT_POINT("maintain-create");
     s->moved = attach_moving_default_rows(name, lo, hi);
 }
 
@@ -170,6 +172,7 @@ void drop_step(void *arg) noexcept {
     // By OID: the partition may live in any schema, or have been renamed.
     char *name = relation_name(s->target->oid);
     s->gone = name == nullptr;
+    IDEM_FAULT_POINT("maintain-drop");
     if (!s->gone) spi_run(psprintf("DROP TABLE %s", name), SPI_OK_UTILITY);
 }
 
@@ -186,6 +189,7 @@ void purge_step(void *arg) noexcept {
                      relation_name(s->def), time_literal(s->now)),
             SPI_OK_DELETE);
     s->purged = SPI_processed;
+    IDEM_FAULT_POINT("maintain-purge");
 }
 
 struct DefaultContent {
@@ -227,6 +231,7 @@ struct PlanArrays {
 void make_plan(const PartitionList &parts, const DefaultContent &content, int64 now, int64 width,
                int premake, core::PartitionNaming naming, PlanArrays *out) {
     core::PlanInput in;
+    IDEM_ALLOCATION_FAULT_POINT("maintain-plan");
     in.now = now;
     in.width = width;
     in.premake = premake;
@@ -568,6 +573,7 @@ void maintain_run(ActionSink *sink) {
     }
     auto lock_keys = [](void *) noexcept {
         spi_run("LOCK TABLE ONLY idempotency.keys IN SHARE UPDATE EXCLUSIVE MODE", SPI_OK_UTILITY);
+        IDEM_FAULT_POINT("maintain-lock");
     };
     if (run_reported_step(lock_keys, nullptr, sink, report)) {
         char *partman = partman_schema();

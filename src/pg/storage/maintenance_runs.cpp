@@ -9,6 +9,7 @@
 // a PostgreSQL call.
 
 #include "pg/storage/maintenance.hpp"
+#include "pg/fault_points.hpp"
 
 #include "pg/guard.hpp"
 #include "pg/shared_memory.hpp"
@@ -171,6 +172,7 @@ void append_step_json(StringInfo steps, const char *action, const char *partitio
 void record_run(TimestampTz started, const char *caller, const char *result, const char *steps,
                 const char *error) {
     if (!log_table_exists()) return;  // a database still at 0.1.0
+    IDEM_FAULT_POINT("maintain-record");
     insert_run(started, GetCurrentTimestamp(), caller, GetUserNameFromId(GetSessionUserId(), false),
                result, steps, error);
 }

@@ -2,6 +2,7 @@
 // destructor lives in them.
 
 #include "pg/storage/worker.hpp"
+#include "pg/fault_points.hpp"
 #include "pg/spi.hpp"
 
 #include "pg/guard.hpp"
@@ -222,6 +223,7 @@ void run_maintain(const char *dbname) noexcept {
     if (OidIsValid(get_extension_oid("idempotency", true))) {
         const char *sql = "SELECT action, partition, rows, detail FROM idempotency.maintain()";
         pgstat_report_activity(STATE_RUNNING, sql);
+        IDEM_FAULT_POINT("worker-pass");
         spi_check(SPI_execute(sql, false, 0), SPI_OK_SELECT, "idempotency.maintain()");
         log_actions(dbname);
         ereport(DEBUG1, (errmsg("idempotency: maintained database \"%s\" (%llu steps)", dbname,

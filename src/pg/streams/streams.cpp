@@ -21,6 +21,7 @@
 // drop the entry belongs to a row that is gone.
 
 #include "pg/streams/streams.hpp"
+#include "pg/fault_points.hpp"
 #include "pg/spi.hpp"
 
 #include "pg/compat.hpp"
@@ -277,6 +278,8 @@ bool write_next_block(const StreamKey &key, bool use_cache, bool cache_first, in
     // Durable before any value of the block is handed out, whatever the caller's transaction
     // does next. If this throws, the block is lost (a gap), never handed out.
     finish_bound_update(rel, old, state, block.last);
+    // The bound is durable; the shared cache is not refilled yet.
+    IDEM_FAULT_POINT("next-key-refill");
     *value = shared ? stream_cache_start(key, block) : block.first;
     return true;
 }
