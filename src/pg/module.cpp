@@ -12,7 +12,10 @@ PG_MODULE_MAGIC;
 void _PG_init(void);
 }
 
-void _PG_init(void) {
+namespace {
+
+// What _PG_init does; noexcept like every function PostgreSQL calls (guard.hpp).
+void register_library() noexcept {
 #if defined(IDEM_OWN_FAULT_POINTS)
     idem::pg::define_fault_points_setting();
 #endif
@@ -20,4 +23,10 @@ void _PG_init(void) {
     idem::pg::define_key_store_settings();
     idem::pg::register_storage_maintenance();
     idem::pg::register_streams();
+}
+
+}  // namespace
+
+void _PG_init(void) {
+    register_library();
 }
