@@ -292,6 +292,9 @@ void on_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr m
         return;
     }
     MemoryContext caller = MemoryContextSwitchTo(state->scratch);
+    // Alive across PostgreSQL calls that may raise errors (guard.hpp, rule 4): nothing to
+    // destroy.
+    static_assert(std::is_trivially_destructible_v<core::OutboxContent>);
     core::OutboxContent content;
     Content parsed = parse_content(message, message_size, &content);
     if (parsed == Content::TooLarge) {
