@@ -26,6 +26,12 @@ endif
 IDEM_SCHEMA_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" idempotency.control)
 PG_CXXFLAGS = -std=c++17 -Wno-register -fno-omit-frame-pointer $(IDEM_WARNINGS) -Isrc \
 	-DIDEM_SCHEMA_VERSION='"$(IDEM_SCHEMA_VERSION)"'
+# The faults suite's build for a server without injection points (15, 16, or 17 and 18 built
+# without --enable-injection-points): the extension's own fault points, driven by the setting
+# idempotency.fault_points (src/pg/fault_points.hpp). Never in a production build.
+ifeq ($(IDEM_FAULT_POINTS),1)
+PG_CXXFLAGS += -DIDEM_FAULT_POINTS
+endif
 SHLIB_LINK = -lcrypto -lstdc++
 
 # No LLVM bitcode: PostgreSQL's JIT would only inline these functions, and clang would
@@ -44,12 +50,14 @@ include $(PGXS)
 
 CORE_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden $(IDEM_WARNINGS) -Isrc
 
-# Objects compiled against another major's headers are never reused: the stamp names the
-# server the last build was for, and changes (so everything rebuilds) when PG_CONFIG does.
+# Objects compiled against another major's headers (or with the other IDEM_FAULT_POINTS) are
+# never reused: the stamp names the server the last build was for, and changes (so everything
+# rebuilds) when PG_CONFIG or IDEM_FAULT_POINTS does.
 BUILD_STAMP = .build-for-pg
 EXTRA_CLEAN += $(BUILD_STAMP)
 $(BUILD_STAMP): FORCE
-	@echo '$(PG_CONFIG) $(VERSION)' | cmp -s - $@ || echo '$(PG_CONFIG) $(VERSION)' >$@
+	@echo '$(PG_CONFIG) $(VERSION) $(IDEM_FAULT_POINTS)' | cmp -s - $@ || \
+		echo '$(PG_CONFIG) $(VERSION) $(IDEM_FAULT_POINTS)' >$@
 $(OBJS): $(BUILD_STAMP)
 .PHONY: FORCE
 

@@ -5,7 +5,7 @@
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
-#                                        browser)
+#                                        browser faults)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 # The citus suite (test/citus/*.sh) runs three-node Citus clusters of its own; it builds
 # Citus from ../shared/vendor when citus.so is not installed, and is reported as skipped,
@@ -16,7 +16,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
-ALL_SUITES="unit regress isolation pgtap scripted examples citus clients browser"
+ALL_SUITES="unit regress isolation pgtap scripted examples citus clients browser faults"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -234,6 +234,34 @@ run_browser() {
   record_node_tap browser "$log" "$rc"
 }
 
+# faults: the fault tests (test/faults/*.sh, each on a cluster of its own) drive the
+# extension's fault points (src/pg/fault_points.hpp). A server with injection points (17 and
+# later built with --enable-injection-points, as scripts/majors.sh builds them) runs them with
+# the usual build; on any other server the suite installs the faults build (make
+# IDEM_FAULT_POINTS=1, made in a copy under build/) for its run, then the usual build again.
+run_faults() {
+  local tests=() t own=1 why=
+  for t in test/faults/*.sh; do [[ -x $t ]] && tests+=("$t"); done
+  if [[ $("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/') -ge 17 ]] &&
+    grep '^#define USE_INJECTION_POINTS 1' "$("$PG_CONFIG" --includedir-server)/pg_config.h" >/dev/null; then
+    own=0
+  fi
+  log "faults tests ($([[ $own == 1 ]] && echo "the faults build" || echo "injection points"))"
+  if [[ $own == 1 ]]; then
+    install_extension_with "$PG_CONFIG" IDEM_FAULT_POINTS=1 || why="the faults build failed"
+  else
+    IDEM_WERROR=1 build_and_install || why="the extension did not build or install"
+  fi
+  if [[ -n $why ]]; then
+    record faults 0 1 "not run: $why"
+  else
+    run_scripts faults "${tests[@]}"
+  fi
+  if [[ $own == 1 ]] && ! IDEM_WERROR=1 build_and_install >/dev/null; then
+    record faults 0 1 "the usual build could not be installed again"
+  fi
+}
+
 stop_test_cluster() { cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true; }
 
 rm -rf "$LOGS"
@@ -301,6 +329,8 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
   fi
   stop_test_cluster
 fi
+
+wanted faults && run_faults
 
 echo
 echo "=== summary (logs in ${LOGS#"$IDEM_ROOT"/})"

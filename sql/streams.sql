@@ -141,6 +141,23 @@ SELECT idempotency.create_stream(repeat('é', 127), 2);
 SELECT idempotency.next_key(repeat('é', 127)) AS long_name;
 SELECT idempotency.drop_stream(repeat('é', 127));
 
+-- An error text is cut on a character boundary, never inside one: the message of a missing
+-- stream named with 85 three-byte characters (255 bytes) is longer than the 255 bytes kept.
+CREATE FUNCTION pg_temp.message_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    message text;
+BEGIN
+    EXECUTE statement;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS message = MESSAGE_TEXT;
+    RETURN message;
+END $$;
+SELECT octet_length(m) AS message_bytes,
+       convert_from(convert_to(m, 'UTF8'), 'UTF8') = m AS valid_utf8,
+       right(m, 1) = '€' AS ends_with_whole_character
+FROM pg_temp.message_of($$SELECT idempotency.next_key(repeat('€', 85))$$) AS m;
+
 -- The largest value is handed out once, then the stream says it is exhausted.
 SELECT idempotency.create_stream('st_max', 1000);
 SET client_min_messages = error;

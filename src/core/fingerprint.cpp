@@ -1,6 +1,7 @@
 // Canonical JSON and fingerprints. The parser and the writer are iterative (explicit stacks),
 // so hostile nesting cannot overflow the C++ stack.
 #include "core/fingerprint.hpp"
+#include "core/hex.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -301,13 +302,6 @@ void put_utf8(std::uint32_t cp, std::string &out) {
         out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
         out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
     }
-}
-
-int hex_value(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
 }
 
 class Parser {

@@ -1,5 +1,6 @@
 // Creation time of UUIDv7 / ULID keys, and UUIDv7 generation.
 #include "core/key_time.hpp"
+#include "core/hex.hpp"
 
 #include <cstring>
 
@@ -10,13 +11,6 @@ namespace idem::core {
 namespace {
 
 constexpr std::int64_t kMaxUnixMs = std::int64_t{1} << 48;  // exclusive
-
-int hex_value(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
 
 bool is_hyphen_position(std::size_t i) {
     return i == 8 || i == 13 || i == 18 || i == 23;

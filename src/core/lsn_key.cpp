@@ -1,5 +1,6 @@
 // The 128-bit WAL-position key codec (see lsn_key.hpp for why keys are unique).
 #include "core/lsn_key.hpp"
+#include "core/hex.hpp"
 
 #include <string>
 
@@ -11,13 +12,6 @@ namespace {
 
 constexpr char kLowerHex[] = "0123456789abcdef";
 constexpr char kUpperHex[] = "0123456789ABCDEF";
-
-int hex_value(char c) noexcept {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
 
 void put_be64(std::uint64_t value, std::uint8_t *out) noexcept {
     for (int i = 7; i >= 0; --i) {

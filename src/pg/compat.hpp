@@ -12,6 +12,9 @@ extern "C" {
 #include "executor/executor.h"
 #include "replication/message.h"
 #include "utils/relcache.h"
+#if PG_VERSION_NUM >= 170000
+#include "utils/injection_point.h"
+#endif
 }
 
 #if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
@@ -56,6 +59,26 @@ inline List *insert_index_tuples(ResultRelInfo *info, TupleTableSlot *slot, ESta
     return ExecInsertIndexTuples(info, slot, estate, false, false, nullptr, NIL, false);
 #else
     return ExecInsertIndexTuples(info, slot, estate, false, false, nullptr, NIL);
+#endif
+}
+
+// Whether this server runs injection points: 17 added them, in builds made with
+// --enable-injection-points only (elsewhere INJECTION_POINT compiles to nothing).
+#if PG_VERSION_NUM >= 170000 && defined(USE_INJECTION_POINTS)
+constexpr bool kInjectionPoints = true;
+#else
+constexpr bool kInjectionPoints = false;
+#endif
+
+// Runs the injection point `name` (the callback attached to it, if any); 18 added an argument
+// for the callback.
+inline void injection_point(const char *name) noexcept {
+#if PG_VERSION_NUM >= 180000
+    INJECTION_POINT(name, nullptr);
+#elif PG_VERSION_NUM >= 170000
+    INJECTION_POINT(name);
+#else
+    (void)name;
 #endif
 }
 

@@ -9,15 +9,6 @@ namespace idem::pg {
 
 namespace {
 
-void copy_text(char *target, std::size_t size, const char *text) {
-    if (text == nullptr) {
-        target[0] = '\0';
-        return;
-    }
-    std::strncpy(target, text, size - 1);
-    target[size - 1] = '\0';
-}
-
 int sqlstate_of(core::ErrorKind kind) {
     switch (kind) {
         case core::ErrorKind::InvalidParameter:
@@ -31,6 +22,17 @@ int sqlstate_of(core::ErrorKind kind) {
 }
 
 }  // namespace
+
+void copy_text(char *target, std::size_t size, const char *text) noexcept {
+    std::size_t length = text == nullptr ? 0 : std::strlen(text);
+    if (length >= size) {
+        // Cut before the character that does not fit whole: back over continuation bytes.
+        length = size - 1;
+        while (length > 0 && (static_cast<unsigned char>(text[length]) & 0xC0) == 0x80) length--;
+    }
+    if (length > 0) std::memcpy(target, text, length);
+    target[length] = '\0';
+}
 
 SqlError::SqlError(int sqlstate, const char *message, const char *detail, const char *hint)
     : sqlstate_(sqlstate) {
@@ -63,11 +65,42 @@ void describe_current_exception(ErrorReport *report) noexcept {
     }
 }
 
-void raise_report(const ErrorReport &report) {
+void raise_report(const ErrorReport &report, const ErrorStack &entry) noexcept {
+    if (PG_exception_stack != entry.exception_stack || error_context_stack != entry.context_stack) {
+        // An exception left a PG_TRY block (or a context callback's scope) on its way here:
+        // those frames are gone. Back to the stack of the guard's caller, then say so.
+        PG_exception_stack = entry.exception_stack;
+        error_context_stack = entry.context_stack;
+        elog(LOG, "idempotency: a C++ exception left a PG_TRY block; error stack restored");
+    }
     ereport(ERROR, (errcode(report.sqlstate), errmsg_internal("%s", report.message),
                     report.detail[0] ? errdetail_internal("%s", report.detail) : 0,
                     report.hint[0] ? errhint("%s", report.hint) : 0));
     pg_unreachable();
+}
+
+void call_postgres(void (*fn)(void *) noexcept, void *arg) {
+    MemoryContext context = CurrentMemoryContext;
+    ErrorReport report;
+    volatile bool failed = false;
+    PG_TRY();
+    { fn(arg); }
+    PG_CATCH();
+    {
+        MemoryContextSwitchTo(context);
+        ErrorData *edata = CopyErrorData();
+        FlushErrorState();
+        report.sqlstate = edata->sqlerrcode;
+        copy_text(report.message, sizeof report.message, edata->message);
+        copy_text(report.detail, sizeof report.detail, edata->detail);
+        copy_text(report.hint, sizeof report.hint, edata->hint);
+        FreeErrorData(edata);
+        failed = true;
+    }
+    PG_END_TRY();
+    if (failed)
+        throw SqlError(report.sqlstate, report.message, report.detail[0] ? report.detail : nullptr,
+                       report.hint[0] ? report.hint : nullptr);
 }
 
 }  // namespace idem::pg

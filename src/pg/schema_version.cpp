@@ -27,10 +27,10 @@ bool checked = false;
 bool matches = true;
 char installed[64];
 
-void forget_relcache(Datum, Oid) {
+void forget_relcache(Datum, Oid) noexcept {
     checked = false;
 }
-void forget_syscache(Datum, int, uint32) {
+void forget_syscache(Datum, int, uint32) noexcept {
     checked = false;
 }
 
@@ -68,8 +68,8 @@ void require_schema_version() {
     if (!checked) {
         static bool registered = false;
         if (!registered) {
-            CacheRegisterRelcacheCallback(forget_relcache, (Datum)0);
-            CacheRegisterSyscacheCallback(PROCOID, forget_syscache, (Datum)0);
+            CacheRegisterRelcacheCallback(pg_callback(forget_relcache), (Datum)0);
+            CacheRegisterSyscacheCallback(PROCOID, pg_callback(forget_syscache), (Datum)0);
             registered = true;
         }
         installed[0] = '\0';

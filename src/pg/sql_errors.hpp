@@ -1,5 +1,5 @@
-// SQLSTATEs of our own (class IK, documented in docs/reference.md) and argument checks shared by the
-// SQL-callable functions.
+// SQLSTATEs of our own (class IK, documented in docs/reference.md) and argument checks shared by
+// the SQL-callable functions.
 #pragma once
 
 #include "pg/guard.hpp"

@@ -1,6 +1,7 @@
 #include "pg/stats.hpp"
 
 #include "pg/guard.hpp"
+#include "pg/shared_memory.hpp"
 
 extern "C" {
 #include "pgstat.h"
@@ -30,18 +31,11 @@ struct SharedStats {
 };
 
 SharedStats *shared = nullptr;
-shmem_request_hook_type prev_request = nullptr;
-shmem_startup_hook_type prev_startup = nullptr;
 
 // Without preloading: this session's counts.
 uint64 local_counters[kStatCount];
 TimestampTz local_reset_at = 0;
 Slot *my_slot = nullptr;
-
-void request_shmem() {
-    if (prev_request) prev_request();
-    RequestAddinShmemSpace(MAXALIGN(sizeof(SharedStats)));
-}
 
 // Counters survive a clean shutdown as pg_stat_statements' do: the postmaster writes them to
 // this file when it exits normally and reads (then removes) it when it creates shared memory,
@@ -55,7 +49,7 @@ struct SavedSlot {
     uint64 counters[kStatCount];
 };
 
-void save_stats(int code, Datum) {
+void save_stats(int code, Datum) noexcept {
     // Not after a crash (or from a process other than the postmaster): shared memory may be
     // corrupt.
     if (code != 0 || shared == nullptr) return;
@@ -91,7 +85,7 @@ void save_stats(int code, Datum) {
 
 // At shared-memory creation: the counters of the last clean shutdown, if any; the file is
 // removed whatever it held.
-void load_stats() {
+void load_stats() noexcept {
     FILE *file = AllocateFile(kStatsFile, PG_BINARY_R);
     if (file == nullptr) return;  // first start, or after a crash
     uint32 header[2];
@@ -111,12 +105,8 @@ void load_stats() {
     unlink(kStatsFile);
 }
 
-void startup_shmem() {
-    if (prev_startup) prev_startup();
-    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-    bool found;
-    shared = static_cast<SharedStats *>(
-        ShmemInitStruct("idempotency stats", sizeof(SharedStats), &found));
+// At shared-memory creation, under AddinShmemInitLock (shared_memory.cpp).
+void init_stats(bool found) noexcept {
     if (!found) {
         SpinLockInit(&shared->lock);
         for (Slot &slot : shared->slots) {
@@ -125,13 +115,12 @@ void startup_shmem() {
             for (auto &c : slot.counters) pg_atomic_init_u64(&c, 0);
         }
     }
-    LWLockRelease(AddinShmemInitLock);
     // In the postmaster (also when it re-creates shared memory after a crash).
     // (After a backend crash the postmaster runs its exit callbacks with code 1, which writes
     // nothing, empties their list and creates shared memory again: registered anew here.)
     if (!IsUnderPostmaster) {
         if (!found) load_stats();
-        on_shmem_exit(save_stats, (Datum)0);
+        on_shmem_exit(pg_callback(save_stats), (Datum)0);
     }
 }
 
@@ -158,11 +147,8 @@ Slot *database_slot() {
 }  // namespace
 
 void register_stats_shmem() {
-    if (!process_shared_preload_libraries_in_progress) return;
-    prev_request = shmem_request_hook;
-    shmem_request_hook = request_shmem;
-    prev_startup = shmem_startup_hook;
-    shmem_startup_hook = startup_shmem;
+    add_shared_struct("idempotency stats", sizeof(SharedStats), reinterpret_cast<void **>(&shared),
+                      init_stats);
 }
 
 void count_stat(StatCounter counter) {

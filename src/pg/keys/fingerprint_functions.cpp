@@ -41,15 +41,18 @@ IDEM_FUNCTION(idem_fingerprint_jsonb) {
         if (path_nulls[i])
             raise_sql(ERRCODE_NULL_VALUE_NOT_ALLOWED, "exclude must not contain nulls");
     char *json = JsonbToCString(nullptr, &body->root, VARSIZE(body));
+    // Every PostgreSQL call (detoasting) before the C++ scope below, whose vector must not be
+    // alive when PostgreSQL may raise an error.
+    auto *excluded_texts = static_cast<const text **>(palloc(sizeof(text *) * (path_count + 1)));
+    for (int i = 0; i < path_count; i++) excluded_texts[i] = DatumGetTextPP(paths[i]);
 
     core::Sha256 digest;
     {
         std::vector<std::string> excluded;
         excluded.reserve(path_count);
-        for (int i = 0; i < path_count; i++) {
-            const text *path = DatumGetTextPP(paths[i]);  // already detoasted by deconstruct
-            excluded.emplace_back(VARDATA_ANY(path), VARSIZE_ANY_EXHDR(path));
-        }
+        for (int i = 0; i < path_count; i++)
+            excluded.emplace_back(VARDATA_ANY(excluded_texts[i]),
+                                  VARSIZE_ANY_EXHDR(excluded_texts[i]));
         digest = core::fingerprint_json(json, excluded);
     }
     PG_RETURN_BYTEA_P(digest_bytea(digest));

@@ -11,6 +11,7 @@
 #include "pg/settings.hpp"
 #include "pg/sql_errors.hpp"
 #include "pg/stats.hpp"
+#include "pg/subtransaction.hpp"
 
 #include "core/key_rules.hpp"
 
@@ -45,7 +46,7 @@ void key_lock_tag(LOCKTAG *tag, Datum scope, Datum key) {
 
 // Key locks belong to the transaction (not to the statement's portal), so that one taken
 // while waiting in a subtransaction can be released like any other.
-LockAcquireResult acquire_key_lock(const LOCKTAG *tag, bool dont_wait) {
+LockAcquireResult acquire_key_lock(const LOCKTAG *tag, bool dont_wait) noexcept {
     ResourceOwner caller_owner = CurrentResourceOwner;
     CurrentResourceOwner = CurTransactionResourceOwner;
     LockAcquireResult result = LockAcquire(tag, ExclusiveLock, false, dont_wait);
@@ -187,37 +188,20 @@ bool lease_is_live(const KeyRecord &record, TimestampTz now) {
 // Waits up to `usecs` for the key's lock held by another transaction, as a real lock wait:
 // visible in pg_locks and pg_blocking_pids, and subject to deadlock detection. The lock
 // timeout that ends it is caught in a subtransaction; false then. Other errors propagate.
+void acquire_key_lock_step(void *tag) noexcept {
+    (void)acquire_key_lock(static_cast<const LOCKTAG *>(tag), false);
+}
+
 bool wait_for_key_lock(const LOCKTAG *tag, int64 usecs) {
-    MemoryContext caller_context = CurrentMemoryContext;
-    ResourceOwner caller_owner = CurrentResourceOwner;
     const int caller_lock_timeout = LockTimeout;
     const int usecs_ms = int(Min((usecs + 999) / 1000, int64(INT_MAX)));
-    const int wait_ms = caller_lock_timeout > 0 ? Min(usecs_ms, caller_lock_timeout) : usecs_ms;
-    volatile bool acquired = false;
-    BeginInternalSubTransaction(nullptr);
-    MemoryContextSwitchTo(caller_context);
-    PG_TRY();
-    {
-        LockTimeout = wait_ms;
-        (void)acquire_key_lock(tag, false);
-        LockTimeout = caller_lock_timeout;
-        ReleaseCurrentSubTransaction();  // the lock passes to the caller's transaction
-        acquired = true;
-    }
-    PG_CATCH();
-    {
-        LockTimeout = caller_lock_timeout;
-        MemoryContextSwitchTo(caller_context);
-        ErrorData *edata = CopyErrorData();
-        FlushErrorState();
-        RollbackAndReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(caller_context);
-        CurrentResourceOwner = caller_owner;
-        if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE) ReThrowError(edata);
-    }
-    PG_END_TRY();
-    MemoryContextSwitchTo(caller_context);
-    CurrentResourceOwner = caller_owner;
+    LockTimeout = caller_lock_timeout > 0 ? Min(usecs_ms, caller_lock_timeout) : usecs_ms;
+    ErrorData *error = nullptr;
+    // On success the lock passes to the caller's transaction with the subtransaction.
+    bool acquired =
+        run_in_subtransaction(acquire_key_lock_step, const_cast<LOCKTAG *>(tag), &error);
+    LockTimeout = caller_lock_timeout;
+    if (!acquired && error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE) ReThrowError(error);
     return acquired;
 }
 
@@ -335,14 +319,14 @@ struct OutcomeLabels {
     Oid labels[std::size(kOutcomeLabels)];
 } outcome_labels;
 
-void forget_outcome_labels(Datum, int, uint32) {
+void forget_outcome_labels(Datum, int, uint32) noexcept {
     outcome_labels.type = InvalidOid;
 }
 
 Oid outcome_label(Oid outcome_type, Outcome outcome) {
     static bool registered = false;
     if (!registered) {
-        CacheRegisterSyscacheCallback(TYPEOID, forget_outcome_labels, (Datum)0);
+        CacheRegisterSyscacheCallback(TYPEOID, pg_callback(forget_outcome_labels), (Datum)0);
         registered = true;
     }
     if (outcome_labels.type != outcome_type) {

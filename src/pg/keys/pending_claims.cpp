@@ -1,4 +1,6 @@
 #include "pg/keys/pending_claims.hpp"
+#include "pg/fault_points.hpp"
+#include "pg/guard.hpp"
 
 namespace idem::pg {
 
@@ -22,7 +24,7 @@ bool matches(const PendingClaim *claim, Datum scope, Datum key) {
            same_text(claim->record.values[kScope], scope);
 }
 
-void write_unwritten_claims() {
+void write_unwritten_claims() noexcept {
     if (claims == nullptr) return;
     bool connected = false;
     Storage storage{};
@@ -40,12 +42,14 @@ void write_unwritten_claims() {
         claim->written_in = GetCurrentSubTransactionId();
     }
     if (connected) {
+        // The claims are written, the transaction not committed yet.
+        IDEM_FAULT_POINT("claim-pre-commit");
         close_storage(storage);
         PopActiveSnapshot();
     }
 }
 
-void on_transaction_event(XactEvent event, void *) {
+void on_transaction_event(XactEvent event, void *) noexcept {
     switch (event) {
         case XACT_EVENT_PRE_COMMIT:
         case XACT_EVENT_PRE_PREPARE:
@@ -64,7 +68,7 @@ void on_transaction_event(XactEvent event, void *) {
 }
 
 void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact, SubTransactionId parent,
-                             void *) {
+                             void *) noexcept {
     if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB) return;
     bool abort = event == SUBXACT_EVENT_ABORT_SUB;
     // On abort: the subtransaction's claims go, its writes and forgets are undone.
@@ -95,8 +99,8 @@ Datum copy_to_transaction(Datum value, KeyColumn column) {
 }  // namespace
 
 void register_pending_claim_callbacks() {
-    RegisterXactCallback(on_transaction_event, nullptr);
-    RegisterSubXactCallback(on_subtransaction_event, nullptr);
+    RegisterXactCallback(pg_callback(on_transaction_event), nullptr);
+    RegisterSubXactCallback(pg_callback(on_subtransaction_event), nullptr);
 }
 
 PendingClaim *find_unwritten_claim(Datum scope, Datum key) {

@@ -11,7 +11,9 @@
 // ereport), and the core functions they call are noexcept.
 
 #include "pg/postgres_headers.hpp"
+#include "pg/fault_points.hpp"
 #include "pg/outbox/output_plugin.hpp"
+#include "pg/guard.hpp"
 
 #include "core/lsn_key.hpp"
 #include "core/outbox_content.hpp"
@@ -56,26 +58,26 @@ struct PluginState {
     core::LsnKey last;
 };
 
-PluginState *state_of(LogicalDecodingContext *ctx) {
+PluginState *state_of(LogicalDecodingContext *ctx) noexcept {
     return static_cast<PluginState *>(ctx->output_plugin_private);
 }
 
 // printf arguments for "%X/%X" (LSN_FORMAT_ARGS does not compile as C++).
-uint32 hi(uint64 lsn) {
+uint32 hi(uint64 lsn) noexcept {
     return uint32(lsn >> 32);
 }
-uint32 lo(uint64 lsn) {
+uint32 lo(uint64 lsn) noexcept {
     return uint32(lsn);
 }
 
-void append_lsn(StringInfo out, XLogRecPtr lsn) {
+void append_lsn(StringInfo out, XLogRecPtr lsn) noexcept {
     char text[core::kLsnTextMaxLength];
     appendBinaryStringInfo(out, text, int(core::write_lsn_text(lsn, text)));
 }
 
 // --- options ---------------------------------------------------------------------------------
 
-bool bool_option(DefElem *option) {
+bool bool_option(DefElem *option) noexcept {
     if (option->arg == nullptr) return true;
     bool value;
     if (!parse_bool(strVal(option->arg), &value))
@@ -86,12 +88,12 @@ bool bool_option(DefElem *option) {
     return value;
 }
 
-bool is_space(char c) {
+bool is_space(char c) noexcept {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
 // "a, b,c" -> topics a, b, c as JSON strings (the form emit writes).
-void parse_topics(PluginState *state, DefElem *option) {
+void parse_topics(PluginState *state, DefElem *option) noexcept {
     if (option->arg == nullptr)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("option \"topics\" needs a value"),
@@ -121,7 +123,7 @@ void parse_topics(PluginState *state, DefElem *option) {
     }
 }
 
-void parse_options(LogicalDecodingContext *ctx, PluginState *state) {
+void parse_options(LogicalDecodingContext *ctx, PluginState *state) noexcept {
     ListCell *cell;
     foreach (cell, ctx->output_plugin_options) {
         DefElem *option = static_cast<DefElem *>(lfirst(cell));
@@ -149,7 +151,7 @@ enum class Content { Valid, Forged, TooLarge };
 // Splits the content written by emit. Never calls PostgreSQL's JSON parser, which recurses
 // and would raise "stack depth limit exceeded" here on deeply nested content, an error that
 // would stop the slot at that message for good.
-Content parse_content(const char *message, Size size, core::OutboxContent *out) {
+Content parse_content(const char *message, Size size, core::OutboxContent *out) noexcept {
     if (size > kMaxContentSize) return Content::TooLarge;
     if (!pg_verifymbstr(message, int(size), true)) return Content::Forged;
     std::string_view content(message, size);
@@ -170,7 +172,7 @@ Content parse_content(const char *message, Size size, core::OutboxContent *out) 
                : Content::Forged;
 }
 
-bool topic_wanted(const PluginState *state, const core::OutboxContent &content) {
+bool topic_wanted(const PluginState *state, const core::OutboxContent &content) noexcept {
     if (state->topics == nullptr) return true;
     for (int i = 0; i < state->ntopics; i++)
         if (size_t(state->topics[i].len) == content.topic.size() &&
@@ -182,7 +184,7 @@ bool topic_wanted(const PluginState *state, const core::OutboxContent &content) 
 // --- output ----------------------------------------------------------------------------------
 
 // Fills the per-transaction strings, once per transaction with output.
-void prepare_txn(PluginState *state, ReorderBufferTXN *txn) {
+void prepare_txn(PluginState *state, ReorderBufferTXN *txn) noexcept {
     const char *commit_time = JsonEncodeDateTime(
         nullptr, TimestampTzGetDatum(txn->xact_time.commit_time), TIMESTAMPTZOID, nullptr);
     core::LsnKey first{txn->final_lsn, 0};
@@ -205,7 +207,7 @@ void prepare_txn(PluginState *state, ReorderBufferTXN *txn) {
     state->txn_ready = true;
 }
 
-void check_order(PluginState *state, core::LsnKey key) {
+void check_order(PluginState *state, core::LsnKey key) noexcept {
     if (!core::is_valid_lsn_key(key) || (state->have_last && !core::lsn_key_less(state->last, key)))
         elog(ERROR, "idempotency: key (%X/%X, %X/%X) does not follow (%X/%X, %X/%X) in the stream",
              hi(key.commit_lsn), lo(key.commit_lsn), hi(key.lsn), lo(key.lsn),
@@ -215,7 +217,7 @@ void check_order(PluginState *state, core::LsnKey key) {
     state->have_last = true;
 }
 
-void write_begin(LogicalDecodingContext *ctx, PluginState *state) {
+void write_begin(LogicalDecodingContext *ctx, PluginState *state) noexcept {
     OutputPluginPrepareWrite(ctx, false);
     appendStringInfoString(ctx->out, "{\"action\":\"begin\",");
     appendBinaryStringInfo(ctx->out, state->when.data, state->when.len);
@@ -225,7 +227,7 @@ void write_begin(LogicalDecodingContext *ctx, PluginState *state) {
 }
 
 void write_message(LogicalDecodingContext *ctx, PluginState *state,
-                   const core::OutboxContent &content, XLogRecPtr lsn) {
+                   const core::OutboxContent &content, XLogRecPtr lsn) noexcept {
     StringInfo out = ctx->out;
     char lsn_hex[core::kLsnKeyHexLength];
     core::write_lsn_key_hex(core::LsnKey{0, lsn}, lsn_hex);
@@ -243,7 +245,7 @@ void write_message(LogicalDecodingContext *ctx, PluginState *state,
 
 // --- callbacks -------------------------------------------------------------------------------
 
-void on_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_init) {
+void on_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_init) noexcept {
     auto *state = static_cast<PluginState *>(palloc0(sizeof(PluginState)));
     state->scratch =
         AllocSetContextCreate(ctx->context, "idempotency output plugin", ALLOCSET_DEFAULT_SIZES);
@@ -259,7 +261,7 @@ void on_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_i
     parse_options(ctx, state);
 }
 
-void on_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn) {
+void on_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn) noexcept {
     PluginState *state = state_of(ctx);
     state->txn_ready = false;
     state->begin_written = false;
@@ -268,7 +270,7 @@ void on_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn) {
 
 // Lets the walsender send keepalives (and the client confirm) through long runs of changes
 // that produce no output.
-void skipped_change(LogicalDecodingContext *ctx) {
+void skipped_change(LogicalDecodingContext *ctx) noexcept {
     PluginState *state = state_of(ctx);
     if (++state->skipped_changes >= kProgressEvery) {
         state->skipped_changes = 0;
@@ -277,18 +279,22 @@ void skipped_change(LogicalDecodingContext *ctx) {
 }
 
 void on_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation relation,
-               ReorderBufferChange *change) {
+               ReorderBufferChange *change) noexcept {
     skipped_change(ctx);
 }
 
 void on_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr message_lsn,
-                bool transactional, const char *prefix, Size message_size, const char *message) {
+                bool transactional, const char *prefix, Size message_size,
+                const char *message) noexcept {
     PluginState *state = state_of(ctx);
     if (!transactional || strcmp(prefix, kOutboxPrefix) != 0) {
         skipped_change(ctx);
         return;
     }
     MemoryContext caller = MemoryContextSwitchTo(state->scratch);
+    // Alive across PostgreSQL calls that may raise errors (guard.hpp, rule 4): nothing to
+    // destroy.
+    static_assert(std::is_trivially_destructible_v<core::OutboxContent>);
     core::OutboxContent content;
     Content parsed = parse_content(message, message_size, &content);
     if (parsed == Content::TooLarge) {
@@ -305,6 +311,7 @@ void on_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr m
                            hi(message_lsn), lo(message_lsn), kOutboxPrefix)));
     } else if (topic_wanted(state, content)) {
         check_order(state, core::LsnKey{txn->final_lsn, message_lsn});
+        IDEM_FAULT_POINT("decode-message");
         if (!state->txn_ready) prepare_txn(state, txn);
         if (state->framing && !state->begin_written) write_begin(ctx, state);
         write_message(ctx, state, content, message_lsn);
@@ -316,7 +323,7 @@ void on_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr m
     MemoryContextReset(state->scratch);
 }
 
-void on_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr commit_lsn) {
+void on_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr commit_lsn) noexcept {
     PluginState *state = state_of(ctx);
     bool wrote = state->messages > 0;
     OutputPluginUpdateProgress(ctx, !wrote);
@@ -339,11 +346,11 @@ PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
 
 void _PG_output_plugin_init(OutputPluginCallbacks *cb) {
     static_assert(std::is_same_v<decltype(&_PG_output_plugin_init), LogicalOutputPluginInit>);
-    cb->startup_cb = idem::pg::on_startup;
-    cb->begin_cb = idem::pg::on_begin;
-    cb->change_cb = idem::pg::on_change;
-    cb->message_cb = idem::pg::on_message;
-    cb->commit_cb = idem::pg::on_commit;
+    cb->startup_cb = idem::pg::pg_callback(idem::pg::on_startup);
+    cb->begin_cb = idem::pg::pg_callback(idem::pg::on_begin);
+    cb->change_cb = idem::pg::pg_callback(idem::pg::on_change);
+    cb->message_cb = idem::pg::pg_callback(idem::pg::on_message);
+    cb->commit_cb = idem::pg::pg_callback(idem::pg::on_commit);
     // No truncate (nothing to output), no two-phase and no stream_* callbacks: PostgreSQL
     // then decodes each transaction once, at its commit.
 }

@@ -1,6 +1,7 @@
 // Citus awareness (see citus.hpp) and idempotency.distribute().
 
 #include "pg/storage/citus.hpp"
+#include "pg/spi.hpp"
 
 #include "pg/guard.hpp"
 #include "pg/sql_errors.hpp"
@@ -23,7 +24,7 @@ namespace {
 // The first row of Citus catalog `name` (in pg_catalog) whose first column equals `first`
 // (or any row when first is InvalidOid), as attribute `column` (int4 or oid); false when the
 // catalog or the row does not exist.
-bool citus_catalog_value(const char *name, Oid first, int column, Datum *value) {
+bool citus_catalog_value(const char *name, Oid first, int column, Datum *value) noexcept {
     Oid catalog = get_relname_relid(name, PG_CATALOG_NAMESPACE);
     if (!OidIsValid(catalog)) return false;
     Relation rel = table_open(catalog, AccessShareLock);
@@ -47,7 +48,7 @@ SPIPlanPtr local_shard_plan;
 
 }  // namespace
 
-bool is_citus_table(Oid relation) {
+bool is_citus_table(Oid relation) noexcept {
     Datum value;
     return citus_catalog_value("pg_dist_partition", relation, 1, &value);
 }
@@ -125,7 +126,7 @@ const char *const kCitusHint =
 IDEM_FUNCTION(idem_distribute) {
     using namespace idem::pg;
     Oid table = DatumGetObjectId(required_arg(fcinfo, 0, "colocate_with"));
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    spi_connect();
     if (query_value("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'citus'", 0,
                     nullptr, nullptr) == nullptr)
         throw SqlError(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

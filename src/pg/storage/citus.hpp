@@ -11,7 +11,7 @@ namespace idem::pg {
 // this database, from pg_dist_partition; false where Citus is not installed. Reads the
 // catalog directly (no SPI): callers cache the verdict until the relation's relcache entry
 // is invalidated, which Citus does when it distributes or undistributes a table.
-bool is_citus_table(Oid relation);
+bool is_citus_table(Oid relation) noexcept;
 
 // Whether this node is a Citus worker (its group id in pg_dist_local_group is not 0).
 bool is_citus_worker();

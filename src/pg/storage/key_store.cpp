@@ -1,4 +1,6 @@
 #include "pg/storage/key_store.hpp"
+#include "pg/spi.hpp"
+#include "pg/guard.hpp"
 #include "pg/storage/citus.hpp"
 #include "pg/storage/key_store_direct.hpp"
 
@@ -45,17 +47,16 @@ const Oid kRecordTypes[kKeyColumnCount] = {
 
 SPIPlanPtr find_plan, insert_plan, update_plan, delete_plan;
 
-char null_flags(const bool *nulls, int i) {
+char null_flags(const bool *nulls, int i) noexcept {
     return nulls[i] ? 'n' : ' ';
 }
 
 void execute(SPIPlanPtr plan, const Datum *values, const bool *nulls, int nargs, bool read_only,
-             int expected) {
+             int expected) noexcept {
     char flags[kKeyColumnCount];
     for (int i = 0; i < nargs; i++) flags[i] = null_flags(nulls, i);
     int rc = SPI_execute_plan(plan, const_cast<Datum *>(values), flags, read_only, 0);
-    if (rc != expected)
-        elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+    spi_check(rc, expected, "SPI_execute_plan");
 }
 
 // idempotency.keys, its owner and whether Citus manages it, looked up once and again after
@@ -67,20 +68,20 @@ struct KeyTable {
     bool citus = false;  // a Citus table: its relation is a shell, rows live in shards
 } key_table;
 
-void forget_key_table(Datum, int, uint32) {
+void forget_key_table(Datum, int, uint32) noexcept {
     key_table = KeyTable{};
 }
 
-void forget_key_table_relation(Datum, Oid relation) {
+void forget_key_table_relation(Datum, Oid relation) noexcept {
     if (!OidIsValid(relation) || relation == key_table.table) key_table = KeyTable{};
 }
 
-const KeyTable &current_key_table() {
+const KeyTable &current_key_table() noexcept {
     static bool registered = false;
     if (!registered) {
-        CacheRegisterSyscacheCallback(RELOID, forget_key_table, (Datum)0);
-        CacheRegisterSyscacheCallback(NAMESPACEOID, forget_key_table, (Datum)0);
-        CacheRegisterRelcacheCallback(forget_key_table_relation, (Datum)0);
+        CacheRegisterSyscacheCallback(RELOID, pg_callback(forget_key_table), (Datum)0);
+        CacheRegisterSyscacheCallback(NAMESPACEOID, pg_callback(forget_key_table), (Datum)0);
+        CacheRegisterRelcacheCallback(pg_callback(forget_key_table_relation), (Datum)0);
         registered = true;
     }
     if (!OidIsValid(key_table.table)) {
@@ -98,14 +99,14 @@ const KeyTable &current_key_table() {
     return key_table;
 }
 
-Oid key_table_owner() {
+Oid key_table_owner() noexcept {
     return current_key_table().owner;
 }
 
 bool direct_storage = true;  // idempotency.direct_storage
 
 // Direct heap access only where the relation holds the rows: never on a Citus shell.
-bool use_direct_storage() {
+bool use_direct_storage() noexcept {
     return direct_storage && !current_key_table().citus;
 }
 
@@ -121,7 +122,7 @@ void define_key_store_settings() {
         &direct_storage, true, PGC_SUSET, GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
 }
 
-SavedUser become_key_owner() {
+SavedUser become_key_owner() noexcept {
     SavedUser saved;
     GetUserIdAndSecContext(&saved.user, &saved.security_context);
     SetUserIdAndSecContext(key_table_owner(),
@@ -129,22 +130,22 @@ SavedUser become_key_owner() {
     return saved;
 }
 
-void restore_user(SavedUser saved) {
+void restore_user(SavedUser saved) noexcept {
     SetUserIdAndSecContext(saved.user, saved.security_context);
 }
 
-Storage open_storage(Access access) {
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+Storage open_storage(Access access) noexcept {
+    spi_connect();
     read_lock = access == Access::kWrite ? RowExclusiveLock : AccessShareLock;
     return Storage{become_key_owner()};
 }
 
-void close_storage(Storage storage) {
+void close_storage(Storage storage) noexcept {
     restore_user(storage.user);
     SPI_finish();
 }
 
-SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *types) {
+SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *types) noexcept {
     if (*slot == nullptr) {
         SPIPlanPtr plan = SPI_prepare(sql, nargs, const_cast<Oid *>(types));
         if (plan == nullptr)
@@ -176,8 +177,7 @@ bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record, S
     int rc = snapshot == InvalidSnapshot ? SPI_execute_plan(plan, args, flags, false, 1)
                                          : SPI_execute_snapshot(plan, args, flags, snapshot,
                                                                 InvalidSnapshot, false, false, 1);
-    if (rc != SPI_OK_SELECT)
-        elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+    spi_check(rc, SPI_OK_SELECT, "SPI_execute_plan");
     if (SPI_processed == 0) return false;
     HeapTuple tuple = SPI_tuptable->vals[0];
     TupleDesc desc = SPI_tuptable->tupdesc;
@@ -190,7 +190,7 @@ bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record, S
     return true;
 }
 
-void insert_key(const KeyRecord &record) {
+void insert_key(const KeyRecord &record) noexcept {
     if (use_direct_storage() &&
         insert_key_direct(current_key_table().table, record) == Direct::kFound)
         return;

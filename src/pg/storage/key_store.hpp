@@ -53,8 +53,8 @@ struct SavedUser {
     Oid user;
     int security_context;
 };
-SavedUser become_key_owner();
-void restore_user(SavedUser saved);
+SavedUser become_key_owner() noexcept;
+void restore_user(SavedUser saved) noexcept;
 
 // SPI connected and the owner's identity in force, for the glue's table access; undone by
 // close_storage (or by the transaction's abort on error). kWrite: the call may write keys, so
@@ -63,11 +63,11 @@ enum class Access { kRead, kWrite };
 struct Storage {
     SavedUser user;
 };
-Storage open_storage(Access access = Access::kWrite);
-void close_storage(Storage storage);
+Storage open_storage(Access access = Access::kWrite) noexcept;
+void close_storage(Storage storage) noexcept;
 
 // The plan in *slot, prepared and kept for the session on first use.
-SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *types);
+SPIPlanPtr saved_plan(SPIPlanPtr *slot, const char *sql, int nargs, const Oid *types) noexcept;
 
 // Whether idempotency.keys is a Citus table (its relation a shell, its rows in shards).
 bool key_table_is_citus();
@@ -81,7 +81,7 @@ void check_key_placement(Datum scope);
 // lock wait), or with `snapshot` when given.
 bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record,
                    Snapshot snapshot = InvalidSnapshot);
-void insert_key(const KeyRecord &record);
+void insert_key(const KeyRecord &record) noexcept;
 // Rewrites the mutable columns of the row identified by (scope, key, expires_at).
 void update_key(const KeyRecord &record);
 // Deletes every row of (scope, key), live or expired; returns how many.

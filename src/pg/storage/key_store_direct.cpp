@@ -1,4 +1,5 @@
 #include "pg/storage/key_store_direct.hpp"
+#include "pg/guard.hpp"
 
 #include "pg/compat.hpp"
 
@@ -42,12 +43,12 @@ const Oid kColumnTypes[kKeyColumnCount] = {
 constexpr int kCheckCount = 3;
 
 // NOT NULL columns of idempotency.keys, mirrored by satisfies_constraints().
-bool is_not_null_column(int column) {
+bool is_not_null_column(int column) noexcept {
     return column == kScope || column == kKey || column == kState || column == kAttempt ||
            column == kFirstSeenAt || column == kExpiresAt;
 }
 
-bool layout_matches(Relation rel) {
+bool layout_matches(Relation rel) noexcept {
     TupleDesc desc = RelationGetDescr(rel);
     if (desc->natts != kKeyColumnCount) return false;
     for (int i = 0; i < kKeyColumnCount; i++) {
@@ -62,7 +63,7 @@ bool layout_matches(Relation rel) {
 
 // The CHECK constraints are the install script's, by name (ATTACH PARTITION matches them by
 // name too); any other constraint sends the insert through SPI.
-bool checks_match(const TupleConstr *constr) {
+bool checks_match(const TupleConstr *constr) noexcept {
     static const char *const kCheckNames[kCheckCount] = {"keys_state_check", "keys_attempt_check",
                                                          "keys_status_code_check"};
     if (constr->num_check != kCheckCount) return false;
@@ -77,7 +78,7 @@ bool checks_match(const TupleConstr *constr) {
 // Range-partitioned on expires_at alone, nothing that an INSERT or SELECT would run besides
 // reading and writing rows. (A Citus table never gets here: key_store.cpp keeps its shell
 // relation off the direct path.)
-bool parent_supported(Relation parent) {
+bool parent_supported(Relation parent) noexcept {
     if (parent->rd_rel->relkind != RELKIND_PARTITIONED_TABLE || parent->trigdesc != nullptr ||
         parent->rd_rel->relrowsecurity || !layout_matches(parent))
         return false;
@@ -86,7 +87,7 @@ bool parent_supported(Relation parent) {
            key->partattrs[0] == kExpiresAt + 1;
 }
 
-bool leaf_supported(Relation leaf) {
+bool leaf_supported(Relation leaf) noexcept {
     TupleConstr *constr = RelationGetDescr(leaf)->constr;
     return leaf->rd_rel->relkind == RELKIND_RELATION && leaf->rd_rel->relam == HEAP_TABLE_AM_OID &&
            leaf->trigdesc == nullptr && !leaf->rd_rel->relrowsecurity && layout_matches(leaf) &&
@@ -106,16 +107,16 @@ constexpr int kVerdictSlots = 32;
 Verdict verdicts[kVerdictSlots];
 int verdict_count = 0;
 
-void forget_verdicts(Datum, Oid relation) {
+void forget_verdicts(Datum, Oid relation) noexcept {
     bool known = false;
     for (int i = 0; i < verdict_count; i++) known |= verdicts[i].relation == relation;
     if (known || !OidIsValid(relation)) verdict_count = 0;
 }
 
-bool supported(Relation rel, Role role) {
+bool supported(Relation rel, Role role) noexcept {
     static bool registered = false;
     if (!registered) {
-        CacheRegisterRelcacheCallback(forget_verdicts, (Datum)0);
+        CacheRegisterRelcacheCallback(pg_callback(forget_verdicts), (Datum)0);
         registered = true;
     }
     Oid relation = RelationGetRelid(rel);
@@ -130,14 +131,14 @@ bool supported(Relation rel, Role role) {
 
 // The partitions of the table as the executor would see them, or nullptr when detached
 // partitions are about (their visibility depends on the snapshot: leave them to SPI).
-PartitionDesc partitions(Relation parent) {
+PartitionDesc partitions(Relation parent) noexcept {
     PartitionDesc desc = RelationGetPartitionDesc(parent, !IsolationUsesXactSnapshot());
     return desc->detached_exist || desc->boundinfo == nullptr ? nullptr : desc;
 }
 
 // Offset in boundinfo->datums of the greatest bound <= value (-1: none), as tuple routing
 // computes it.
-int bound_offset(Relation parent, PartitionBoundInfo bounds, TimestampTz value) {
+int bound_offset(Relation parent, PartitionBoundInfo bounds, TimestampTz value) noexcept {
     if (bounds->ndatums == 0) return -1;
     PartitionKey key = RelationGetPartitionKey(parent);
     Datum datum = TimestampTzGetDatum(value);
@@ -146,7 +147,7 @@ int bound_offset(Relation parent, PartitionBoundInfo bounds, TimestampTz value) 
                                          &equal);
 }
 
-bool satisfies_constraints(const KeyRecord &record) {
+bool satisfies_constraints(const KeyRecord &record) noexcept {
     for (KeyColumn c : {kScope, kKey, kState, kAttempt, kFirstSeenAt, kExpiresAt})
         if (record.is_null(c)) return false;
     text *state = DatumGetTextPP(record.values[kState]);
@@ -163,7 +164,7 @@ bool satisfies_constraints(const KeyRecord &record) {
 }
 
 // The leaf's primary key if it is the btree (key, scope, ...) with text equality.
-Relation open_primary_key(Relation leaf, LOCKMODE lock) {
+Relation open_primary_key(Relation leaf, LOCKMODE lock) noexcept {
     Oid pk = compat::primary_key_index(leaf);
     if (!OidIsValid(pk)) return nullptr;
     Relation index = index_open(pk, lock);
@@ -224,7 +225,7 @@ Direct probe_leaf(Oid leaf_oid, LOCKMODE lock, Datum scope, Datum key, Timestamp
 // exclusion or deferred constraint, ready for inserts.
 constexpr int kMaxPlainIndexes = 8;
 
-bool is_plain_index(Relation index) {
+bool is_plain_index(Relation index) noexcept {
     Form_pg_index form = index->rd_index;
     return form->indisready && form->indimmediate && !form->indisexclusion &&
            heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, nullptr) &&
@@ -233,7 +234,7 @@ bool is_plain_index(Relation index) {
 
 // Opens the leaf's indexes into `indexes` and returns how many, if all are plain; otherwise
 // opens none and returns -1.
-int open_plain_indexes(Relation leaf, Relation *indexes) {
+int open_plain_indexes(Relation leaf, Relation *indexes) noexcept {
     List *oids = RelationGetIndexList(leaf);
     int count = 0;
     bool plain = list_length(oids) <= kMaxPlainIndexes;
@@ -273,7 +274,7 @@ void insert_plain(Relation leaf, Relation *indexes, int index_count, const KeyRe
 }
 
 // The same through the executor's index machinery, for any other index.
-void insert_through_executor(Relation leaf, HeapTuple tuple) {
+void insert_through_executor(Relation leaf, HeapTuple tuple) noexcept {
     EState *estate = CreateExecutorState();
     estate->es_output_cid = GetCurrentCommandId(true);
     ResultRelInfo *info = makeNode(ResultRelInfo);
@@ -336,7 +337,7 @@ Direct find_live_key_direct(Oid table, LOCKMODE lock, Datum scope, Datum key, Ti
     return result;
 }
 
-Direct insert_key_direct(Oid table, const KeyRecord &record) {
+Direct insert_key_direct(Oid table, const KeyRecord &record) noexcept {
     // The executor refuses writes in read-only transactions; heap_insert does not check.
     if (XactReadOnly || !satisfies_constraints(record)) return Direct::kUnsupported;
     Relation parent = table_open(table, RowExclusiveLock);

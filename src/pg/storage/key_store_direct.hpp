@@ -24,6 +24,6 @@ Direct find_live_key_direct(Oid table, LOCKMODE lock, Datum scope, Datum key, Ti
 // insert_key into the partition that takes record's expires_at: kFound once inserted.
 // Values that break one of the table's constraints are kUnsupported, so that SPI's INSERT
 // raises the constraint's own error.
-Direct insert_key_direct(Oid table, const KeyRecord &record);
+Direct insert_key_direct(Oid table, const KeyRecord &record) noexcept;
 
 }  // namespace idem::pg

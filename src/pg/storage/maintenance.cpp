@@ -7,11 +7,14 @@
 // otherwise is reported and the next one runs.
 
 #include "pg/storage/maintenance.hpp"
+#include "pg/fault_points.hpp"
 
 #include "pg/guard.hpp"
 #include "pg/storage/citus.hpp"
 #include "pg/storage/key_store.hpp"
 #include "pg/settings.hpp"
+#include "pg/spi.hpp"
+#include "pg/subtransaction.hpp"
 
 #include "core/partition_plan.hpp"
 
@@ -83,7 +86,7 @@ uint64 attach_moving_default_rows(const char *name, const char *lo, const char *
         return 0;
     }
     // A connection of its own: its registered relation goes with it, also on error.
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    spi_connect();
     SPIPlanPtr take = SPI_prepare(
         psprintf("DELETE FROM ONLY %s WHERE expires_at OPERATOR(pg_catalog.>=) %s AND expires_at "
                  "OPERATOR(pg_catalog.<) %s RETURNING *",
@@ -97,8 +100,8 @@ uint64 attach_moving_default_rows(const char *name, const char *lo, const char *
     SPIExecuteOptions options;
     memset(&options, 0, sizeof options);
     options.dest = into;
-    if (SPI_execute_plan_extended(take, &options) != SPI_OK_DELETE_RETURNING)
-        elog(ERROR, "idempotency: moving rows out of the default partition failed");
+    spi_check(SPI_execute_plan_extended(take, &options), SPI_OK_DELETE_RETURNING,
+              "moving rows out of the default partition");
     uint64 moved = uint64(tuplestore_tuple_count(rows));
     spi_run(attach, SPI_OK_UTILITY);
     if (moved > 0) {
@@ -109,8 +112,7 @@ uint64 attach_moving_default_rows(const char *name, const char *lo, const char *
         enr->md.enrtype = ENR_NAMED_TUPLESTORE;
         enr->md.enrtuples = double(moved);
         enr->reldata = rows;
-        if (SPI_register_relation(enr) != SPI_OK_REL_REGISTER)
-            elog(ERROR, "idempotency: registering the moved rows failed");
+        spi_check(SPI_register_relation(enr), SPI_OK_REL_REGISTER, "registering the moved rows");
         spi_run(psprintf("INSERT INTO idempotency.keys SELECT * FROM %s", kMovedRows),
                 SPI_OK_INSERT);
         if (SPI_processed != moved)
@@ -127,7 +129,7 @@ struct CreateStep {
     uint64 moved;
 };
 
-void create_step(void *arg) {
+void create_step(void *arg) noexcept {
     auto *s = static_cast<CreateStep *>(arg);
     char *name = quote_qualified_identifier("idempotency", s->target->name);
     char *lo = time_literal(s->target->lo), *hi = time_literal(s->target->hi);
@@ -154,6 +156,7 @@ void create_step(void *arg) {
                      space_name ? quote_identifier(space_name) : ""),
             SPI_OK_UTILITY);
     spi_run(kLockExclusiveSql, SPI_OK_UTILITY);
+    IDEM_FAULT_POINT("maintain-create");
     s->moved = attach_moving_default_rows(name, lo, hi);
 }
 
@@ -162,13 +165,14 @@ struct DropStep {
     bool gone;  // it no longer existed
 };
 
-void drop_step(void *arg) {
+void drop_step(void *arg) noexcept {
     auto *s = static_cast<DropStep *>(arg);
     // The parent first: the order in which every reader locks them.
     spi_run(kLockExclusiveSql, SPI_OK_UTILITY);
     // By OID: the partition may live in any schema, or have been renamed.
     char *name = relation_name(s->target->oid);
     s->gone = name == nullptr;
+    IDEM_FAULT_POINT("maintain-drop");
     if (!s->gone) spi_run(psprintf("DROP TABLE %s", name), SPI_OK_UTILITY);
 }
 
@@ -178,13 +182,14 @@ struct PurgeStep {
     uint64 purged;
 };
 
-void purge_step(void *arg) {
+void purge_step(void *arg) noexcept {
     auto *s = static_cast<PurgeStep *>(arg);
     // ROW EXCLUSIVE on the default partition only: expired rows are invisible to every call.
     spi_run(psprintf("DELETE FROM ONLY %s WHERE expires_at OPERATOR(pg_catalog.<=) %s",
                      relation_name(s->def), time_literal(s->now)),
             SPI_OK_DELETE);
     s->purged = SPI_processed;
+    IDEM_FAULT_POINT("maintain-purge");
 }
 
 struct DefaultContent {
@@ -201,9 +206,7 @@ DefaultContent read_default(Oid def, int64 width, int64 now) {
     Datum args[] = {IntervalPGetDatum(stride), TimestampTzGetDatum(0), TimestampTzGetDatum(now)};
     int rc = SPI_execute_with_args(psprintf(kDefaultBucketsSql, relation_name(def)), 3, types, args,
                                    nullptr, false, 0);
-    if (rc != SPI_OK_SELECT)
-        elog(ERROR, "idempotency: reading the default partition failed: %s",
-             SPI_result_code_string(rc));
+    spi_check(rc, SPI_OK_SELECT, "reading the default partition");
     content.live_buckets = static_cast<int64 *>(SPI_palloc(sizeof(int64) * (SPI_processed + 1)));
     for (uint64 i = 0; i < SPI_processed; i++) {
         bool isnull;
@@ -228,6 +231,7 @@ struct PlanArrays {
 void make_plan(const PartitionList &parts, const DefaultContent &content, int64 now, int64 width,
                int premake, core::PartitionNaming naming, PlanArrays *out) {
     core::PlanInput in;
+    IDEM_ALLOCATION_FAULT_POINT("maintain-plan");
     in.now = now;
     in.width = width;
     in.premake = premake;
@@ -256,11 +260,13 @@ PlanArrays plan_for(const PartitionList &parts, const DefaultContent &content, i
     PlanArrays plan;
     plan.creates = static_cast<PartitionInfo *>(palloc0(sizeof(PartitionInfo) * kMaxCreatesPerRun));
     plan.drops = static_cast<int *>(palloc0(sizeof(int) * (parts.count + 1)));
-    make_plan(parts, content, now, width, premake, naming, &plan);
+    // C++ that may throw (std::bad_alloc), called inside idem_maintain's PG_TRY: its
+    // exception becomes a PostgreSQL error here, before the PG_TRY block could see it.
+    guarded([&] { make_plan(parts, content, now, width, premake, naming, &plan); });
     return plan;
 }
 
-void check_publications_step(void *) {
+void check_publications_step(void *) noexcept {
     check_publications();
 }
 
@@ -330,10 +336,10 @@ bool must_reraise(int sqlstate) {
 // The maintenance transaction commits with synchronous_commit = local: it holds ACCESS
 // EXCLUSIVE on idempotency.keys until its commit ends, and a commit that waits for a
 // synchronous standby that is gone would keep every read of the keys waiting with it. Nothing
-// it writes needs the standby (docs/replication.md, "High availability"): a standby that misses it has the
-// same keys, and the next pass redoes the work. A SET LOCAL, before our GUC nest level so it
-// lasts until the commit. Never raised (off stays off); kept when the transaction already
-// wrote something, whose commit must wait.
+// it writes needs the standby (docs/replication.md, "High availability"): a standby that misses it
+// has the same keys, and the next pass redoes the work. A SET LOCAL, before our GUC nest level so
+// it lasts until the commit. Never raised (off stays off); kept when the transaction already wrote
+// something, whose commit must wait.
 void commit_without_standbys(const char *caller) {
     if (synchronous_commit <= SYNCHRONOUS_COMMIT_LOCAL_FLUSH) return;
     if (TransactionIdIsValid(GetTopTransactionIdIfAny())) {
@@ -382,8 +388,7 @@ PartitionList read_partitions() {
     Oid types[] = {OIDOID};
     Datum args[] = {ObjectIdGetDatum(key_table_oid())};
     int rc = SPI_execute_with_args(kPartitionsSql, 1, types, args, nullptr, false, 0);
-    if (rc != SPI_OK_SELECT)
-        elog(ERROR, "idempotency: listing partitions failed: %s", SPI_result_code_string(rc));
+    spi_check(rc, SPI_OK_SELECT, "listing partitions");
     PartitionList list;
     list.count = int(SPI_processed);
     list.items = static_cast<PartitionInfo *>(SPI_palloc(sizeof(PartitionInfo) * (list.count + 1)));
@@ -403,7 +408,7 @@ PartitionList read_partitions() {
     return list;
 }
 
-void spi_run(const char *sql, int expected) {
+void spi_run(const char *sql, int expected) noexcept {
     int rc = SPI_execute(sql, false, 0);
     if (rc != expected)
         elog(ERROR, "idempotency: statement failed (%s): %s", SPI_result_code_string(rc), sql);
@@ -456,45 +461,25 @@ namespace {
 enum class StepResult { kDone, kSkipped, kFailed };
 
 // The step's outcome; the message of a failed step in *error.
-StepResult run_step(void (*step)(void *), void *arg, char **error) {
-    MemoryContext context = CurrentMemoryContext;
-    ResourceOwner owner = CurrentResourceOwner;
-    volatile StepResult result = StepResult::kDone;
-    BeginInternalSubTransaction(nullptr);
-    MemoryContextSwitchTo(context);
-    PG_TRY();
-    {
-        step(arg);
-        ReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
+StepResult run_step(void (*step)(void *) noexcept, void *arg, char **error) {
+    ErrorData *edata = nullptr;
+    if (run_in_subtransaction(step, arg, &edata)) return StepResult::kDone;
+    if (must_reraise(edata->sqlerrcode)) ReThrowError(edata);
+    StepResult result = StepResult::kSkipped;
+    if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE) {
+        result = StepResult::kFailed;
+        if (error != nullptr)
+            *error = edata->detail ? psprintf("%s (%s)", edata->message, edata->detail)
+                                   : pstrdup(edata->message);
     }
-    PG_CATCH();
-    {
-        MemoryContextSwitchTo(context);
-        ErrorData *edata = CopyErrorData();
-        FlushErrorState();
-        RollbackAndReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
-        if (must_reraise(edata->sqlerrcode)) ReThrowError(edata);
-        if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE) {
-            result = StepResult::kSkipped;
-        } else {
-            result = StepResult::kFailed;
-            if (error != nullptr)
-                *error = edata->detail ? psprintf("%s (%s)", edata->message, edata->detail)
-                                       : pstrdup(edata->message);
-        }
-        FreeErrorData(edata);
-    }
-    PG_END_TRY();
+    FreeErrorData(edata);
     return result;
 }
 
 }  // namespace
 
-bool run_reported_step(void (*step)(void *), void *arg, ActionSink *out, const StepReport &report) {
+bool run_reported_step(void (*step)(void *) noexcept, void *arg, ActionSink *out,
+                       const StepReport &report) {
     char *error = nullptr;
     StepResult result = run_step(step, arg, &error);
     if (result == StepResult::kSkipped)
@@ -539,7 +524,7 @@ void purge_default(ActionSink *out, int64 now) {
         psprintf("SELECT 1 FROM ONLY %s WHERE expires_at OPERATOR(pg_catalog.<=) $1 LIMIT 1",
                  relation_name(def)),
         1, types, args, nullptr, false, 1);
-    if (rc != SPI_OK_SELECT) elog(ERROR, "idempotency: reading the default partition failed");
+    spi_check(rc, SPI_OK_SELECT, "reading the default partition");
     if (SPI_processed == 0) return;
     char *name = get_rel_name(def);
     PurgeStep step{def, now, 0};
@@ -586,8 +571,9 @@ void maintain_run(ActionSink *sink) {
                     "creates and drops the partitions of idempotency.keys on every worker");
         return;
     }
-    auto lock_keys = [](void *) {
+    auto lock_keys = [](void *) noexcept {
         spi_run("LOCK TABLE ONLY idempotency.keys IN SHARE UPDATE EXCLUSIVE MODE", SPI_OK_UTILITY);
+        IDEM_FAULT_POINT("maintain-lock");
     };
     if (run_reported_step(lock_keys, nullptr, sink, report)) {
         char *partman = partman_schema();
@@ -615,7 +601,7 @@ IDEM_FUNCTION(idem_maintain) {
     auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
     InitMaterializedSRF(fcinfo, 0);
     ActionSink sink{rsinfo->setResult, rsinfo->setDesc, makeStringInfo(), 0};
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    spi_connect();
     commit_without_standbys("idempotency.maintain()");
     MaintenanceScope scope = enter_maintenance("idempotency.maintain()");
     TimestampTz started = GetCurrentTimestamp();

@@ -43,7 +43,7 @@ char *partman_schema();
 bool partman_manages_keys(const char *schema);
 
 // Runs a statement; errors (elog) unless SPI returns `expected`.
-void spi_run(const char *sql, int expected);
+void spi_run(const char *sql, int expected) noexcept;
 
 // Maintenance runs as the owner of idempotency.keys in a security-restricted operation, with
 // settings pinned whatever the caller set: search_path = pg_catalog, pg_temp (code reached
@@ -89,7 +89,8 @@ struct StepReport {
 // what it did). A lock_timeout (55P03) rolls it back and reports it 'skipped'; any other
 // error rolls it back too and reports it 'failed' with its message, except cancels,
 // shutdowns, resource exhaustion and internal errors, which are re-raised.
-bool run_reported_step(void (*step)(void *), void *arg, ActionSink *out, const StepReport &report);
+bool run_reported_step(void (*step)(void *) noexcept, void *arg, ActionSink *out,
+                       const StepReport &report);
 
 // Deletes expired rows from the default partition, without the exclusive lock (no call sees
 // them); reports 'purged' (or 'skipped' / 'failed').
@@ -122,9 +123,9 @@ void append_step_json(StringInfo steps, const char *action, const char *partitio
 void record_run(TimestampTz started, const char *caller, const char *result, const char *steps,
                 const char *error);
 // Keeps a run that ended with an error for later: callable in PG_CATCH (no elog).
-void stash_failed_run(TimestampTz started, const char *caller, const char *error);
+void stash_failed_run(TimestampTz started, const char *caller, const char *error) noexcept;
 // Writes the kept failed runs of this database (SPI connected, as the table owner); they go
 // back to the stash if this transaction aborts. Returns how many.
-int record_stashed_runs();
+int record_stashed_runs() noexcept;
 
 }  // namespace idem::pg

@@ -8,6 +8,7 @@
 // unqualified, so the caller's search_path must not reach it.
 
 #include "pg/storage/maintenance.hpp"
+#include "pg/spi.hpp"
 
 #include "pg/guard.hpp"
 #include "pg/storage/key_store.hpp"
@@ -130,7 +131,7 @@ struct PartmanStep {
     const char *sql;
 };
 
-void partman_step(void *arg) {
+void partman_step(void *arg) noexcept {
     auto *s = static_cast<PartmanStep *>(arg);
     // Our own LOCK first: pg_partman turns every error into P0001, a lock timeout included.
     if (s->lock_sql != nullptr) spi_run(s->lock_sql, SPI_OK_UTILITY);
@@ -199,7 +200,7 @@ bool partman_manages_keys(const char *schema) {
         "OPERATOR(pg_catalog.=) 'idempotency.keys'",
         quote_identifier(schema));
     int rc = SPI_execute(sql, false, 1);
-    if (rc != SPI_OK_SELECT) elog(ERROR, "idempotency: reading part_config failed");
+    spi_check(rc, SPI_OK_SELECT, "reading part_config");
     return SPI_processed > 0;
 }
 
@@ -248,7 +249,7 @@ void partman_maintain(const char *schema, ActionSink *out) {
 // already managed it (its settings are refreshed).
 IDEM_FUNCTION(idem_use_partman) {
     using namespace idem::pg;
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    spi_connect();
     MaintenanceScope scope = enter_maintenance("idempotency.use_partman()");
     char *schema = partman_schema();
     if (schema == nullptr)
@@ -367,7 +368,7 @@ IDEM_FUNCTION(idem_use_partman) {
 // True when pg_partman managed the table.
 IDEM_FUNCTION(idem_stop_partman) {
     using namespace idem::pg;
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    spi_connect();
     MaintenanceScope scope = enter_maintenance("idempotency.stop_partman()");
     char *schema = partman_schema();
     bool managed = schema != nullptr && partman_manages_keys(schema);
@@ -379,8 +380,7 @@ IDEM_FUNCTION(idem_stop_partman) {
                                       "template_table",
                                       partman),
                              false, 0);
-        if (rc != SPI_OK_DELETE_RETURNING)
-            elog(ERROR, "idempotency: deleting from part_config failed");
+        spi_check(rc, SPI_OK_DELETE_RETURNING, "deleting from part_config");
         char *template_table = SPI_processed > 0
                                    ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)
                                    : nullptr;
@@ -389,7 +389,7 @@ IDEM_FUNCTION(idem_stop_partman) {
             rc = SPI_execute(psprintf("SELECT pg_catalog.to_regclass(%s)::pg_catalog.text",
                                       quote_literal_cstr(template_table)),
                              false, 1);
-            if (rc != SPI_OK_SELECT) elog(ERROR, "idempotency: finding the template failed");
+            spi_check(rc, SPI_OK_SELECT, "finding the template");
             char *found = SPI_processed > 0
                               ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)
                               : nullptr;

@@ -12,8 +12,11 @@
 // docs/replication.md).
 
 #include "pg/storage/maintenance.hpp"
+#include "pg/fault_points.hpp"
 
 #include "pg/guard.hpp"
+#include "pg/shared_memory.hpp"
+#include "pg/spi.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -52,34 +55,21 @@ struct PendingRuns {
 
 PendingRuns *shared_pending = nullptr;
 PendingRuns local_pending;  // without preloading: this backend's own failed runs
-shmem_request_hook_type prev_request = nullptr;
-shmem_startup_hook_type prev_startup = nullptr;
 
-void request_shmem() {
-    if (prev_request) prev_request();
-    RequestAddinShmemSpace(MAXALIGN(sizeof(PendingRuns)));
-}
-
-void startup_shmem() {
-    if (prev_startup) prev_startup();
-    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-    bool found;
-    shared_pending = static_cast<PendingRuns *>(
-        ShmemInitStruct("idempotency pending maintenance runs", sizeof(PendingRuns), &found));
+void init_pending(bool found) noexcept {
     if (!found) {
         SpinLockInit(&shared_pending->lock);
         shared_pending->count = 0;
     }
-    LWLockRelease(AddinShmemInitLock);
 }
 
-PendingRuns *pending() {
+PendingRuns *pending() noexcept {
     return shared_pending != nullptr ? shared_pending : &local_pending;
 }
-void lock_pending(PendingRuns *p) {
+void lock_pending(PendingRuns *p) noexcept {
     if (p == shared_pending) SpinLockAcquire(&p->lock);
 }
-void unlock_pending(PendingRuns *p) {
+void unlock_pending(PendingRuns *p) noexcept {
     if (p == shared_pending) SpinLockRelease(&p->lock);
 }
 
@@ -92,7 +82,7 @@ bool callback_registered = false;
 // too, in case an error skipped the reset.
 bool writing_own_history = false;
 
-void push_pending(const PendingRun &run) {
+void push_pending(const PendingRun &run) noexcept {
     PendingRuns *p = pending();
     lock_pending(p);
     if (p->count == kPendingRuns) {  // full: the oldest goes
@@ -103,7 +93,7 @@ void push_pending(const PendingRun &run) {
     unlock_pending(p);
 }
 
-void at_transaction_end(XactEvent event, void *) {
+void at_transaction_end(XactEvent event, void *) noexcept {
     if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
         for (int i = 0; i < n_flushed; i++) push_pending(flushed[i]);
     if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
@@ -114,13 +104,13 @@ void at_transaction_end(XactEvent event, void *) {
     }
 }
 
-void register_callback() {
+void register_callback() noexcept {
     if (callback_registered) return;
-    RegisterXactCallback(at_transaction_end, nullptr);
+    RegisterXactCallback(pg_callback(at_transaction_end), nullptr);
     callback_registered = true;
 }
 
-bool log_table_exists() {
+bool log_table_exists() noexcept {
     Oid schema = get_namespace_oid("idempotency", true);
     return OidIsValid(schema) && OidIsValid(get_relname_relid("maintenance_log", schema));
 }
@@ -134,7 +124,7 @@ constexpr const char *kTrimSql =
     "DELETE FROM idempotency.maintenance_log WHERE run OPERATOR(pg_catalog.<=) $1";
 
 void insert_run(TimestampTz started, TimestampTz ended, const char *caller, const char *role,
-                const char *result, const char *steps, const char *error) {
+                const char *result, const char *steps, const char *error) noexcept {
     Oid types[] = {TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, NAMEOID, TEXTOID, TEXTOID, TEXTOID};
     NameData role_name;
     namestrcpy(&role_name, role);
@@ -149,9 +139,7 @@ void insert_run(TimestampTz started, TimestampTz ended, const char *caller, cons
     register_callback();
     writing_own_history = true;
     int rc = SPI_execute_with_args(kInsertSql, 7, types, args, nulls, false, 1);
-    if (rc != SPI_OK_INSERT_RETURNING)
-        elog(ERROR, "idempotency: recording the maintenance run failed: %s",
-             SPI_result_code_string(rc));
+    spi_check(rc, SPI_OK_INSERT_RETURNING, "recording the maintenance run");
     bool isnull;
     int64 run =
         DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -159,19 +147,14 @@ void insert_run(TimestampTz started, TimestampTz ended, const char *caller, cons
     Datum trim_args[] = {Int64GetDatum(run - kKeptRuns)};
     rc = SPI_execute_with_args(kTrimSql, 1, trim_types, trim_args, nullptr, false, 0);
     writing_own_history = false;
-    if (rc != SPI_OK_DELETE)
-        elog(ERROR, "idempotency: trimming the maintenance runs failed: %s",
-             SPI_result_code_string(rc));
+    spi_check(rc, SPI_OK_DELETE, "trimming the maintenance runs");
 }
 
 }  // namespace
 
 void register_maintenance_runs_shmem() {
-    if (!process_shared_preload_libraries_in_progress) return;
-    prev_request = shmem_request_hook;
-    shmem_request_hook = request_shmem;
-    prev_startup = shmem_startup_hook;
-    shmem_startup_hook = startup_shmem;
+    add_shared_struct("idempotency pending maintenance runs", sizeof(PendingRuns),
+                      reinterpret_cast<void **>(&shared_pending), init_pending);
 }
 
 const char *maintenance_caller() {
@@ -208,11 +191,12 @@ void append_step_json(StringInfo steps, const char *action, const char *partitio
 void record_run(TimestampTz started, const char *caller, const char *result, const char *steps,
                 const char *error) {
     if (!log_table_exists()) return;  // a database still at 0.1.0
+    IDEM_FAULT_POINT("maintain-record");
     insert_run(started, GetCurrentTimestamp(), caller, GetUserNameFromId(GetSessionUserId(), false),
                result, steps, error);
 }
 
-void stash_failed_run(TimestampTz started, const char *caller, const char *error) {
+void stash_failed_run(TimestampTz started, const char *caller, const char *error) noexcept {
     PendingRun run;
     run.database = MyDatabaseId;
     run.started = started;
@@ -224,7 +208,7 @@ void stash_failed_run(TimestampTz started, const char *caller, const char *error
     push_pending(run);
 }
 
-int record_stashed_runs() {
+int record_stashed_runs() noexcept {
     if (!log_table_exists()) return 0;
     register_callback();
     PendingRun *mine = flushed + n_flushed;

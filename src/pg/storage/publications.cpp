@@ -18,6 +18,7 @@
 // C-style: errors are ereport()s, so maintain() can catch them in its subtransaction.
 
 #include "pg/storage/maintenance.hpp"
+#include "pg/spi.hpp"
 
 #include "pg/guard.hpp"
 
@@ -58,8 +59,7 @@ void check_publications() {
     Oid types[] = {OIDOID};
     Datum args[] = {ObjectIdGetDatum(key_table_oid())};
     int rc = SPI_execute_with_args(kUnsafePublicationSql, 1, types, args, nullptr, false, 1);
-    if (rc != SPI_OK_SELECT)
-        elog(ERROR, "idempotency: reading the publications failed: %s", SPI_result_code_string(rc));
+    spi_check(rc, SPI_OK_SELECT, "reading the publications");
     if (SPI_processed == 0) return;
     HeapTuple row = SPI_tuptable->vals[0];
     TupleDesc desc = SPI_tuptable->tupdesc;
@@ -106,7 +106,7 @@ IDEM_FUNCTION(idem_publication_guard) {
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                         errmsg("idempotency.publication_guard() must be called as an event "
                                "trigger")));
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    spi_connect();
     check_publications();
     SPI_finish();
     PG_RETURN_VOID();

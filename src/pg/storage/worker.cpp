@@ -2,7 +2,10 @@
 // destructor lives in them.
 
 #include "pg/storage/worker.hpp"
+#include "pg/fault_points.hpp"
+#include "pg/spi.hpp"
 
+#include "pg/guard.hpp"
 #include "pg/postgres_headers.hpp"
 #include "pg/settings.hpp"
 #include "pg/storage/maintenance.hpp"
@@ -25,8 +28,8 @@ extern "C" {
 #include "utils/guc.h"
 #include "utils/varlena.h"
 
-__attribute__((visibility("default"))) void idem_launcher_main(Datum);
-__attribute__((visibility("default"))) void idem_maintenance_main(Datum);
+__attribute__((visibility("default"))) void idem_launcher_main(Datum) noexcept;
+__attribute__((visibility("default"))) void idem_maintenance_main(Datum) noexcept;
 }
 
 namespace idem::pg {
@@ -50,7 +53,7 @@ DatabaseState tracked[kMaxTracked];
 bool syntax_reported = false;
 int n_tracked = 0;
 
-DatabaseState *state_of(const char *dbname) {
+DatabaseState *state_of(const char *dbname) noexcept {
     for (int i = 0; i < n_tracked; i++)
         if (strcmp(tracked[i].name, dbname) == 0) return &tracked[i];
     DatabaseState *state =
@@ -63,7 +66,7 @@ DatabaseState *state_of(const char *dbname) {
 
 // Why the maintenance worker could not connect to dbname, or nullptr. The launcher is
 // connected to no database but reads the shared catalog pg_database.
-const char *database_unusable(const char *dbname) {
+const char *database_unusable(const char *dbname) noexcept {
     const char *why = nullptr;
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
@@ -92,7 +95,7 @@ const char *database_unusable(const char *dbname) {
 }
 
 // True when the database is due and usable; logs and backs off otherwise.
-bool database_ready(const char *dbname) {
+bool database_ready(const char *dbname) noexcept {
     DatabaseState *state = state_of(dbname);
     TimestampTz now = GetCurrentTimestamp();
     if (state->failures > 0 && now < state->retry_at) return false;
@@ -119,7 +122,7 @@ bool database_ready(const char *dbname) {
     return false;
 }
 
-void reload_if_asked() {
+void reload_if_asked() noexcept {
     if (!ConfigReloadPending) return;
     ConfigReloadPending = false;
     ProcessConfigFile(PGC_SIGHUP);
@@ -133,7 +136,7 @@ void reload_if_asked() {
 // Starts the maintenance worker for one database and waits until it has finished. Waits on
 // the latch itself (not WaitForBackgroundWorkerShutdown, which swallows latch sets), so a
 // SIGHUP is handled meanwhile and a SIGTERM stops the worker too.
-void maintain_database(const char *dbname) {
+void maintain_database(const char *dbname) noexcept {
     BackgroundWorker worker;
     memset(&worker, 0, sizeof worker);
     worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -170,7 +173,7 @@ void maintain_database(const char *dbname) {
     pfree(handle);
 }
 
-void maintenance_pass() {
+void maintenance_pass() noexcept {
     char *list = pstrdup(maintenance_databases());
     List *names = NIL;
     if (!SplitGUCList(list, ',', &names)) {
@@ -192,7 +195,7 @@ void maintenance_pass() {
     pfree(list);
 }
 
-void log_actions(const char *dbname) {
+void log_actions(const char *dbname) noexcept {
     TupleDesc desc = SPI_tuptable->tupdesc;
     for (uint64 i = 0; i < SPI_processed; i++) {
         HeapTuple row = SPI_tuptable->vals[i];
@@ -212,16 +215,16 @@ void log_actions(const char *dbname) {
     }
 }
 
-void run_maintain(const char *dbname) {
+void run_maintain(const char *dbname) noexcept {
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    spi_connect();
     PushActiveSnapshot(GetTransactionSnapshot());
     if (OidIsValid(get_extension_oid("idempotency", true))) {
         const char *sql = "SELECT action, partition, rows, detail FROM idempotency.maintain()";
         pgstat_report_activity(STATE_RUNNING, sql);
-        if (SPI_execute(sql, false, 0) != SPI_OK_SELECT)
-            elog(ERROR, "idempotency: idempotency.maintain() failed");
+        IDEM_FAULT_POINT("worker-pass");
+        spi_check(SPI_execute(sql, false, 0), SPI_OK_SELECT, "idempotency.maintain()");
         log_actions(dbname);
         ereport(DEBUG1, (errmsg("idempotency: maintained database \"%s\" (%llu steps)", dbname,
                                 (unsigned long long)SPI_processed)));
@@ -236,7 +239,7 @@ void run_maintain(const char *dbname) {
 }
 
 // In PG_CATCH: logs the error and aborts the transaction.
-void log_and_abort(MemoryContext context) {
+void log_and_abort(MemoryContext context) noexcept {
     MemoryContextSwitchTo(context);
     HOLD_INTERRUPTS();
     EmitErrorReport();
@@ -247,10 +250,10 @@ void log_and_abort(MemoryContext context) {
 
 // After a failed run: writes its record (kept by maintain() on its way out) in a transaction
 // of its own, so the worker's failures show in maintenance_runs at once.
-void record_failed_run() {
+void record_failed_run() noexcept {
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "idempotency: SPI_connect failed");
+    spi_connect();
     PushActiveSnapshot(GetTransactionSnapshot());
     if (OidIsValid(get_extension_oid("idempotency", true))) {
         SavedUser user = become_key_owner();
@@ -286,9 +289,22 @@ void register_maintenance_worker() {
                              maintenance_databases())));
 }
 
+// SIGTERM of the maintenance worker: a shutdown request, seen between its steps
+// (ShutdownRequestPending), that also cancels the statement in progress (a lock wait, a long
+// step) at its next interrupt check, so the pass ends with its transaction rolled back and
+// the worker exits cleanly instead of dying with FATAL mid-step.
+void request_shutdown(SIGNAL_ARGS) noexcept {
+    int saved_errno = errno;
+    ShutdownRequestPending = true;
+    QueryCancelPending = true;
+    InterruptPending = true;
+    SetLatch(MyLatch);
+    errno = saved_errno;
+}
+
 }  // namespace idem::pg
 
-void idem_launcher_main(Datum) {
+void idem_launcher_main(Datum) noexcept {
     using namespace idem::pg;
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -322,9 +338,9 @@ void idem_launcher_main(Datum) {
     proc_exit(0);
 }
 
-void idem_maintenance_main(Datum) {
+void idem_maintenance_main(Datum) noexcept {
     using namespace idem::pg;
-    pqsignal(SIGTERM, die);
+    pqsignal(SIGTERM, pg_callback(request_shutdown));
     BackgroundWorkerUnblockSignals();
     char dbname[BGW_EXTRALEN];
     strlcpy(dbname, MyBgworkerEntry->bgw_extra, BGW_EXTRALEN);
@@ -347,7 +363,11 @@ void idem_maintenance_main(Datum) {
         failed = true;
     }
     PG_END_TRY();
-    if (failed && !ShutdownRequestPending) {
+    if (ShutdownRequestPending) {
+        // The failed run stays stashed: the next maintain() in the database records it.
+        ereport(LOG,
+                (errmsg("idempotency: maintenance of database \"%s\" stopped on request", dbname)));
+    } else if (failed) {
         PG_TRY();
         { record_failed_run(); }
         PG_CATCH();

@@ -21,6 +21,8 @@
 // drop the entry belongs to a row that is gone.
 
 #include "pg/streams/streams.hpp"
+#include "pg/fault_points.hpp"
+#include "pg/spi.hpp"
 
 #include "pg/compat.hpp"
 #include "pg/guard.hpp"
@@ -71,7 +73,7 @@ constexpr const char *kDeleteSql =
 
 Oid cached_table = InvalidOid;
 
-void forget_table(Datum, Oid relid) {
+void forget_table(Datum, Oid relid) noexcept {
     if (relid == InvalidOid || relid == cached_table) cached_table = InvalidOid;
 }
 
@@ -79,7 +81,7 @@ Oid streams_table() {
     static bool callback_registered = false;
     if (cached_table != InvalidOid) return cached_table;
     if (!callback_registered) {
-        CacheRegisterRelcacheCallback(forget_table, (Datum)0);
+        CacheRegisterRelcacheCallback(pg_callback(forget_table), (Datum)0);
         callback_registered = true;
     }
     Oid schema = get_namespace_oid("idempotency", true);
@@ -124,12 +126,12 @@ bool is_touched(const StreamKey &key) {
     return false;
 }
 
-void forget_touched() {
+void forget_touched() noexcept {
     ListCell *cell;
     foreach (cell, touched) stream_cache_forget(*static_cast<StreamKey *>(lfirst(cell)));
 }
 
-void on_xact_event(XactEvent event, void *) {
+void on_xact_event(XactEvent event, void *) noexcept {
     switch (event) {
         case XACT_EVENT_PRE_PREPARE:
             if (touched != NIL)
@@ -154,7 +156,7 @@ void on_xact_event(XactEvent event, void *) {
 void lock_for_ddl(const StreamKey &key) {
     static bool callback_registered = false;
     if (!callback_registered) {
-        RegisterXactCallback(on_xact_event, nullptr);
+        RegisterXactCallback(pg_callback(on_xact_event), nullptr);
         callback_registered = true;
     }
     LOCKTAG tag;
@@ -172,8 +174,7 @@ void lock_for_ddl(const StreamKey &key) {
 uint64 run_as_owner(const char *sql, int nargs, Oid *types, Datum *values, int expected) {
     Storage storage = open_storage();
     int rc = SPI_execute_with_args(sql, nargs, types, values, nullptr, false, 0);
-    if (rc != expected)
-        elog(ERROR, "idempotency: SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
+    spi_check(rc, expected, "SPI_execute_with_args");
     uint64 processed = SPI_processed;
     close_storage(storage);
     return processed;
@@ -277,6 +278,8 @@ bool write_next_block(const StreamKey &key, bool use_cache, bool cache_first, in
     // Durable before any value of the block is handed out, whatever the caller's transaction
     // does next. If this throws, the block is lost (a gap), never handed out.
     finish_bound_update(rel, old, state, block.last);
+    // The bound is durable; the shared cache is not refilled yet.
+    IDEM_FAULT_POINT("next-key-refill");
     *value = shared ? stream_cache_start(key, block) : block.first;
     return true;
 }

@@ -1,4 +1,6 @@
 #include "pg/streams/streams_cache.hpp"
+#include "pg/guard.hpp"
+#include "pg/shared_memory.hpp"
 
 #include <cstring>
 
@@ -25,52 +27,47 @@ struct Entry {
 int max_streams = 1024;
 HTAB *entries = nullptr;
 LWLock *table_lock = nullptr;
-shmem_request_hook_type prev_request = nullptr;
-shmem_startup_hook_type prev_startup = nullptr;
 
-uint32 hash_key(const void *key, Size) {
+uint32 hash_key(const void *key, Size) noexcept {
     const StreamKey *k = static_cast<const StreamKey *>(key);
     uint32 h = hash_bytes(reinterpret_cast<const unsigned char *>(k->name), int(k->length));
     return hash_combine(hash_combine(h, k->database), k->table);
 }
 
-int match_key(const void *a, const void *b, Size) {
+int match_key(const void *a, const void *b, Size) noexcept {
     const StreamKey *x = static_cast<const StreamKey *>(a);
     const StreamKey *y = static_cast<const StreamKey *>(b);
     return same_stream(*x, *y) ? 0 : 1;
 }
 
-void *copy_key(void *dest, const void *src, Size) {
+void *copy_key(void *dest, const void *src, Size) noexcept {
     const StreamKey *k = static_cast<const StreamKey *>(src);
     std::memcpy(dest, k, offsetof(StreamKey, name) + k->length);
     static_cast<StreamKey *>(dest)->name[k->length] = '\0';
     return dest;
 }
 
-Size shmem_size() {
+Size shmem_size() noexcept {
     return hash_estimate_size(max_streams, sizeof(Entry));
 }
 
-void request_shmem() {
-    if (prev_request) prev_request();
+void request_shmem() noexcept {
     RequestAddinShmemSpace(shmem_size());
     RequestNamedLWLockTranche("idempotency_streams", 1);
 }
 
-void startup_shmem() {
-    if (prev_startup) prev_startup();
+// Under AddinShmemInitLock (shared_memory.cpp).
+void startup_shmem() noexcept {
     HASHCTL info;
     std::memset(&info, 0, sizeof info);
     info.keysize = sizeof(StreamKey);
     info.entrysize = sizeof(Entry);
-    info.hash = hash_key;
-    info.match = match_key;
-    info.keycopy = copy_key;
-    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    info.hash = pg_callback(hash_key);
+    info.match = pg_callback(match_key);
+    info.keycopy = pg_callback(copy_key);
     entries = ShmemInitHash("idempotency streams", max_streams, max_streams, &info,
                             HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_KEYCOPY);
     table_lock = &GetNamedLWLockTranche("idempotency_streams")->lock;
-    LWLockRelease(AddinShmemInitLock);
 }
 
 // Makes room for one entry: any entry will do, since forgetting one is always safe.
@@ -93,10 +90,7 @@ void register_stream_cache() {
         "idempotency.max_streams", "Streams whose current block next_key keeps in shared memory.",
         "Beyond it, a cached stream is forgotten to make room (it loses the rest of its block).",
         &max_streams, 1024, 16, 1000000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
-    prev_request = shmem_request_hook;
-    shmem_request_hook = request_shmem;
-    prev_startup = shmem_startup_hook;
-    shmem_startup_hook = startup_shmem;
+    add_shared_memory(request_shmem, startup_shmem);
 }
 
 bool stream_cache_available() {
@@ -152,7 +146,7 @@ int64 stream_cache_start(const StreamKey &key, core::Block block) {
     return value;
 }
 
-void stream_cache_forget(const StreamKey &key) {
+void stream_cache_forget(const StreamKey &key) noexcept {
     if (entries == nullptr) return;
     LWLockAcquire(table_lock, LW_EXCLUSIVE);
     (void)hash_search(entries, &key, HASH_REMOVE, nullptr);

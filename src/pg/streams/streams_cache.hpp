@@ -44,6 +44,6 @@ int64 stream_cache_reserved(const StreamKey &key);
 int64 stream_cache_start(const StreamKey &key, core::Block block);
 
 // Drops the stream's entry, if any.
-void stream_cache_forget(const StreamKey &key);
+void stream_cache_forget(const StreamKey &key) noexcept;
 
 }  // namespace idem::pg

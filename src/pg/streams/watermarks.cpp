@@ -14,6 +14,7 @@
 // winner's commit (or the row as it was, if the winner rolled back).
 
 #include "pg/guard.hpp"
+#include "pg/spi.hpp"
 #include "pg/storage/key_store.hpp"
 #include "pg/sql_errors.hpp"
 
@@ -76,11 +77,6 @@ Datum uuid_datum(const core::Position &position) {
     return UUIDPGetDatum(uuid);
 }
 
-void spi_check(int rc, int expected) {
-    if (rc != expected)
-        elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-}
-
 // A bigint position argument as the 128-bit position it stands for.
 Datum bigint_position_arg(FunctionCallInfo fcinfo) {
     int64 value = DatumGetInt64(required_arg(fcinfo, 2, "position"));
@@ -105,11 +101,13 @@ bool accept(FunctionCallInfo fcinfo, Datum position) {
     watermark_write_args(fcinfo, position, "idempotency.accept()", args);
     Storage storage = open_storage();
     SPIPlanPtr advance = saved_plan(&advance_plan, kAdvanceSql, 3, kWatermarkTypes);
-    spi_check(SPI_execute_plan(advance, args, nullptr, false, 0), SPI_OK_UPDATE);
+    spi_check(SPI_execute_plan(advance, args, nullptr, false, 0), SPI_OK_UPDATE,
+              "SPI_execute_plan");
     bool accepted = SPI_processed == 1;
     if (!accepted) {
         SPIPlanPtr upsert = saved_plan(&accept_plan, kAcceptSql, 3, kWatermarkTypes);
-        spi_check(SPI_execute_plan(upsert, args, nullptr, false, 0), SPI_OK_INSERT);
+        spi_check(SPI_execute_plan(upsert, args, nullptr, false, 0), SPI_OK_INSERT,
+                  "SPI_execute_plan");
         accepted = SPI_processed == 1;
     }
     close_storage(storage);
@@ -130,12 +128,12 @@ void set_watermark(FunctionCallInfo fcinfo, Datum position) {
     Storage storage = open_storage();
     spi_check(SPI_execute_plan(saved_plan(&exists_plan, kConsumerExistsSql, 1, kWatermarkTypes),
                                args, nullptr, false, 1),
-              SPI_OK_SELECT);
+              SPI_OK_SELECT, "SPI_execute_plan");
     bool known = SPI_processed == 1;
     if (known)
         spi_check(SPI_execute_plan(saved_plan(&set_plan, kSetSql, 3, kWatermarkTypes), args,
                                    nullptr, false, 0),
-                  SPI_OK_INSERT);
+                  SPI_OK_INSERT, "SPI_execute_plan");
     close_storage(storage);
     if (!known) unknown_consumer(args[0]);
 }
@@ -181,7 +179,7 @@ IDEM_FUNCTION(idem_drop_consumer) {
     Datum args[] = {consumer};
     spi_check(SPI_execute_plan(saved_plan(&drop_plan, kDropConsumerSql, 1, types), args, nullptr,
                                false, 0),
-              SPI_OK_DELETE);
+              SPI_OK_DELETE, "SPI_execute_plan");
     int64 dropped = int64(SPI_processed);
     close_storage(storage);
     if (dropped == 0) unknown_consumer(consumer);
@@ -197,8 +195,7 @@ IDEM_FUNCTION(idem_watermark) {
     Datum args[] = {consumer, partition};
     int rc = SPI_execute_plan(saved_plan(&watermark_plan, kWatermarkSql, 2, types), args, nullptr,
                               true, 1);
-    if (rc != SPI_OK_SELECT)
-        elog(ERROR, "idempotency: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+    spi_check(rc, SPI_OK_SELECT, "SPI_execute_plan");
     pg_uuid_t position;
     bool found = SPI_processed == 1;
     if (found) {
