@@ -92,12 +92,16 @@ def available(name):
 
 
 def ready(name):
-    """Messages ready for delivery (not counting those delivered and not yet acked)."""
-    channel = amqp_channel()
-    try:
-        return channel.queue_declare(name, passive=True).method.message_count
-    finally:
-        channel.connection.close()
+    """Messages ready for delivery, once the broker has seen every consumer of the queue go
+    (their unacked messages are then ready again)."""
+    def count():
+        channel = amqp_channel()
+        try:
+            ok = channel.queue_declare(name, passive=True).method
+            return None if ok.consumer_count else (ok.message_count,)
+        finally:
+            channel.connection.close()
+    return wait_for(f"{name}: no consumer left", count)[0]
 
 
 # ---- the database ----
@@ -227,10 +231,16 @@ def drain_queue(queue, group, ids, consumer):
 
 
 def drain_stream(group, last_id, consumer, **env):
-    """Runs consumer until it has handled the stream's last message."""
+    """Runs consumer until the stream's last message is applied and all it got is acked (with
+    START_OFFSET in env: until this run has handled the last message itself)."""
     consumer.start(**env)
-    wait_for(f"{group}: {last_id} handled",
-             lambda: consumer.exited() or last_id in consumer.phases("acked", True))
+    if env.get("START_OFFSET"):
+        wait_for(f"{group}: {last_id} handled again",
+                 lambda: consumer.exited() or last_id in consumer.phases("acked", True))
+    else:
+        wait_for(f"{group}: {last_id} applied",
+                 lambda: consumer.exited() or last_id in effects(group))
+        wait_for(f"{group}: every delivery acked", consumer.settled)
     consumer.kill()
 
 
