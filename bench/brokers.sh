@@ -12,12 +12,13 @@
 #   bash bench/brokers.sh --smoke    a few seconds; its report goes under bench/out/ only
 #
 # Knobs (environment):
-#   BENCH_ROUNDS=3   BENCH_COUNT=2000 (messages per consumer run)   BENCH_BATCH=50
+#   BENCH_ROUNDS=5   BENCH_COUNT=1000 (messages per consumer run)   BENCH_BATCH=50
 #   BENCH_SYNC=on    synchronous_commit of the cluster: on, as the pattern needs (an ack after
 #                    a commit that a crash can still undo loses the message); off shows the
 #                    CPU-bound case
-#   BENCH_PORT       PostgreSQL, default 54457 + IDEM_PORT_OFFSET
+#   BENCH_PORT       PostgreSQL, default 54457 + IDEM_PORT_OFFSET (--smoke: 54458 + ...)
 #   BENCH_AMQP_PORT  RabbitMQ (AMQP; the next two ports too), default 20080 + IDEM_PORT_OFFSET
+#                    (--smoke: 20083 + ...)
 #   BENCH_BUILD=0    1: build and install the extension first (0: the installed one)
 #   BENCH_REPORT     where the report goes (default bench/brokers.md)
 set -euo pipefail
@@ -27,11 +28,12 @@ BENCH=$IDEM_ROOT/bench
 
 SMOKE=0
 [[ ${1:-} == --smoke ]] && SMOKE=1
-ROUNDS=${BENCH_ROUNDS:-3} COUNT=${BENCH_COUNT:-2000} BATCH=${BENCH_BATCH:-50}
+ROUNDS=${BENCH_ROUNDS:-5} COUNT=${BENCH_COUNT:-1000} BATCH=${BENCH_BATCH:-50}
 [[ $SMOKE == 1 ]] && ROUNDS=1 COUNT=40 BATCH=10
 SYNC=${BENCH_SYNC:-on}
-PORT=${BENCH_PORT:-$((54457 + ${IDEM_PORT_OFFSET:-0}))}
-AMQP_PORT=${BENCH_AMQP_PORT:-$((20080 + ${IDEM_PORT_OFFSET:-0}))}
+# --smoke on ports of its own: the brokers suite runs it while a full run may be going.
+PORT=${BENCH_PORT:-$((54457 + SMOKE + ${IDEM_PORT_OFFSET:-0}))}
+AMQP_PORT=${BENCH_AMQP_PORT:-$((20080 + 3 * SMOKE + ${IDEM_PORT_OFFSET:-0}))}
 OUT=$BENCH/out/$([[ $SMOKE == 1 ]] && echo brokers-smoke || echo brokers)
 REPORT=${BENCH_REPORT:-$BENCH/brokers.md}
 [[ $SMOKE == 1 ]] && REPORT=$OUT/brokers.md

@@ -342,7 +342,7 @@ ensure_rabbitmq() {
     printf '#!/bin/sh\n# idempotency tests: no service starts while packages install\nexit 101\n' |
       as_root tee "$policy" >/dev/null && as_root chmod 755 "$policy" && ours=1
   fi
-  log "installing" $missing
+  log "installing $missing"
   # shellcheck disable=SC2086 # one package a word
   apt_install $missing || rc=$?
   [[ $ours == 1 ]] && as_root rm -f "$policy"

@@ -94,7 +94,7 @@ const finished = new Promise((resolve, reject) => {
 });
 await finished;
 const [t0, c0] = began;
-console.log(`RESULT node ${model} ${mode} ${count} ${((performance.now() - t0) / 1000).toFixed(6)} ` +
-  `${Math.round(cpuUs() - c0)}`);
+const seconds = ((performance.now() - t0) / 1000).toFixed(6);
+console.log(`RESULT node ${model} ${mode} ${count} ${seconds} ${Math.round(cpuUs() - c0)}`);
 await connection.close();
 await db.end();
