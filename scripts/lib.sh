@@ -332,3 +332,27 @@ citus_cluster_start() {
     -c "SELECT citus_add_node('127.0.0.1', $W1_PORT)" \
     -c "SELECT citus_add_node('127.0.0.1', $W2_PORT)" >/dev/null
 }
+
+# ---- RabbitMQ (the brokers suite and bench/brokers.sh) ----
+# ensure_rabbitmq: Debian's rabbitmq-server and python3-pika, installed without starting the
+# system service: the tests run a broker of their own (test/brokers/rabbitmq.sh). While the
+# packages install, a policy-rc.d that refuses every start is in place unless the machine has
+# one already (a container's); a service installed here is disabled again, and a machine that
+# already had rabbitmq-server keeps its service as it was.
+ensure_rabbitmq() {
+  local missing policy=/usr/sbin/policy-rc.d ours=0 rc=0
+  missing=$(missing_packages rabbitmq-server python3-pika)
+  [[ -z $missing ]] && return 0
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\n# idempotency tests: no service starts while packages install\nexit 101\n' |
+      as_root tee "$policy" >/dev/null && as_root chmod 755 "$policy" && ours=1
+  fi
+  log "installing $missing"
+  # shellcheck disable=SC2086 # one package a word
+  apt_install $missing || rc=$?
+  [[ $ours == 1 ]] && as_root rm -f "$policy"
+  if [[ $missing == *rabbitmq-server* ]] && command -v deb-systemd-helper >/dev/null; then
+    as_root deb-systemd-helper disable rabbitmq-server.service >/dev/null 2>&1 || true
+  fi
+  return $rc
+}

@@ -5,7 +5,7 @@
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
-#                                        browser faults)
+#                                        browser brokers faults)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 # The citus suite (test/citus/*.sh) runs three-node Citus clusters of its own; it builds
 # Citus from ../shared/vendor when citus.so is not installed, and is reported as skipped,
@@ -16,7 +16,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
-ALL_SUITES="unit regress isolation pgtap scripted examples citus clients browser faults"
+ALL_SUITES="unit regress isolation pgtap scripted examples citus clients browser brokers faults"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -262,6 +262,42 @@ run_faults() {
   fi
 }
 
+# brokers: the reference consumers of examples/consumers (Python and Node, queues and streams)
+# against a private RabbitMQ (Debian's rabbitmq-server on our own loopback ports, never the
+# system service), killed and redelivered (test/brokers/brokers_test.py: one count per
+# scenario); then bench/brokers.sh --smoke, so the benchmark cannot rot.
+run_brokers() {
+  local log=$LOGS/brokers.log rc=0 passed failed
+  log "brokers: RabbitMQ consumers (test/brokers)"
+  if ! { ensure_rabbitmq && "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/examples/consumers"; } \
+    >"$log" 2>&1 </dev/null; then
+    tail -n 20 "$log"
+    record brokers 0 1 "rabbitmq-server, python3-pika or the npm packages did not install"
+    return
+  fi
+  export BROKER_PORT=$((20072 + ${IDEM_PORT_OFFSET:-0})) BROKER_DIR=$IDEM_ROOT/build/brokers
+  rm -rf "$BROKER_DIR"
+  PGDATABASE=postgres timeout -k 10 "$TIMEOUT" /usr/bin/python3 test/brokers/brokers_test.py \
+    2>&1 </dev/null | tee -a "$log" || rc=$?
+  passed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\1/p' "$log")
+  failed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\2/p' "$log")
+  if [[ -z $passed ]]; then
+    record brokers 0 1 "brokers_test.py did not finish (exit $rc), log ${log#"$IDEM_ROOT"/}"
+    return
+  fi
+  [[ $rc -ne 0 && $failed -eq 0 ]] && failed=1
+  log "brokers: bench/brokers.sh --smoke"
+  if PGDATABASE=postgres timeout -k 10 "$TIMEOUT" bash bench/brokers.sh --smoke \
+    >>"$log" 2>&1 </dev/null; then
+    passed=$((passed + 1))
+    echo "ok     bench/brokers.sh --smoke"
+  else
+    failed=$((failed + 1))
+    echo "FAILED bench/brokers.sh --smoke, log ${log#"$IDEM_ROOT"/}"
+  fi
+  record brokers "$passed" "$failed"
+}
+
 stop_test_cluster() { cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true; }
 
 rm -rf "$LOGS"
@@ -274,7 +310,7 @@ fi
 wanted unit && run_unit
 
 cluster_suites=()
-for s in regress isolation pgtap scripted examples citus clients browser; do
+for s in regress isolation pgtap scripted examples citus clients browser brokers; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
 if [[ ${#cluster_suites[@]} -gt 0 ]]; then
@@ -325,6 +361,7 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     wanted citus && run_citus
     wanted clients && run_clients
     wanted browser && run_browser
+    wanted brokers && run_brokers
     shopt -u nullglob
   fi
   stop_test_cluster

@@ -1,0 +1,49 @@
+// A RabbitMQ queue consumer that applies each message exactly once (by its message id).
+//   QUEUE=payments AMQP_URL=amqp://... PGDATABASE=... node queue_consumer.js
+// The broker redelivers a message whose ack it has not received (the consumer died, its channel
+// closed), perhaps to another consumer and out of order. The message id is the key: runOnce
+// claims it in the same transaction as the effect, and the ack goes out only after COMMIT.
+// Died before COMMIT: nothing of it is stored, the redelivery applies it. Died after COMMIT,
+// before the ack: the redelivery finds the key completed (a replay) and is only acknowledged.
+// Producers must set a message id that stays the same on every retry of theirs.
+import { pathToFileURL } from 'node:url';
+import amqp from 'amqplib';
+import pg from 'pg';
+import { runOnce } from '@idempotency/client';
+import { AMQP_URL, GROUP, apply, exitOnClose, noPhase } from './common.js';
+
+const QUEUE = process.env.QUEUE ?? 'payments';
+
+export async function main(onPhase = noPhase) {
+  const db = new pg.Client(); // PG* environment
+  await db.connect();
+  const connection = await amqp.connect(AMQP_URL);
+  exitOnClose(connection);
+  const channel = await connection.createChannel();
+  await channel.assertQueue(QUEUE, { durable: true });
+  await channel.prefetch(10);
+  // One message at a time on the one database connection, in delivery order.
+  let chain = Promise.resolve();
+  await channel.consume(QUEUE, (msg) => {
+    chain = chain.then(() => handle(msg)).catch((err) => {
+      console.error(err);
+      process.exit(1); // unacked: the broker redelivers it
+    });
+  });
+
+  async function handle(msg) {
+    const id = msg.properties.messageId;
+    await onPhase('received', id);
+    // wait: a competing consumer may hold the key (its transaction still open) for a moment.
+    const result = await runOnce(db, { scope: GROUP, key: id, wait: '30 seconds' }, async () => {
+      await apply(db, id, msg.content);
+      await onPhase('effect_written', id);
+      return { statusCode: 200, response: null }; // what a replay would see
+    });
+    await onPhase(result.replayed ? 'duplicate' : 'committed', id);
+    channel.ack(msg); // only now: after COMMIT
+    await onPhase('acked', id);
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1]).href) await main();
