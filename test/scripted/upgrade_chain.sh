@@ -250,7 +250,7 @@ SELECT pg_describe_object(m.classid, m.objid, 0) || ' | ' || coalesce(CASE
     WHEN m.classid = 'pg_proc'::regclass THEN
       (SELECT pg_get_functiondef(p.oid) || coalesce(p.proacl::text, '') FROM pg_proc p WHERE p.oid = m.objid)
     WHEN m.classid = 'pg_class'::regclass THEN
-      (SELECT c.relkind || c.relpersistence || c.relreplident || coalesce(c.relacl::text, '') ||
+      (SELECT c.relkind::text || c.relpersistence::text || c.relreplident::text || coalesce(c.relacl::text, '') ||
          coalesce(pg_get_viewdef(c.oid), '') || coalesce(pg_get_partkeydef(c.oid), '') ||
          coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod) ||
              CASE WHEN a.attnotnull THEN ' not null' ELSE '' END ||
@@ -262,16 +262,16 @@ SELECT pg_describe_object(m.classid, m.objid, 0) || ' | ' || coalesce(CASE
            FROM pg_index i WHERE i.indrelid = c.oid), '') ||
          coalesce((SELECT string_agg(x.conname || ' ' || pg_get_constraintdef(x.oid), '; ' ORDER BY 1)
            FROM pg_constraint x WHERE x.conrelid = c.oid), '') ||
-         coalesce((SELECT string_agg(pg_get_triggerdef(t.oid) || ' ' || t.tgenabled, '; ' ORDER BY 1)
+         coalesce((SELECT string_agg(pg_get_triggerdef(t.oid) || ' ' || t.tgenabled::text, '; ' ORDER BY 1)
            FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal), '') ||
          coalesce((SELECT string_agg(r.rulename || ' ' || pg_get_ruledef(r.oid), '; ' ORDER BY 1)
            FROM pg_rewrite r WHERE r.ev_class = c.oid AND r.rulename <> '_RETURN'), '') ||
-         coalesce((SELECT string_agg(pol.polname || ' ' || pol.polcmd || ' ' ||
+         coalesce((SELECT string_agg(pol.polname || ' ' || pol.polcmd::text || ' ' ||
              coalesce(pg_get_expr(pol.polqual, pol.polrelid), ''), '; ' ORDER BY 1)
            FROM pg_policy pol WHERE pol.polrelid = c.oid), '')
        FROM pg_class c WHERE c.oid = m.objid)
     WHEN m.classid = 'pg_type'::regclass THEN
-      (SELECT t.typtype || coalesce(t.typacl::text, '') ||
+      (SELECT t.typtype::text || coalesce(t.typacl::text, '') ||
          coalesce((SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = t.oid), '')
        FROM pg_type t WHERE t.oid = m.objid)
     WHEN m.classid = 'pg_namespace'::regclass THEN
