@@ -114,18 +114,20 @@ build_and_install() {
   as_root make -C "$IDEM_ROOT" install PG_CONFIG="$PG_CONFIG"
 }
 
-# install_extension_with PG_CONFIG: builds and installs the extension for another server (say
-# the other side of a pg_upgrade) in a copy of the tree under build/, so the checkout's own
+# install_extension_with PG_CONFIG [DIR [MAKE-ARGS...]]: builds and installs the extension for
+# another server (say the other side of a pg_upgrade), or with other make variables (say
+# IDEM_SANITIZE=undefined), in a copy of the tree under build/ (DIR), so the checkout's own
 # objects stay those of $PG_CONFIG.
 install_extension_with() {
-  local config=$1 dir
-  dir=$IDEM_ROOT/build/ext-$("$config" --version | awk '{print $2}') || return
+  local config=$1 dir=${2:-}
+  shift $(($# < 2 ? $# : 2))
+  [[ -n $dir ]] || dir=$IDEM_ROOT/build/ext-$("$config" --version | awk '{print $2}') || return
   # Sources only (mtimes kept, so an unchanged file is not rebuilt): never the checkout's objects.
   mkdir -p "$dir" &&
     tar -C "$IDEM_ROOT" --exclude='*.o' --exclude='*.so' -cf - Makefile idempotency.control src \
       extension | tar -C "$dir" -xpf - &&
-    make -s -C "$dir" -j2 PG_CONFIG="$config" IDEM_WERROR=1 >"$dir/build.log" 2>&1 &&
-    as_root make -s -C "$dir" install PG_CONFIG="$config" >>"$dir/build.log" 2>&1 ||
+    make -s -C "$dir" -j2 PG_CONFIG="$config" IDEM_WERROR=1 "$@" >"$dir/build.log" 2>&1 &&
+    as_root make -s -C "$dir" install PG_CONFIG="$config" "$@" >>"$dir/build.log" 2>&1 ||
     { tail -n 30 "$dir/build.log" >&2; return 1; }
 }
 
