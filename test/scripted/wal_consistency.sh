@@ -107,7 +107,8 @@ wait "$bench" && fail "the load went on although the primary was stopped"
 grep -q "aborted" "$WORK/load-1.log" || fail "the load was not cut off: $(tail -n 5 "$WORK/load-1.log")"
 tx=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$WORK/load-1.log")
 passed "the primary stopped -m immediate under the load (${tx:-?} requests before)"
-cluster_start "$PRIMARY_DATA"
+cluster_start "$PRIMARY_DATA" ||
+  fail "the primary did not come back from the crash (redo stops at an inconsistent page)"
 grep -q "database system was interrupted" "$PRIMARY_LOG" || fail "no crash recovery on the primary"
 eventually 60 "the standby streams again" streaming
 mark=$(log_mark "$PRIMARY_LOG")
