@@ -386,5 +386,6 @@ printf '%s\n' "${RESULTS[@]}"
 if [[ -s $LOGS/timings ]]; then
   echo "slowest tests (seconds): $(sort -rn "$LOGS/timings" | head -n 8 | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $3, $1}')"
 fi
-echo "$PASSED passed, $FAILED failed (${SECONDS}s${IDEM_BUSY_CORES:+, $IDEM_BUSY_CORES busy cores})"
+echo "total ${SECONDS}s${IDEM_BUSY_CORES:+ (with $IDEM_BUSY_CORES busy cores)}"
+echo "$PASSED passed, $FAILED failed" # the last line, as .ci/run reads it
 [[ $FAILED -eq 0 ]]
