@@ -18,6 +18,7 @@ LOAD_SECONDS=${IDEM_WAL_CONSISTENCY_SECONDS:-15} # of load after the crash
 WORK=$(mktemp -d /tmp/idem-wal-consistency.XXXXXX)
 chmod 0755 "$WORK"
 
+rm -f "$PRIMARY_LOG" # its lines are checked: only this run's (the standby's goes with its directory)
 cluster_init "$PRIMARY_DATA" "$PRIMARY_PORT" "$PRIMARY_SOCK" \
   "wal_consistency_checking = 'all'" "fsync = off" \
   "idempotency.database = 'postgres'" "idempotency.maintenance_interval = '1s'" \
