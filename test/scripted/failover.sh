@@ -275,26 +275,35 @@ check_after() { # check_after ROUND NEW_PORT
   ok "round $round: accept refuses all $acked acknowledged positions"
 }
 
-# --- round 1: node1 stopped -m immediate (its keeper killed first, so it stays down) ---------
-echo "--- round 1: load, then node1 is stopped -m immediate"
-start_load 1
 acks() { cat "$WORK"/acked-"$1"-* 2>/dev/null | wc -l; }
 acked_at_least() { [[ $(acks "$1") -ge $2 ]]; }
-until_true 120 acked_at_least 1 20 || fail "the load of round 1 did not get going ($(acks 1) acks)"
+# load_under_way ROUND: the load of ROUND started, and 20 keys acknowledged.
+load_under_way() {
+  start_load "$1"
+  until_true 120 acked_at_least "$1" 20 || fail "the load of round $1 did not get going ($(acks "$1") acks)"
+}
+# promoted ROUND NODE PORT WHAT: NODE is promoted (within 90 s from now), the clients go on
+# on it (10 more acknowledged keys), then the load stops and check_after checks NODE.
+promoted() {
+  local round=$1 node=$2 port=$3 what=$4 t0=$SECONDS n
+  wait_state 90 "$node" wait_primary primary || fail "$node was not promoted within 90 s"
+  ok "the monitor promoted $node $((SECONDS - t0)) s after $what"
+  n=$(acks "$round")
+  until_true 120 acked_at_least "$round" $((n + 10)) || fail "the clients did not go on after the failover"
+  stop_load
+  [[ ! -s $WORK/acked-errors ]] || fail "acknowledged clients saw: $(head -n 3 "$WORK/acked-errors")"
+  check_after "$round" "$port"
+}
+
+# --- round 1: node1 stopped -m immediate (its keeper killed first, so it stays down) ---------
+echo "--- round 1: load, then node1 is stopped -m immediate"
+load_under_way 1
 pids=$(autoctl_pids node1)
 [[ -n $pids ]] || fail "no pg_autoctl process for node1"
 # shellcheck disable=SC2086 # a list of pids
 kill -9 $pids
 as_pg "$PGBIN/pg_ctl" -D "$BASE/node1" -m immediate -w stop >/dev/null
-t0=$SECONDS
-wait_state 90 node2 wait_primary primary || fail "node2 was not promoted within 90 s"
-ok "the monitor promoted node2 $((SECONDS - t0)) s after node1 went down"
-# The clients reconnect to the new primary and go on: 10 more acknowledged keys.
-n=$(acks 1)
-until_true 120 acked_at_least 1 $((n + 10)) || fail "the clients did not go on after the failover"
-stop_load
-[[ ! -s $WORK/acked-errors ]] || fail "acknowledged clients saw: $(head -n 3 "$WORK/acked-errors")"
-check_after 1 "$N2_PORT"
+promoted 1 node2 "$N2_PORT" "node1 went down"
 
 echo "--- node1 rejoins as a standby"
 # The server log (logging_collector); what the postmaster says before its logger starts goes
@@ -322,20 +331,12 @@ ok "the worker on the standby is quiet: $n LOG line(s) per start, no error"
 # --- round 2: node2's keeper and postmaster get SIGKILL; node1 is promoted -----------------
 echo "--- round 2: load, then node2's keeper and postmaster get SIGKILL"
 rm -f "$WORK/acked-errors"
-start_load 2
-until_true 120 acked_at_least 2 20 || fail "the load of round 2 did not get going ($(acks 2) acks)"
+load_under_way 2
 pids="$(autoctl_pids node2) $(postmaster_pid node2)"
 [[ -n ${pids// /} ]] || fail "no processes for node2"
 # shellcheck disable=SC2086 # a list of pids
 kill -9 $pids
-t0=$SECONDS
-wait_state 90 node1 wait_primary primary || fail "node1 was not promoted within 90 s"
-ok "the monitor promoted node1 $((SECONDS - t0)) s after node2's postmaster was killed"
-n=$(acks 2)
-until_true 120 acked_at_least 2 $((n + 10)) || fail "the clients did not go on after the failover"
-stop_load
-[[ ! -s $WORK/acked-errors ]] || fail "acknowledged clients saw: $(head -n 3 "$WORK/acked-errors")"
-check_after 2 "$N1_PORT"
+promoted 2 node1 "$N1_PORT" "node2's postmaster was killed"
 launcher_up() {
   [[ $(on "$N1_PORT" -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'") == 1 ]]
 }
