@@ -34,6 +34,14 @@ PG_CXXFLAGS += -DIDEM_FAULT_POINTS
 endif
 SHLIB_LINK = -lcrypto -lstdc++
 
+# A checking build (scripts/test.sh, suite sanitizers): IDEM_SANITIZE=undefined compiles the
+# glue and the core with UBSan, every report fatal, and links its runtime into the library.
+ifneq ($(IDEM_SANITIZE),)
+IDEM_SANITIZE_FLAGS = -fsanitize=$(IDEM_SANITIZE) -fno-sanitize-recover=all
+PG_CXXFLAGS += $(IDEM_SANITIZE_FLAGS)
+SHLIB_LINK += $(IDEM_SANITIZE_FLAGS)
+endif
+
 # No LLVM bitcode: PostgreSQL's JIT would only inline these functions, and clang would
 # need the same C++ flags.
 override with_llvm = no
@@ -48,7 +56,8 @@ endif
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-CORE_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden $(IDEM_WARNINGS) -Isrc
+CORE_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden $(IDEM_WARNINGS) -Isrc \
+	$(IDEM_SANITIZE_FLAGS)
 
 # Objects compiled against another major's headers (or with the other IDEM_FAULT_POINTS) are
 # never reused: the stamp names the server the last build was for, and changes (so everything

@@ -118,7 +118,7 @@ build_and_install() {
 
 # install_extension_with PG_CONFIG [MAKE-VARIABLE=VALUE ...]: builds and installs the extension
 # for another server (say the other side of a pg_upgrade), or another build of it (the faults
-# suite's IDEM_FAULT_POINTS=1), in a copy of the tree under build/, so the checkout's own
+# suite's IDEM_FAULT_POINTS=1, the sanitizers suite's IDEM_SANITIZE=undefined), in a copy of the tree under build/, so the checkout's own
 # objects stay those of $PG_CONFIG.
 install_extension_with() {
   local config=$1 dir

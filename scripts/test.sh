@@ -5,18 +5,22 @@
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
-#                                        browser brokers faults)
+#                                        browser brokers faults sanitizers)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
+#   IDEM_BUSY_CORES=2 ...                (N CPU burners at nice IDEM_BUSY_NICE, default 5,
+#                                        while the tests run: they must pass on a busy machine)
 # The citus suite (test/citus/*.sh) runs three-node Citus clusters of its own; it builds
 # Citus from ../shared/vendor when citus.so is not installed, and is reported as skipped,
 # with the reason, when neither is available or PostgreSQL is not 14 to 16.
+# Each suite's line in the summary gives its time in seconds; each scripted test's and
+# example's time is in its "ok"/"FAILED" line and in build/test-logs/timings.
 # Ends with one line "N passed, M failed"; exits non-zero when anything failed.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
-ALL_SUITES="unit regress isolation pgtap scripted examples citus clients browser brokers faults"
+ALL_SUITES="unit regress isolation pgtap scripted examples citus clients browser brokers sanitizers faults"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -29,36 +33,125 @@ RESULTS=()
 
 wanted() { [[ " $SUITES " == *" $1 "* ]]; }
 
-# record SUITE PASSED FAILED [NOTE]
+# timed RUN_FUNCTION: runs a suite; its record lines count the seconds from here.
+SUITE_STARTED=$SECONDS
+timed() {
+  SUITE_STARTED=$SECONDS
+  "$@"
+}
+
+# record SUITE PASSED FAILED [NOTE]: with the seconds since the suite (or its last record)
+# began.
 record() {
+  local secs=$((SECONDS - SUITE_STARTED))
+  SUITE_STARTED=$SECONDS
   PASSED=$((PASSED + $2))
   FAILED=$((FAILED + $3))
-  RESULTS+=("$(printf '%-10s %4d passed, %d failed%s' "$1" "$2" "$3" "${4:+  ($4)}")")
+  RESULTS+=("$(printf '%-18s %4d passed, %d failed %6ds%s' "$1" "$2" "$3" "$secs" "${4:+  ($4)}")")
   printf -- '--- %s\n' "${RESULTS[-1]}"
+}
+
+# IDEM_BUSY_CORES=N: N busy loops at nice IDEM_BUSY_NICE (5) for the whole run, stopped at exit.
+BURNERS=()
+start_burners() {
+  local i
+  for ((i = 0; i < ${IDEM_BUSY_CORES:-0}; i++)); do
+    nice -n "${IDEM_BUSY_NICE:-5}" bash -c 'while :; do :; done' &
+    BURNERS+=($!)
+  done
+  [[ ${#BURNERS[@]} -eq 0 ]] || echo "IDEM_BUSY_CORES: ${#BURNERS[@]} CPU burners (nice ${IDEM_BUSY_NICE:-5}): ${BURNERS[*]}"
+}
+stop_burners() {
+  local p
+  for p in "${BURNERS[@]}"; do kill "$p" 2>/dev/null || true; done
+  BURNERS=()
 }
 
 count() { grep -cE "$1" "$2" || true; }
 
-run_unit() {
-  local log=$LOGS/unit.log rc=0 line failed total
-  log "unit tests (CMake + GoogleTest)"
-  if ! { cmake -S . -B build -DIDEM_WERROR=ON && cmake --build build -j2; }; then
-    record unit 0 1 "build failed"
+run_unit() { run_ctest unit build; }
+
+# run_ctest SUITE BUILD-DIR [CMAKE-ARGS...]: the core and its GoogleTest tests, built in
+# BUILD-DIR, under ctest.
+run_ctest() {
+  local suite=$1 dir=$2 log=$LOGS/$1.log rc=0 line failed total
+  shift 2
+  log "$suite tests (CMake + GoogleTest)"
+  if ! { cmake -S . -B "$dir" -DIDEM_WERROR=ON "$@" && cmake --build "$dir" -j2; }; then
+    record "$suite" 0 1 "build failed"
     return
   fi
-  ctest --test-dir build --output-on-failure --no-tests=error 2>&1 | tee "$log" || rc=$?
+  ctest --test-dir "$dir" --output-on-failure --no-tests=error 2>&1 | tee "$log" || rc=$?
   # "95% tests passed, 1 tests failed out of 20"
   line=$(sed -nE 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1 \2/p' "$log" | tail -n1)
   if [[ -z $line ]]; then
-    record unit 0 1 "ctest did not run (exit $rc)"
+    record "$suite" 0 1 "ctest did not run (exit $rc)"
     return
   fi
   read -r failed total <<<"$line"
   if [[ $rc -ne 0 && $failed -eq 0 ]]; then
-    record unit "$total" 1 "ctest exit $rc"
+    record "$suite" "$total" 1 "ctest exit $rc"
   else
-    record unit $((total - failed)) "$failed"
+    record "$suite" $((total - failed)) "$failed"
   fi
+}
+
+# sanitizers (one major: 15; another major's run names it in the summary):
+# - the core and its unit tests built with -fsanitize=address,undefined (every report fatal:
+#   the test that triggers it fails);
+# - the regression suite against the extension built with UBSan (IDEM_SANITIZE=undefined),
+#   on a cluster of its own, where any UBSan report or crash in the server log is a failure.
+#   The library is loaded into a postgres that is not instrumented: ASan would need its
+#   runtime loaded first into postgres itself (LD_PRELOAD of libasan into the postmaster and
+#   every tool it starts), so the glue runs under UBSan only, whose runtime a shared library
+#   can bring along.
+# Then the checkout's own build is installed again.
+run_sanitizers() {
+  local san_flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+  local slog reports
+  if [[ ${IDEM_PG:-15} != 15 && " ${IDEM_SUITES:-} " != *" sanitizers "* ]]; then
+    record sanitizers 0 0 "left to the IDEM_PG=15 run"
+    return
+  fi
+  local failed_before=$FAILED
+  ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    run_ctest sanitizers-unit "$IDEM_ROOT/build/sanitizers" -DCMAKE_BUILD_TYPE=Debug \
+    -DCMAKE_CXX_FLAGS="$san_flags" -DCMAKE_EXE_LINKER_FLAGS="$san_flags"
+  # A report from a test that still passed (none should: every report aborts) fails too.
+  reports=$(grep -cE "runtime error:|ERROR: (Address|Leak)Sanitizer" "$LOGS/sanitizers-unit.log" || true)
+  if [[ $reports -gt 0 && $FAILED -eq $failed_before ]]; then
+    record sanitizers-unit 0 "$reports" "sanitizer reports in ${LOGS#"$IDEM_ROOT"/}/sanitizers-unit.log"
+  fi
+
+  log "sanitizers: the extension with UBSan, the regression suite on a cluster of its own"
+  SUITE_STARTED=$SECONDS
+  if ! install_extension_with "$PG_CONFIG" IDEM_SANITIZE=undefined; then
+    record sanitizers-regress 0 1 "the UBSan build did not build or install"
+  else
+    local main=("$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" "$CLUSTER_LOG")
+    cluster_setup test-cluster/sanitizers 54496
+    SANITIZER_DATA=$CLUSTER_DATA # stopped at exit, whatever happens
+    slog=$CLUSTER_LOG
+    rm -f "$slog"
+    if cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" "fsync = off" &&
+      UBSAN_OPTIONS=print_stacktrace=1:abort_on_error=1 cluster_start "$CLUSTER_DATA"; then
+      PGHOST=$CLUSTER_SOCK PGPORT=$CLUSTER_PORT run_installcheck sanitizers-regress \
+        regression.diffs ISOLATION= TAP_TESTS=
+      reports=$(grep -cE "runtime error:|terminated by signal" "$slog" || true)
+      if [[ $reports -gt 0 ]]; then
+        grep -E -A8 "runtime error:|terminated by signal" "$slog" | head -n 40 || true
+        record sanitizers-log 0 "$reports" "UBSan reports or crashes in ${slog#"$IDEM_ROOT"/}"
+      else
+        record sanitizers-log 1 0 "no UBSan report in the server log"
+      fi
+    else
+      record sanitizers-regress 0 1 "the cluster with the UBSan build did not start"
+    fi
+    cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true
+    CLUSTER_DATA=${main[0]} CLUSTER_PORT=${main[1]} CLUSTER_SOCK=${main[2]} CLUSTER_LOG=${main[3]}
+  fi
+  log "installing the checkout's own build again"
+  as_root make -C "$IDEM_ROOT" install PG_CONFIG="$PG_CONFIG" >/dev/null
 }
 
 # run_installcheck SUITE DIFFS MAKE-ARGS...: pg_regress or pg_isolation_regress via PGXS.
@@ -111,7 +204,7 @@ run_pgtap() {
 
 # run_scripts SUITE TEST...: each test is one pass or failure; its log is shown on failure.
 run_scripts() {
-  local suite=$1 t name log passed=0 failed=0 runner rc
+  local suite=$1 t name log passed=0 failed=0 runner rc started secs
   shift
   for t in "$@"; do
     name=$(basename "$t" .sh)
@@ -122,15 +215,19 @@ run_scripts() {
     log "$suite: $t"
     # Examples run from their own folder, scripted tests from the repo root.
     rc=0
+    started=$SECONDS
     (if [[ $suite == examples ]]; then cd "$(dirname "$t")"; fi
       PGDATABASE=postgres exec timeout --foreground -k 10 "$TIMEOUT" "${runner[@]}") >"$log" 2>&1 </dev/null || rc=$?
     [[ $rc -eq 130 ]] && exit 130 # interrupted (Ctrl-C)
+    secs=$((SECONDS - started))
     if [[ $rc -eq 0 ]]; then
       passed=$((passed + 1))
-      echo "ok     $t"
+      echo "ok     $t (${secs}s)"
+      echo "$secs $suite $name ok" >>"$LOGS/timings"
     else
       failed=$((failed + 1))
-      echo "FAILED $t (exit $rc), log $log:"
+      echo "$secs $suite $name FAILED" >>"$LOGS/timings"
+      echo "FAILED $t (exit $rc, ${secs}s), log $log:"
       sed 's/^/    /' "$log"
     fi
   done
@@ -298,7 +395,11 @@ run_brokers() {
   record brokers "$passed" "$failed"
 }
 
-stop_test_cluster() { cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true; }
+SANITIZER_DATA=
+stop_test_cluster() {
+  cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true
+  if [[ -n $SANITIZER_DATA ]]; then cluster_stop "$SANITIZER_DATA" >/dev/null 2>&1 || true; fi
+}
 
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
@@ -307,15 +408,17 @@ if ! ensure_packages; then
   exit 1
 fi
 
-wanted unit && run_unit
+start_burners
+trap stop_burners EXIT
+wanted unit && timed run_unit
 
 cluster_suites=()
-for s in regress isolation pgtap scripted examples citus clients browser brokers; do
+for s in regress isolation pgtap scripted examples citus clients browser brokers sanitizers; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
 if [[ ${#cluster_suites[@]} -gt 0 ]]; then
   cluster_setup test-cluster 54330
-  trap stop_test_cluster EXIT
+  trap 'stop_test_cluster; stop_burners' EXIT
   trap 'exit 130' INT TERM
   why=
   if ! IDEM_WERROR=1 build_and_install; then
@@ -332,9 +435,9 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
       "SELECT split_part(current_setting('server_version'), ' ', 1)")"
     echo "$SERVER_LINE"
     shopt -s nullglob
-    wanted regress && run_installcheck regress regression.diffs ISOLATION= TAP_TESTS=
-    wanted isolation && run_installcheck isolation output_iso/regression.diffs REGRESS= TAP_TESTS=
-    wanted pgtap && run_pgtap
+    wanted regress && timed run_installcheck regress regression.diffs ISOLATION= TAP_TESTS=
+    wanted isolation && timed run_installcheck isolation output_iso/regression.diffs REGRESS= TAP_TESTS=
+    wanted pgtap && timed run_pgtap
     scripted=()
     elsewhere=()
     for t in test/scripted/*.sh; do
@@ -351,27 +454,33 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
       fi
     done
     if wanted scripted; then
-      run_scripts scripted "${scripted[@]}"
+      timed run_scripts scripted "${scripted[@]}"
       if [[ ${#elsewhere[@]} -gt 0 ]]; then
         RESULTS[-1]+="  (left to the IDEM_PG=15 run: ${elsewhere[*]})"
         echo "scripted tests left to the IDEM_PG=15 run: ${elsewhere[*]}"
       fi
     fi
-    wanted examples && run_scripts examples examples/*/test.sh
-    wanted citus && run_citus
-    wanted clients && run_clients
-    wanted browser && run_browser
-    wanted brokers && run_brokers
+    wanted examples && timed run_scripts examples examples/*/test.sh
+    wanted citus && timed run_citus
+    wanted clients && timed run_clients
+    wanted sanitizers && timed run_sanitizers
+    wanted browser && timed run_browser
+    wanted brokers && timed run_brokers
     shopt -u nullglob
   fi
   stop_test_cluster
 fi
+stop_burners
 
-wanted faults && run_faults
+wanted faults && timed run_faults
 
 echo
 echo "=== summary (logs in ${LOGS#"$IDEM_ROOT"/})"
 [[ -n ${SERVER_LINE:-} ]] && echo "$SERVER_LINE"
 printf '%s\n' "${RESULTS[@]}"
-echo "$PASSED passed, $FAILED failed"
+if [[ -s $LOGS/timings ]]; then
+  echo "slowest tests (seconds): $(sort -rn "$LOGS/timings" | head -n 8 | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $3, $1}')"
+fi
+echo "total ${SECONDS}s${IDEM_BUSY_CORES:+ (with $IDEM_BUSY_CORES busy cores)}"
+echo "$PASSED passed, $FAILED failed" # the last line, as .ci/run reads it
 [[ $FAILED -eq 0 ]]

@@ -40,7 +40,7 @@ echo "==> starting the server"
 : >"$LOG_DIR/server.log"
 HOST=127.0.0.1 PORT=0 LOG_REQUESTS=1 node src/server.js >"$LOG_DIR/server.log" 2>&1 &
 SERVER_PID=$!
-for _ in $(seq 100); do
+for _ in $(seq 600); do # up to a minute on a loaded machine
   ORDERS_URL=$(sed -n 's/^listening on \(http:[^ ]*\).*/\1/p' "$LOG_DIR/server.log")
   [[ -n $ORDERS_URL ]] && break
   kill -0 "$SERVER_PID" 2>/dev/null || break

@@ -101,11 +101,14 @@ coord -c "SELECT outcome FROM idempotency.reserve('tenant-3', 'pay-1')" \
 expect "fail then reserve: new, attempt 2" \
   "$(coord -F ' ' -c "SELECT outcome, attempt FROM idempotency.reserve('tenant-3', 'pay-1')")" "new 2"
 # A committed claim with a live lease: in_progress for another session.
-coord -c "SELECT outcome FROM idempotency.reserve('tenant-5', 'ship-1', lock_ttl => '2 seconds')" \
+coord -c "SELECT outcome FROM idempotency.reserve('tenant-5', 'ship-1', lock_ttl => '5 seconds')" \
   -c "SELECT idempotency.checkpoint('tenant-5', 'ship-1', 'label-printed')" >/dev/null
 expect "in_progress while the lease is live" \
   "$(coord -c "SELECT outcome FROM idempotency.reserve('tenant-5', 'ship-1')")" "in_progress"
-sleep 2.5
+lapsed() {
+  [[ $(coord -c "SELECT locked_until < clock_timestamp() FROM idempotency.lookup('tenant-5', 'ship-1')") == t ]]
+}
+until_true 60 lapsed || fail "the 5-second lease did not lapse"
 expect "takeover after the lease lapsed: attempt 2 and the recovery point" \
   "$(coord -F ' ' -c "SELECT outcome, attempt, recovery_point
                       FROM idempotency.reserve('tenant-5', 'ship-1')")" "new 2 label-printed"
@@ -119,32 +122,47 @@ expect "after forget: new" \
 # Retention: a record past its window is absent.
 coord -c "SELECT outcome FROM idempotency.reserve('tenant-8', 'short', retention => '1 second')" \
   -c "SELECT idempotency.complete('tenant-8', 'short', 200, '{}')" >/dev/null
-sleep 1.5
+expired() { [[ $(coord -c "SELECT count(*) FROM idempotency.lookup('tenant-8', 'short')") == 0 ]]; }
+until_true 60 expired || fail "the record did not expire after its 1-second retention"
 expect "past retention: new" \
   "$(coord -c "SELECT outcome FROM idempotency.reserve('tenant-8', 'short')")" "new"
 
 # --- two coordinator sessions on one key ------------------------------------------------------
-# Session A holds the key in an open transaction for 3 s; B, on another connection, gets
-# in_progress without waiting, and with wait => '30 s' the replay of A's result.
+# Session A holds the key in an open transaction until a gate opens (a session holding an
+# advisory lock A waits for ends); B, on another connection, gets in_progress without
+# waiting, and with wait => '30 s' (waiting before the gate opens) the replay of A's result.
 outa=$(mktemp)
+coord -c "SELECT pg_advisory_lock(4242)" -c "SELECT pg_sleep(300) /* gate */" >/dev/null 2>&1 &
+gate=$!
+sql_true() { [[ $(coord -c "$1") == t ]]; }
+until_true 60 sql_true "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND granted)" ||
+  fail "the gate session does not hold its lock"
 coord -c "BEGIN" -c "SELECT outcome FROM idempotency.reserve('tenant-4', 'race')" \
-  -c "SELECT pg_sleep(3)" \
+  -c "SELECT pg_advisory_lock(4242) /* A at the gate */" \
   -c "INSERT INTO orders (tenant, key, amount) VALUES ('tenant-4', 'race', 1)" \
   -c "SELECT idempotency.complete('tenant-4', 'race', 201, '{\"by\": \"a\"}')" -c "COMMIT" \
   >"$outa" 2>&1 &
 pida=$!
-sleep 1
+until_true 60 sql_true "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted)" ||
+  fail "session A did not reach the gate with its claim"
 expect "second session: in_progress while A holds the key" \
   "$(coord -c "SELECT outcome FROM idempotency.reserve('tenant-4', 'race')")" "in_progress"
 expect "second session from a worker: in_progress too (the lock is on the shard's node)" \
   "$(w1 -c "SELECT outcome FROM idempotency.reserve('tenant-4', 'race')")" "in_progress"
-start=$(date +%s%N)
-expect "second session with wait: A's result replayed" \
-  "$(coord -F ' ' -c "SELECT outcome, response->>'by'
-     FROM idempotency.reserve('tenant-4', 'race', wait => '30 seconds')")" "replay a"
-waited_ms=$((($(date +%s%N) - start) / 1000000))
-((waited_ms > 500)) || fail "the waiting reserve returned after ${waited_ms} ms"
-expect "it waited for A's commit" ok ok
+outb=$(mktemp)
+coord -F ' ' -c "SELECT outcome, response->>'by'
+     FROM idempotency.reserve('tenant-4', 'race', wait => '30 seconds') /* B waits */" >"$outb" 2>&1 &
+pidb=$!
+until_true 60 sql_true "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE state = 'active'
+                        AND query LIKE '%/* B waits */%' AND pid <> pg_backend_pid())" ||
+  fail "the waiting reserve is not under way"
+expect "it waits for A's commit" "$(cat "$outb")" ""
+coord -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%/* gate */%'
+          AND pid <> pg_backend_pid()" >/dev/null # the gate opens
+wait "$gate" || true
+wait "$pidb" || fail "the waiting reserve failed: $(cat "$outb")"
+expect "second session with wait: A's result replayed" "$(cat "$outb")" "replay a"
+rm -f "$outb"
 wait "$pida" || fail "session A failed: $(cat "$outa")"
 expect "one business row for the raced key" \
   "$(coord -c "SELECT count(*) FROM orders WHERE tenant = 'tenant-4' AND key = 'race'")" "1"

@@ -106,9 +106,16 @@ script "$WORK/w1.pgbench" "$T1"
 script "$WORK/w2.pgbench" "$T2"
 half=$((CLIENTS / 2))
 rc1=0 rc2=0
+orders0=$(coord -c "SELECT count(*) FROM orders")
 bench "$WORK/fault-w1.log" "$half" "$DURATION" "$WORK/w1.pgbench" & p1=$!
 bench "$WORK/fault-w2.log" "$half" "$DURATION" "$WORK/w2.pgbench" & p2=$!
-sleep $((DURATION / 3))
+# The crash comes once the load is under way: every client connected, business rows written.
+load_running() {
+  [[ $(coord -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'") == $((2 * half)) &&
+     $(coord -c "SELECT count(*) FROM orders") -ge $((orders0 + 20)) ]]
+}
+until_true "$DURATION" load_running || fail "the load did not get going within $DURATION s"
+kill -0 "$p2" 2>/dev/null || fail "worker 2's clients ended before the crash"
 cluster_crash "$W2_DATA"
 echo "worker 2 stopped with -m immediate"
 start=$(date +%s)
@@ -128,10 +135,8 @@ tx1=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$
 cluster_start "$W2_DATA" || fail "worker 2 did not restart"
 # The coordinator reconnects; tenant requests on worker 2 work again.
 t2=$(echo "$T2" | cut -d, -f1 | tr -d "'")
-for _ in $(seq 1 30); do
-  coord -c "SELECT count(*) FROM idempotency.lookup('$t2', 'probe')" >/dev/null 2>&1 && break
-  sleep 1
-done
+w2_tenant_answers() { coord -c "SELECT count(*) FROM idempotency.lookup('$t2', 'probe')" >/dev/null 2>&1; }
+until_true 60 w2_tenant_answers || true
 expect "fault: worker 2's tenant works again" "$(coord -c "BEGIN" \
   -c "SELECT outcome FROM idempotency.reserve('$t2', 'after-restart')" \
   -c "INSERT INTO orders (tenant, key, amount) VALUES ('$t2', 'after-restart', 1)" \

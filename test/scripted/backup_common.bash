@@ -10,18 +10,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
-WORK=
-cleanup() {
-  cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true
-  [[ -n $WORK ]] && rm -rf "$WORK"
-}
-fail() {
-  echo "FAIL: $*"
-  echo "--- server log"; tail -n 30 "$CLUSTER_LOG" || true
-  exit 1
-}
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
-source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 pgtool() { # a client program as the cluster user, with the test cluster's connection
   as_pg env PGHOST="$CLUSTER_SOCK" PGPORT="$CLUSTER_PORT" PGUSER=postgres "$PGBIN/$1" "${@:2}"
 }
@@ -65,7 +54,11 @@ SELECT idempotency.accept('billing', 'p0', 41::bigint);
 SELECT idempotency.accept('billing', 'p1', 7::bigint);
 SELECT idempotency.accept('audit', 'wal', idempotency.lsn_key('0/16B3748', '0/16B3700'));
 SQL
-  sleep 1.2 # the abandoned lease lapses
+  lapsed() {
+    [[ $(q -d "$1" -c "SELECT locked_until < clock_timestamp()
+                       FROM idempotency.lookup('bk', 'abandoned')") == t ]]
+  }
+  until_true 60 lapsed "$1" || fail "the abandoned lease in $1 did not lapse"
 }
 
 snapshot() { # snapshot DB FILE: keys, streams' handed-out maxima, watermarks
@@ -148,10 +141,8 @@ SQL
   done
   ORDERS_MAX=25 INVOICES_MAX=1
   # The worker gives the far key a partition of its own within a pass or two.
-  for i in $(seq 1 60); do
-    [[ $(q -d src_m -c "SELECT count(*) FROM idempotency.keys_default") == 0 ]] && break
-    sleep 0.5
-  done
+  default_empty() { [[ $(q -d src_m -c "SELECT count(*) FROM idempotency.keys_default") == 0 ]]; }
+  until_true 60 default_empty || true
   expect "the worker maintains src_m (moved the far key out of the default partition)" \
     "$(q -d src_m -c "SELECT count(*) FROM idempotency.keys_default")" 0
   expect "src_p keeps a key in its default partition (nothing maintains it)" \
@@ -170,7 +161,6 @@ start_source_cluster() { # the cluster of the sources (worker on src_m), and WOR
 
 backup_main() {
   cluster_setup "test-cluster/backup-$FORMAT" "$PORT"
-  trap cleanup EXIT
   start_source_cluster
 
   local src one

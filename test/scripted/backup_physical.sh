@@ -10,11 +10,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/backup_common.bash"
 cluster_setup "test-cluster/backup-$FORMAT" "$PORT"
 COPY_DATA=$(dirname "$CLUSTER_DATA")/copy COPY_PORT=$((CLUSTER_PORT + 1))
 COPY_SOCK=/tmp/idempotency-$COPY_PORT
-physical_cleanup() {
-  cluster_stop "$COPY_DATA" >/dev/null 2>&1 || true
-  cleanup
-}
-trap physical_cleanup EXIT
+on_exit 'cluster_stop "$COPY_DATA" >/dev/null 2>&1'
 start_source_cluster
 setup_sources
 for src in src_m src_p; do snapshot $src "$WORK/snap-$src"; done

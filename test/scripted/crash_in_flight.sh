@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Crash in flight: a holder reserves a key, commits its claim (lock_ttl 15 s, longer than
+# Crash in flight: a holder reserves a key, commits its claim (lock_ttl 30 s, longer than
 # recovery takes on a loaded machine), records a recovery point, and while it is busy its
 # backend is SIGKILLed, so the postmaster kills every backend
 # and recovers. A second session is killed in the middle of an uncommitted reserve + business
@@ -11,16 +11,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/crash-in-flight 54441
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- server log"; tail -n 40 "$CLUSTER_LOG" || true; exit 1; }
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -d postgres -At "$@"; }
-source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" "restart_after_crash = on"
 cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
@@ -28,11 +19,11 @@ q -q -c "CREATE EXTENSION idempotency" -c "CREATE TABLE payments (key text PRIMA
 
 # Holder 1: claim committed, then a recovery point, then "the external call" (a long sleep).
 q -q >/dev/null 2>&1 <<'SQL' &
-SELECT outcome FROM idempotency.reserve('flight', 'order-1', '\x01', lock_ttl => '15 seconds');
+SELECT outcome FROM idempotency.reserve('flight', 'order-1', '\x01', lock_ttl => '30 seconds');
 SELECT idempotency.checkpoint('flight', 'order-1', 'charged-card', 1);
 SELECT pg_sleep(60) /* holder-1 */;
 SQL
-PIDS+=($!)
+BG+=($!)
 # Holder 2: reserve and business write in one transaction, not committed.
 q -q >/dev/null 2>&1 <<'SQL' &
 BEGIN;
@@ -41,27 +32,25 @@ INSERT INTO payments VALUES ('order-2', 100);
 SELECT pg_sleep(60) /* holder-2 */;
 COMMIT;
 SQL
-PIDS+=($!)
+BG+=($!)
 
-pid=
-for _ in $(seq 100); do
-  pid=$(q -c "SELECT pid FROM pg_stat_activity WHERE query LIKE '%holder-1 */%' AND pid <> pg_backend_pid()")
-  ready=$(q -c "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%holder-2 */%' AND pid <> pg_backend_pid()")
-  [[ -n $pid && $ready == 1 ]] && break
-  sleep 0.1
-done
-[[ -n $pid ]] || fail "holders did not get in flight"
+in_flight() {
+  [[ $(q -c "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()
+             AND (query LIKE '%holder-1 */%' OR query LIKE '%holder-2 */%')") == 2 ]]
+}
+eventually 60 "both holders are in flight" in_flight
+pid=$(q -c "SELECT pid FROM pg_stat_activity WHERE query LIKE '%holder-1 */%' AND pid <> pg_backend_pid()")
 expect "before the crash: the claim is committed" \
   "$(q -c "SELECT state || '/' || attempt || '/' || recovery_point FROM idempotency.lookup('flight', 'order-1')")" \
   "processing/1/charged-card"
 
 echo "killing backend $pid with SIGKILL"
 kill -9 "$pid"
-for _ in $(seq 100); do
-  grep -q "all server processes terminated; reinitializing" "$CLUSTER_LOG" &&
-    q -c "SELECT 1" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+recovered() {
+  grep "all server processes terminated; reinitializing" "$CLUSTER_LOG" >/dev/null &&
+    q -c "SELECT 1" >/dev/null 2>&1
+}
+until_true 120 recovered || true
 grep -q "was terminated by signal 9" "$CLUSTER_LOG" || fail "the backend was not killed"
 grep -q "all server processes terminated; reinitializing" "$CLUSTER_LOG" ||
   fail "the postmaster did not restart the backends"
@@ -84,10 +73,10 @@ out=$(q -q -c "BEGIN" -c "SELECT outcome || '/' || attempt FROM idempotency.rese
 expect "after recovery: the uncommitted key is new again" "${out%%$'\n'*}" "new/1"
 
 # Wait for the lease to lapse (the server's clock decides), then take over.
-for _ in $(seq 250); do
-  [[ $(q -c "SELECT locked_until < clock_timestamp() FROM idempotency.lookup('flight', 'order-1')") == t ]] && break
-  sleep 0.1
-done
+lapsed() {
+  [[ $(q -c "SELECT locked_until < clock_timestamp() FROM idempotency.lookup('flight', 'order-1')") == t ]]
+}
+eventually 120 "the lease lapsed" lapsed
 expect "after the lease: takeover with attempt 2 and the recovery point" \
   "$(q -c "SELECT outcome || '/' || attempt || '/' || recovery_point FROM idempotency.reserve('flight', 'order-1', '\x01')")" \
   "new/2/charged-card"

@@ -14,22 +14,12 @@ cluster_setup test-cluster/crash-under-load 54442
 NKEYS=${NKEYS:-100000}  # pgbench: exponential over 1..NKEYS (hot keys repeat, the tail is new)
 HOT=${HOT:-20000}       # recorders: uniform over 1..HOT
 RECORDERS=${RECORDERS:-4}
-BEFORE_CRASH=${BEFORE_CRASH:-6}  # seconds of load before the crash
-AFTER_CRASH=${AFTER_CRASH:-4}    # seconds of load after the restart
+BEFORE_CRASH=${BEFORE_CRASH:-200} # acknowledged requests of the honest clients before the crash
+AFTER_CRASH=${AFTER_CRASH:-4}      # seconds of load after the restart
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 WORK=$(mktemp -d /tmp/idem-crash-load.XXXXXX)
 chmod 755 "$WORK"
-LOOPS=()
-cleanup() {
-  local p
-  touch "$WORK/stop"
-  for p in "${LOOPS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- server log"; tail -n 30 "$CLUSTER_LOG" || true; exit 1; }
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -d postgres -At "$@"; }
+on_exit 'touch "$WORK/stop"'
 
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" "max_connections = 60"
 cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
@@ -71,12 +61,18 @@ run_pgbench() { # SECONDS LOG
 
 for i in $(seq "$RECORDERS"); do
   recorder "$i" &
-  LOOPS+=($!)
+  BG+=($!)
 done
-run_pgbench 60 "$WORK/pgbench-1.log" &
+run_pgbench 900 "$WORK/pgbench-1.log" & # until the crash
 bench=$!
-sleep "$BEFORE_CRASH"
-acked_before=$(cat "$WORK"/acked.* 2>/dev/null | wc -l)
+BG+=("$bench")
+acks() { cat "$WORK"/acked.* 2>/dev/null | wc -l; }
+load_running() {
+  [[ $(acks) -ge $BEFORE_CRASH ]] &&
+    [[ $(q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'") == 8 ]]
+}
+until_true 300 load_running || fail "the load did not get going ($(acks) acks)"
+acked_before=$(acks)
 inflight=$(q -c "SELECT count(*) FROM pg_stat_activity WHERE state LIKE '%transaction%' OR query LIKE '%reserve%'" || echo "?")
 echo "crashing the server (pg_ctl stop -m immediate) with $inflight sessions busy, $acked_before acks recorded"
 cluster_crash "$CLUSTER_DATA"
@@ -94,14 +90,14 @@ if ! run_pgbench "$AFTER_CRASH" "$WORK/pgbench-2.log"; then
 fi
 tx_after=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$WORK/pgbench-2.log")
 touch "$WORK/stop"
-for p in "${LOOPS[@]}"; do wait "$p" || true; done
-LOOPS=()
+for p in "${BG[@]}"; do wait "$p" || true; done
+BG=()
 
 cat "$WORK"/acked.* >"$WORK/acked" 2>/dev/null || true
 acked=$(wc -l <"$WORK/acked")
 [[ $acked -ge 50 ]] || fail "only $acked acknowledged requests: the honest clients did not run"
 
-result=$(q -q -F ' ' <<SQL
+result=$(q -F ' ' <<SQL
 CREATE TEMP TABLE acked (n int, outcome text);
 \\copy acked FROM '$WORK/acked' WITH (FORMAT text, DELIMITER ' ')
 CREATE TEMP TABLE k AS SELECT key, state, status_code, response FROM idempotency.keys WHERE scope = 'load';

@@ -90,8 +90,7 @@ fail() {
   done
   exit 1
 }
-CHECKS=0
-ok() { CHECKS=$((CHECKS + 1)); echo "ok: $*"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 MULTI="host=127.0.0.1,127.0.0.1 port=$N1_PORT,$N2_PORT dbname=postgres user=postgres target_session_attrs=read-write connect_timeout=3"
 # on PORT SQL...: psql on one node (TCP, 127.0.0.1), bounded.
 on() {
@@ -109,16 +108,12 @@ state_is() { # state_is NODE STATE...: the monitor's current state of NODE is on
   for want in "$@"; do [[ $s == "$want/$want" ]] && return 0; done
   return 1
 }
-wait_ready() { # wait_ready PORT: the node accepts connections within 60 s
-  local i
-  for ((i = 0; i < 120; i++)); do on "$1" -c "SELECT 1" >/dev/null 2>&1 && return 0; sleep 0.5; done
-  return 1
-}
+answers() { on "$@" -c "SELECT 1" >/dev/null 2>&1; }
+wait_ready() { until_true 60 answers "$1"; } # wait_ready PORT
 wait_state() { # wait_state SECONDS NODE STATE...
-  local limit=$1 i
+  local limit=$1
   shift
-  for ((i = 0; i < limit * 2; i++)); do state_is "$@" && return 0; sleep 0.5; done
-  return 1
+  until_true "$limit" state_is "$@"
 }
 
 rm -rf "$BASE" && mkdir -p "$BASE/xdg/config" "$BASE/xdg/data" "$BASE/xdg/run"
@@ -146,7 +141,7 @@ start_keeper() { # start_keeper NODE
   BG+=("$!")
 }
 start_keeper monitor
-for _ in $(seq 60); do on "$MON_PORT" -d pg_auto_failover -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.5; done 2>/dev/null
+until_true 60 answers "$MON_PORT" -d pg_auto_failover || true
 timeout 20 "$PGBIN/psql" -X -qAt "host=127.0.0.1 port=$MON_PORT dbname=pg_auto_failover user=autoctl_node" -c "SELECT 1" >/dev/null ||
   fail "the monitor does not answer"
 ok "the monitor runs on 127.0.0.1:$MON_PORT"
@@ -185,10 +180,8 @@ wait_state 120 node2 secondary || fail "node2 did not become a secondary"
 wait_state 60 node1 primary || fail "node1 is not primary"
 sync=$(on "$N1_PORT" -c "SHOW synchronous_standby_names")
 [[ -n $sync ]] || fail "synchronous_standby_names is empty on node1"
-for _ in $(seq 60); do
-  [[ $(on "$N1_PORT" -c "SELECT sync_state FROM pg_stat_replication") =~ ^(sync|quorum)$ ]] && break
-  sleep 0.5
-done
+synchronous() { [[ $(on "$N1_PORT" -c "SELECT sync_state FROM pg_stat_replication") =~ ^(sync|quorum)$ ]]; }
+until_true 60 synchronous || true
 [[ $(on "$N1_PORT" -c "SELECT sync_state FROM pg_stat_replication") =~ ^(sync|quorum)$ ]] ||
   fail "node2 does not replicate synchronously"
 ok "node2 streams synchronously ($sync)"
@@ -282,22 +275,35 @@ check_after() { # check_after ROUND NEW_PORT
   ok "round $round: accept refuses all $acked acknowledged positions"
 }
 
+acks() { cat "$WORK"/acked-"$1"-* 2>/dev/null | wc -l; }
+acked_at_least() { [[ $(acks "$1") -ge $2 ]]; }
+# load_under_way ROUND: the load of ROUND started, and 20 keys acknowledged.
+load_under_way() {
+  start_load "$1"
+  until_true 120 acked_at_least "$1" 20 || fail "the load of round $1 did not get going ($(acks "$1") acks)"
+}
+# promoted ROUND NODE PORT WHAT: NODE is promoted (within 90 s from now), the clients go on
+# on it (10 more acknowledged keys), then the load stops and check_after checks NODE.
+promoted() {
+  local round=$1 node=$2 port=$3 what=$4 t0=$SECONDS n
+  wait_state 90 "$node" wait_primary primary || fail "$node was not promoted within 90 s"
+  ok "the monitor promoted $node $((SECONDS - t0)) s after $what"
+  n=$(acks "$round")
+  until_true 120 acked_at_least "$round" $((n + 10)) || fail "the clients did not go on after the failover"
+  stop_load
+  [[ ! -s $WORK/acked-errors ]] || fail "acknowledged clients saw: $(head -n 3 "$WORK/acked-errors")"
+  check_after "$round" "$port"
+}
+
 # --- round 1: node1 stopped -m immediate (its keeper killed first, so it stays down) ---------
 echo "--- round 1: load, then node1 is stopped -m immediate"
-start_load 1
-sleep 8
+load_under_way 1
 pids=$(autoctl_pids node1)
 [[ -n $pids ]] || fail "no pg_autoctl process for node1"
 # shellcheck disable=SC2086 # a list of pids
 kill -9 $pids
 as_pg "$PGBIN/pg_ctl" -D "$BASE/node1" -m immediate -w stop >/dev/null
-t0=$SECONDS
-wait_state 90 node2 wait_primary primary || fail "node2 was not promoted within 90 s"
-ok "the monitor promoted node2 $((SECONDS - t0)) s after node1 went down"
-sleep 4 # clients reconnect to the new primary and go on
-stop_load
-[[ ! -s $WORK/acked-errors ]] || fail "acknowledged clients saw: $(head -n 3 "$WORK/acked-errors")"
-check_after 1 "$N2_PORT"
+promoted 1 node2 "$N2_PORT" "node1 went down"
 
 echo "--- node1 rejoins as a standby"
 # The server log (logging_collector); what the postmaster says before its logger starts goes
@@ -308,8 +314,13 @@ start_keeper node1
 wait_state 150 node1 secondary || fail "node1 did not rejoin as a secondary"
 wait_state 60 node2 primary || fail "node2 is not primary with node1 back"
 ok "node1 rejoined as a synchronous standby"
-sleep 5 # the worker would have started (and failed) several times by now at a 2 s interval
-logs=$(node1_logs | tail -c +$((mark + 1)); cat "$BASE/node1/startup.log")
+node1_new_logs() { node1_logs | tail -c +$((mark + 1)); cat "$BASE/node1/startup.log"; }
+standby_said() { node1_new_logs | grep "idempotency: this server is a standby" >/dev/null; }
+until_true 60 standby_said || true
+# Nothing more should happen on the standby, so nothing is waited for: a window as long as
+# two of the worker's 2-second intervals, in which it would have complained.
+sleep 4
+logs=$(node1_new_logs)
 if grep -E "(ERROR|WARNING|FATAL): +idempotency" <<<"$logs"; then
   fail "the extension complains on the standby"
 fi
@@ -320,26 +331,16 @@ ok "the worker on the standby is quiet: $n LOG line(s) per start, no error"
 # --- round 2: node2's keeper and postmaster get SIGKILL; node1 is promoted -----------------
 echo "--- round 2: load, then node2's keeper and postmaster get SIGKILL"
 rm -f "$WORK/acked-errors"
-start_load 2
-sleep 8
+load_under_way 2
 pids="$(autoctl_pids node2) $(postmaster_pid node2)"
 [[ -n ${pids// /} ]] || fail "no processes for node2"
 # shellcheck disable=SC2086 # a list of pids
 kill -9 $pids
-t0=$SECONDS
-wait_state 90 node1 wait_primary primary || fail "node1 was not promoted within 90 s"
-ok "the monitor promoted node1 $((SECONDS - t0)) s after node2's postmaster was killed"
-sleep 4
-stop_load
-[[ ! -s $WORK/acked-errors ]] || fail "acknowledged clients saw: $(head -n 3 "$WORK/acked-errors")"
-check_after 2 "$N1_PORT"
-for _ in $(seq 60); do
-  [[ $(on "$N1_PORT" -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'") == 1 ]] && break
-  sleep 0.5
-done
-[[ $(on "$N1_PORT" -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'") == 1 ]] ||
-  fail "no maintenance launcher on the promoted node1"
-ok "the maintenance launcher started on node1 at its promotion"
+promoted 2 node1 "$N1_PORT" "node2's postmaster was killed"
+launcher_up() {
+  [[ $(on "$N1_PORT" -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'") == 1 ]]
+}
+eventually 60 "the maintenance launcher started on node1 at its promotion" launcher_up
 
 echo "$CHECKS checks passed"
 echo "PASS"

@@ -10,38 +10,17 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/maintenance-syncrep 54471
-PRIMARY_DATA=$CLUSTER_DATA PRIMARY_PORT=$CLUSTER_PORT PRIMARY_SOCK=$CLUSTER_SOCK
-PRIMARY_LOG=$CLUSTER_LOG
-STANDBY_DATA=$(dirname "$PRIMARY_DATA")/standby/data STANDBY_PORT=$((PRIMARY_PORT + 1))
-STANDBY_SOCK=/tmp/idempotency-$STANDBY_PORT
+# (At exit the primary stops -m immediate: a stuck maintenance pass would hold a fast stop.)
+source "$(dirname "${BASH_SOURCE[0]}")/lib/primary_standby.sh"
 BOUND=${IDEM_SYNCREP_READ_BOUND:-15} # seconds a read may take on a loaded machine
-cleanup() {
-  cluster_stop "$STANDBY_DATA" >/dev/null 2>&1 || true
-  # The stuck maintenance pass (without the fix) would hold a fast stop: immediate.
-  if [[ -d $PRIMARY_DATA ]] && cluster_running "$PRIMARY_DATA"; then
-    cluster_crash "$PRIMARY_DATA" >/dev/null 2>&1 || true
-  fi
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
+show_sessions() {
   echo "--- sessions"
   timeout 10 "$PGBIN/psql" -X -h "$PRIMARY_SOCK" -p "$PRIMARY_PORT" -U postgres -d postgres -c \
     "SELECT pid, backend_type, wait_event_type, wait_event, left(query, 60) AS query
-       FROM pg_stat_activity WHERE wait_event IS NOT NULL AND backend_type <> 'walwriter'" || true
-  echo "--- primary log"; tail -n 30 "$PRIMARY_LOG" || true
-  exit 1
+       FROM pg_stat_activity WHERE wait_event IS NOT NULL AND backend_type <> 'walwriter'"
 }
-primary() { cluster_psql "$PRIMARY_DATA" "$PRIMARY_PORT" "$PRIMARY_SOCK" -d postgres -qAt "$@"; }
-# bounded SECONDS SQL...: runs SQL on the primary, killed (and a failure) after SECONDS.
-bounded() {
-  local limit=$1
-  shift
-  timeout -s INT "$limit" "$PGBIN/psql" -X -v ON_ERROR_STOP=1 -qAt -h "$PRIMARY_SOCK" \
-    -p "$PRIMARY_PORT" -U postgres -d postgres "$@"
-}
-CHECKS=0
-ok() { CHECKS=$((CHECKS + 1)); echo "ok: $*"; }
+on_fail show_sessions
+bounded() { primary_within "$@"; } # bounded SECONDS SQL...: a failure (124) after SECONDS
 
 cluster_init "$PRIMARY_DATA" "$PRIMARY_PORT" "$PRIMARY_SOCK" \
   "idempotency.database = 'postgres'" "idempotency.maintenance_interval = '1s'" \
@@ -50,24 +29,8 @@ cluster_init "$PRIMARY_DATA" "$PRIMARY_PORT" "$PRIMARY_SOCK" \
 cluster_start "$PRIMARY_DATA"
 
 # The standby, streaming synchronously (its own directory and server log).
-cluster_stop "$STANDBY_DATA" >/dev/null 2>&1 || true
-rm -rf "$(dirname "$STANDBY_DATA")" "$STANDBY_SOCK"
-mkdir -m 0700 "$STANDBY_SOCK" "$(dirname "$STANDBY_DATA")"
-is_root && chown postgres: "$STANDBY_SOCK" "$(dirname "$STANDBY_DATA")"
-as_pg "$PGBIN/pg_basebackup" -D "$STANDBY_DATA" -h "$PRIMARY_SOCK" -p "$PRIMARY_PORT" \
-  -U postgres -R -X stream -c fast --no-sync || fail "pg_basebackup failed"
-{
-  echo "port = $STANDBY_PORT"
-  echo "unix_socket_directories = '$STANDBY_SOCK'"
-} | as_pg tee -a "$STANDBY_DATA/postgresql.conf" >/dev/null
-cluster_start "$STANDBY_DATA"
-for _ in $(seq 100); do
-  [[ $(primary -c "SELECT count(*) FROM pg_stat_replication
-                   WHERE sync_state = 'sync'") == 1 ]] && break
-  sleep 0.2
-done
-[[ $(primary -c "SELECT sync_state FROM pg_stat_replication") == sync ]] ||
-  fail "the standby is not synchronous"
+make_standby
+synchronous 60 || fail "the standby is not synchronous"
 ok "the standby streams synchronously"
 
 # Keys committed while the standby is there: completed ones to replay and look up.
@@ -100,10 +63,13 @@ log_shows_within 30 "$PRIMARY_LOG" "$mark" "idempotency: created partition keys_
   fail "no maintenance pass moved rows out of the default partition within 30 s"
 ok "the worker created partitions and moved rows out of the default partition"
 
-# For a few seconds (several more passes, each creating a partition): reads answer.
-end=$((SECONDS + 6))
+# While the worker makes three more passes (each creates a partition), at least 5 rounds:
+# reads answer. (The rounds are paced by 0.3 s; the wait is for the passes, up to 120 s.)
+created() { tail -c +"$mark" "$PRIMARY_LOG" | grep -c "idempotency: created partition keys_p" || true; }
+first=$(created)
+end=$((SECONDS + 120))
 rounds=0
-while ((SECONDS < end)); do
+while ((rounds < 5 || $(created) < first + 3)) && ((SECONDS < end)); do
   i=$((rounds % 3 + 1))
   out=$(bounded "$BOUND" -F ' ' \
     -c "SELECT outcome, status_code, response FROM idempotency.reserve('sr', 'done-$i', idempotency.fingerprint('{\"n\": $i}'::jsonb))" 2>&1) ||
@@ -119,8 +85,8 @@ while ((SECONDS < end)); do
   sleep 0.3
 done
 ok "$rounds rounds of replay, lookup and SELECT answered while the standby is down"
-passes=$(tail -c +"$mark" "$PRIMARY_LOG" | grep -c "idempotency: created partition keys_p" || true)
-((passes >= 3)) || fail "only $passes partitions created while the standby is down"
+passes=$(created)
+((passes >= first + 3)) || fail "only $passes partitions created while the standby is down"
 ok "$passes partitions created by the worker while the standby is down"
 [[ $(primary -c "SELECT count(*) FROM pg_stat_activity
                  WHERE backend_type = 'idempotency maintenance' AND wait_event = 'SyncRep'") == 0 ]] ||
@@ -128,15 +94,14 @@ ok "$passes partitions created by the worker while the standby is down"
 ok "no maintenance pass waits for the standby"
 
 # A direct maintain() (the worker may have done the work first: retried until a call did some).
-did=0
-for _ in $(seq 10); do
+maintain_created() {
+  local out
   out=$(bounded "$BOUND" -c "SELECT count(*) FILTER (WHERE action = 'created') FROM idempotency.maintain()" 2>&1) ||
     fail "maintain() did not return within ${BOUND}s: $out"
-  if ((out > 0)); then did=1; break; fi
-  sleep 0.5
-done
-((did == 1)) || fail "no maintain() call created a partition in 10 tries"
-ok "maintain() created a partition and committed without waiting for the standby"
+  ((out > 0))
+}
+eventually 60 "maintain() created a partition and committed without waiting for the standby" \
+  maintain_created
 out=$(bounded "$BOUND" -c "SHOW synchronous_commit" 2>&1)
 [[ $out == on ]] || fail "a new session's synchronous_commit is '$out', not on"
 out=$(bounded "$BOUND" -c "BEGIN" -c "SELECT count(*) >= 0 FROM idempotency.maintain()" \

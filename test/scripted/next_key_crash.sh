@@ -10,17 +10,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/next-key-crash "${IDEM_NEXT_KEY_CRASH_PORT:-54419}"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 WORK=$(mktemp -d /tmp/next-key-crash.XXXXXX)
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- server log"; tail -n 30 "$CLUSTER_LOG" || true; exit 1; }
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -d postgres -qAt "$@"; }
 NEXT="SELECT idempotency.next_key('crash');"
 
 # client NAME PREFIX REPEATED: psql runs PREFIX, then REPEATED forever; its stdout is line
@@ -30,11 +21,11 @@ client() {
   { printf '%s\n' "$prefix"; yes "$repeated"; } 2>/dev/null |
     stdbuf -oL "$PGBIN/psql" -X -qAt -v ON_ERROR_STOP=1 -h "$CLUSTER_SOCK" -p "$CLUSTER_PORT" \
       -U postgres -d postgres >>"$WORK/$name.values" 2>>"$WORK/clients.err" &
-  PIDS+=($!)
+  BG+=($!)
 }
 
 start_clients() {
-  PIDS=()
+  BG=()
   client auto1 "" "$NEXT"
   client auto2 "" "$NEXT"
   client open_tx "BEGIN;" "$NEXT"
@@ -42,38 +33,26 @@ start_clients() {
   client other_stream "" "SELECT idempotency.next_key('crash_other');"
 }
 
-wait_for_values() { # at least N values from every client
-  local n=$1 f ok
-  for _ in $(seq 200); do
-    ok=1
-    for f in auto1 auto2 open_tx rollbacks; do
-      [[ -f $WORK/$f.values && $(wc -l <"$WORK/$f.values") -ge $n ]] || ok=0
-    done
-    [[ $ok == 1 ]] && return 0
-    sleep 0.1
+every_client_has() { # every_client_has N: at least N values from every client
+  local f
+  for f in auto1 auto2 open_tx rollbacks; do
+    [[ -f $WORK/$f.values && $(wc -l <"$WORK/$f.values") -ge $1 ]] || return 1
   done
-  fail "clients did not get $n values each"
 }
+wait_for_values() { until_true 120 every_client_has "$1" || fail "clients did not get $1 values each"; }
 
 wait_clients_gone() {
   local p
-  for p in "${PIDS[@]}"; do
+  for p in "${BG[@]}"; do
     for _ in $(seq 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill "$p" 2>/dev/null || true
   done
-  PIDS=()
+  BG=()
 }
 
 # After a SIGKILLed postmaster, its children exit on their own; start once they have.
-start_after_crash() {
-  for _ in $(seq 60); do
-    if as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DATA" -w -l "$CLUSTER_LOG" start >/dev/null 2>&1; then
-      return 0
-    fi
-    sleep 0.5
-  done
-  fail "server did not restart"
-}
+starts() { as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DATA" -w -l "$CLUSTER_LOG" start >/dev/null 2>&1; }
+start_after_crash() { until_true 120 starts || fail "server did not restart"; }
 
 check() { # ROUND: recorded values are unique, increasing per client, below every new value
   local round=$1 f max count unique new
@@ -92,7 +71,7 @@ check() { # ROUND: recorded values are unique, increasing per client, below ever
   other_max=$(sort -n "$WORK/other_stream.values" | tail -n1)
   other_new=$(q -c "SELECT idempotency.next_key('crash_other')")
   [[ $other_new -gt $other_max ]] || fail "$round: crash_other $other_new <= $other_max"
-  echo "ok: $round: $count values recorded (max $max), next value after restart $new"
+  passed "$round: $count values recorded (max $max), next value after restart $new"
   # The values after the restart count as recorded for the next round.
   echo "$new" >>"$WORK/auto1.values"
 }

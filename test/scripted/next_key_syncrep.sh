@@ -7,9 +7,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/next-key-syncrep "${IDEM_NEXT_KEY_SYNCREP_PORT:-54425}"
-trap 'cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true' EXIT
-fail() { echo "FAIL: $*"; echo "--- server log"; tail -n 30 "$CLUSTER_LOG" || true; exit 1; }
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -d postgres -qAt "$@"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 
 # Does a commit wait for the (absent) synchronous standby? statement_timeout does not cover
 # the commit: psql is interrupted after 1 s instead (it sends a cancel, which ends the wait).
@@ -25,8 +23,7 @@ cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 q -c "CREATE EXTENSION idempotency" -c "SELECT idempotency.create_stream('sync', 10)"
 
 q -c "ALTER SYSTEM SET synchronous_standby_names = 'ghost'" -c "SELECT pg_reload_conf()" >/dev/null
-for _ in $(seq 50); do commit_waits && break; sleep 0.2; done
-commit_waits || fail "commits do not wait for the ghost standby"
+until_true 60 commit_waits || fail "commits do not wait for the ghost standby"
 
 for attempt in autocommit transaction; do
   if [[ $attempt == autocommit ]]; then
@@ -42,16 +39,16 @@ for attempt in autocommit transaction; do
   [[ $rc != 0 && -z $out ]] || fail "$attempt: next_key returned '$out' (rc $rc) without the standby"
   grep -q "57014: next_key was canceled while waiting for synchronous standbys" <<<"$err" ||
     fail "$attempt: unexpected error: $err"
-  echo "ok: $attempt: next_key failed with 57014 and returned nothing"
+  passed "$attempt: next_key failed with 57014 and returned nothing"
 done
 
 q -c "ALTER SYSTEM RESET synchronous_standby_names" -c "SELECT pg_reload_conf()" >/dev/null
-for _ in $(seq 50); do commit_waits || break; sleep 0.2; done
-! commit_waits || fail "commits still wait after the reset"
+commit_goes_through() { ! commit_waits; }
+until_true 60 commit_goes_through || fail "commits still wait after the reset"
 
 # Two blocks (1-10, 11-20) were lost with the two canceled calls; the next call starts above.
 value=$(q -c "SELECT idempotency.next_key('sync')")
 [[ $value == 21 ]] || fail "next_key after the reset returned $value, expected 21"
-echo "ok: next value after the reset is $value (canceled blocks never handed out)"
+passed "next value after the reset is $value (canceled blocks never handed out)"
 rm -f "$CLUSTER_LOG.err"
 echo "PASS"

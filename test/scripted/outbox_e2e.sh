@@ -10,24 +10,9 @@ set -euo pipefail
 
 DB=outbox_e2e
 SLOT=outbox_e2e
+source "$(dirname "${BASH_SOURCE[0]}")/lib/test_cluster.sh"
 WORK=$(mktemp -d)
-PGBIN=${PGBIN:-$(pg_config --bindir)}
-PRODUCER_PID=
-
-q() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -At -d "$DB" "$@"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-cleanup() {
-  [[ -n $PRODUCER_PID ]] && kill "$PRODUCER_PID" 2>/dev/null
-  "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 ||
-    true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-"$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -d postgres \
-  -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" \
-  -c "CREATE DATABASE $DB"
+own_database "$DB"
 q <<'SQL'
 CREATE EXTENSION idempotency;
 SELECT 'slot' FROM pg_create_logical_replication_slot('outbox_e2e', 'idempotency');
@@ -83,6 +68,7 @@ FROM generate_series(1, :n);
 SQL
 "$PGBIN/pgbench" -n -c 4 -j 2 -t 150 -f "$WORK/produce.sql" "$DB" >"$WORK/pgbench.log" 2>&1 &
 PRODUCER_PID=$!
+BG+=("$PRODUCER_PID")
 
 batch=0
 producing=1

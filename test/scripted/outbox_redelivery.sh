@@ -7,24 +7,9 @@ set -euo pipefail
 
 DB=outbox_redelivery
 SLOT=outbox_redelivery
+source "$(dirname "${BASH_SOURCE[0]}")/lib/test_cluster.sh" # dropping the database drops its slot
 WORK=$(mktemp -d)
-PGBIN=${PGBIN:-$(pg_config --bindir)}
-RECV_PID=
-
-q() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -At -d "$DB" "$@"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-cleanup() {
-  [[ -n $RECV_PID ]] && kill -KILL "$RECV_PID" 2>/dev/null
-  "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 ||
-    true  # dropping the database drops its slot too
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-"$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -d postgres \
-  -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" \
-  -c "CREATE DATABASE $DB"
+own_database "$DB"
 q -c "CREATE EXTENSION idempotency"
 "$PGBIN/pg_recvlogical" -d "$DB" --slot "$SLOT" --create-slot --plugin idempotency
 
@@ -46,10 +31,9 @@ before=$(confirmed)
 "$PGBIN/pg_recvlogical" -d "$DB" --slot "$SLOT" --start -o framing=on -s 3600 -F 3600 \
   --no-loop -f "$WORK/run1.jsonl" &
 RECV_PID=$!
-for _ in $(seq 1 300); do
-  [[ $(messages "$WORK/run1.jsonl" 2>/dev/null) -ge 6 ]] && break
-  sleep 0.1
-done
+BG+=("$RECV_PID")
+received_6() { [[ $(messages "$WORK/run1.jsonl" 2>/dev/null) -ge 6 ]]; }
+until_true 60 received_6 || true
 kill -KILL "$RECV_PID"
 wait "$RECV_PID" 2>/dev/null || true
 RECV_PID=

@@ -7,11 +7,8 @@ set -euo pipefail
 DB=idem_partman_test
 # The width of the partitions made below (the server default, set in case it is not).
 export PGOPTIONS="-c idempotency.partition_width=1d -c idempotency.premake=3"
-q() { psql -X -v ON_ERROR_STOP=1 -qAt "$@"; }
-fail() { echo "FAIL: $*"; exit 1; }
-cleanup() { q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-q -d postgres -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/test_cluster.sh"
+own_database "$DB"
 # pg_partman names a daily partition keys_p2020_01_01 (4.x, as maintain() does) or
 # keys_p20200101 (5.x): the names expected below follow the installed version.
 PARTMAN=$(q -d postgres -c "SELECT default_version FROM pg_available_extensions WHERE name = 'pg_partman'")
@@ -58,14 +55,14 @@ out=$(q -d $DB -c "SET client_min_messages = warning" -c "SELECT idempotency.use
   fail "unexpected refusal: $out"
 [[ $(q -d $DB -c "SELECT count(*) FROM partman.part_config") == 0 ]] || fail "a refused hand-off left part_config rows"
 q -d $DB -c "DROP TABLE idempotency.keys_p2020_01_03_1200"
-echo "ok: hand-off refused while a partition of another width exists"
+passed "hand-off refused while a partition of another width exists"
 
 [[ $(q -d $DB -c "SET client_min_messages = warning" -c "SELECT idempotency.use_partman()") == t ]] ||
   fail "use_partman() did not hand the table over"
 [[ $(q -d $DB -c "SELECT idempotency.use_partman()") == f ]] || fail "use_partman() is not idempotent"
 cfg=$(q -d $DB -c "SELECT retention_keep_table, retention::interval = '0'::interval, infinite_time_partitions FROM partman.part_config WHERE parent_table = 'idempotency.keys'")
 [[ $cfg == "f|t|t" ]] || fail "part_config is $cfg"
-echo "ok: part_config retention_keep_table=false, retention 0"
+passed "part_config retention_keep_table=false, retention 0"
 # The width in hours, never days (a day's length follows the session's TimeZone).
 interval=$(q -d $DB -c "SELECT partition_interval FROM partman.part_config WHERE parent_table = 'idempotency.keys'")
 [[ $interval != *day* && $(q -d $DB -c "SELECT '$interval'::interval = '24 hours'") == t ]] ||
@@ -73,7 +70,7 @@ interval=$(q -d $DB -c "SELECT partition_interval FROM partman.part_config WHERE
 out=$(PGOPTIONS="-c idempotency.partition_width=12h" q -d $DB -c "SELECT idempotency.use_partman()" 2>&1) &&
   fail "use_partman() accepted another width once handed over"
 [[ $out == *"idempotency.partition_width differs"* ]] || fail "unexpected refusal: $out"
-echo "ok: partition_interval '$interval'; a later change of width is refused"
+passed "partition_interval '$interval'; a later change of width is refused"
 
 q -d $DB -c "SET client_min_messages = warning" -c "SELECT partman.run_maintenance(p_jobmon => false)" >/dev/null
 after=$(q -d $DB -c "$starts WHERE NOT is_default")
@@ -113,16 +110,24 @@ misfits=$(q -d $DB -c "SELECT string_agg(partition, ',') FROM idempotency.partit
 old6=$(partman_name 2020-01-06)
 q -d $DB -c "CREATE TABLE idempotency.$old6 PARTITION OF idempotency.keys
     FOR VALUES FROM ('2020-01-06 00:00+00') TO ('2020-01-07 00:00+00')"
-q -d $DB -c "BEGIN" -c "SELECT count(*) FROM idempotency.keys" -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null &
+q -d $DB -c "BEGIN" -c "SELECT count(*) FROM idempotency.keys" -c "SELECT pg_sleep(300) /* reader */" \
+  -c "COMMIT" >/dev/null 2>&1 &
 holder=$!
-sleep 1
+reading() {
+  [[ $(q -d $DB -c "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+                    WHERE a.query LIKE '%/* reader */%' AND a.pid <> pg_backend_pid()
+                      AND l.relation = 'idempotency.keys'::regclass") == 1 ]]
+}
+until_true 60 reading || fail "the long reader does not hold its lock on idempotency.keys"
 actions=$(q -d $DB -c "SET client_min_messages = warning" -c "SELECT string_agg(action, ',') FROM idempotency.maintain()")
 echo "maintain() beside a long reader: $actions"
 [[ $actions == skipped ]] || fail "expected a skipped pg_partman run, got: $actions"
-wait $holder
+q -d $DB -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE query LIKE '%/* reader */%' AND pid <> pg_backend_pid()" >/dev/null
+wait $holder || true
 actions=$(q -d $DB -c "SET client_min_messages = warning" -c "SELECT string_agg(action || ':' || coalesce(partition, '-'), ',') FROM idempotency.maintain()")
 echo "maintain() after it: $actions"
 [[ $actions == *dropped:$old6* ]] || fail "the expired partition was not dropped: $actions"
 
 q -d $DB -c "SET client_min_messages = warning" -c "DROP EXTENSION idempotency CASCADE" >/dev/null
-echo "PASS"
+echo "partman_handoff: $CHECKS checks passed"

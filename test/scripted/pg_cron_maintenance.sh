@@ -13,16 +13,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
   die "pg_cron is not installed for $PG_CONFIG (Debian: postgresql-15-cron, in IDEM_PACKAGES)"
 
 cluster_setup test-cluster/pg-cron 54481
-cleanup() { cluster_stop "$CLUSTER_DATA" || true; }
-trap cleanup EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
   "shared_preload_libraries = 'idempotency, pg_cron'" \
   "cron.database_name = 'postgres'" "cron.host = '$CLUSTER_SOCK'" \
   "idempotency.database = ''"
 cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
-fail() { echo "FAIL: $*"; tail -n 30 "$CLUSTER_LOG"; exit 1; }
 
 [[ $(q -d postgres -c "SHOW listen_addresses") == "" ]] || fail "the server listens on TCP"
 q -d postgres -c "CREATE EXTENSION pg_cron"

@@ -120,7 +120,10 @@ expect "the committed claim is still held" \
   "$(new -c "SELECT outcome FROM idempotency.reserve('acct', 'holding', '\x02')")" in_progress
 expect "the failed key is retried with the next attempt" \
   "$(new -c "SELECT outcome || ' ' || attempt FROM idempotency.reserve('acct', 'failed', '\x03')")" "new 2"
-sleep 2 # the checkpointed claim's lease (2 s) lapses
+lapsed() {
+  [[ $(new -c "SELECT locked_until < clock_timestamp() FROM idempotency.lookup('acct', 'step')") == t ]]
+}
+until_true 60 lapsed || fail "the checkpointed claim's lease (2 s) did not lapse"
 expect "the checkpointed key is taken over with its recovery point" \
   "$(new -c "SELECT outcome || ' ' || attempt || ' ' || recovery_point FROM idempotency.reserve('acct', 'step', '\x04')")" \
   "new 2 charged"
@@ -158,12 +161,8 @@ premade=$(new -c "SELECT partition FROM idempotency.partitions WHERE NOT is_defa
 [[ -n $premade ]] || fail "maintain() on 18 left no premade partition"
 [[ $(new -c "SELECT count(*) FROM idempotency.$premade") == 0 ]] || fail "$premade is not empty"
 new -c "DROP TABLE idempotency.$premade"
-for _ in $(seq 150); do
-  [[ -n $(new -c "SELECT to_regclass('idempotency.$premade')") ]] && break
-  sleep 0.1
-done
-[[ -n $(new -c "SELECT to_regclass('idempotency.$premade')") ]] ||
-  fail "the worker did not re-create $premade on 18 within 15 s"
+recreated() { [[ -n $(new -c "SELECT to_regclass('idempotency.$premade')") ]]; }
+until_true 60 recreated || fail "the worker did not re-create $premade on 18 within 60 s"
 echo "ok: maintain() and the worker run on 18 ($premade re-created)"
 expect "every key still there after maintenance" "$(new -c "SELECT count(*) >= $keys15 FROM idempotency.keys")" t
 [[ $(new -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'") == 1 ]] ||

@@ -29,30 +29,16 @@ DURATION=${DURATION:-20}
 PGB_PORT=$((CLUSTER_PORT + 1))
 PGB_SOCK=/tmp/idempotency-$PGB_PORT
 PGB_DIR=$(dirname "$CLUSTER_DATA")/pgbouncer
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 WORK=$(mktemp -d /tmp/idem-pgbouncer.XXXXXX)
 chmod 0755 "$WORK"
-BG=()
 PGBOUNCER=/usr/sbin/pgbouncer
 if [[ ! -x $PGBOUNCER ]]; then
   log "installing pgbouncer"
   apt_install pgbouncer >/dev/null
 fi
-cleanup() {
-  local p
-  for p in "${BG[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  if [[ -f $PGB_DIR/pgbouncer.pid ]]; then kill "$(cat "$PGB_DIR/pgbouncer.pid")" 2>/dev/null || true; fi
-  cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  echo "--- server log"; tail -n 30 "$CLUSTER_LOG" || true
-  echo "--- pgbouncer log"; tail -n 20 "$PGB_DIR/pgbouncer.log" || true
-  exit 1
-}
-CHECKS=0
-ok() { CHECKS=$((CHECKS + 1)); echo "ok: $*"; }
+on_exit 'if [[ -f $PGB_DIR/pgbouncer.pid ]]; then kill "$(cat "$PGB_DIR/pgbouncer.pid")" 2>/dev/null; fi'
+on_fail 'echo "--- pgbouncer log"; tail -n 20 "$PGB_DIR/pgbouncer.log"'
 expect() { [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"; ok "$1 ($2)"; }
 # q: straight to the server. pq DB: through pgbouncer's pool DB. Both bounded.
 q() { timeout 120 "$PGBIN/psql" -X -v ON_ERROR_STOP=1 -h "$CLUSTER_SOCK" -p "$CLUSTER_PORT" -U postgres -d postgres -At "$@"; }
@@ -62,13 +48,10 @@ pq() {
   timeout 60 "$PGBIN/psql" -X -v ON_ERROR_STOP=1 -h "$PGB_SOCK" -p "$PGB_PORT" -U postgres -d "$db" -qAt "$@"
 }
 state_of() { q -c "SELECT coalesce((SELECT state || '/' || attempt FROM idempotency.keys WHERE scope = '$1' AND key = '$2'), 'none')"; }
-wait_for() { # wait_for SQL [tenths]: polls until SQL (on the server) returns t
-  local i
-  for ((i = 0; i < ${2:-100}; i++)); do
-    [[ $(q -c "SELECT $1") == t ]] && return 0
-    sleep 0.1
-  done
-  return 1
+wait_for() { # wait_for SQL [seconds, 60 unless given]: polls until SQL (on the server) returns t
+  local condition=$1
+  holds() { [[ $(q -c "SELECT $condition") == t ]]; }
+  until_true "${2:-60}" holds
 }
 source "$(dirname "${BASH_SOURCE[0]}")/lib/storm_shape.sh"
 
@@ -107,7 +90,8 @@ echo '"postgres" ""' >"$PGB_DIR/users.txt"
 is_root && chown -R postgres: "$PGB_DIR" "$PGB_SOCK"
 # pgbouncer refuses to run as root: as the cluster's user.
 as_pg "$PGBOUNCER" -d "$PGB_DIR/pgbouncer.ini" || fail "pgbouncer did not start"
-for _ in $(seq 50); do [[ -S $PGB_SOCK/.s.PGSQL.$PGB_PORT ]] && break; sleep 0.1; done
+listens() { [[ -S $PGB_SOCK/.s.PGSQL.$PGB_PORT ]]; }
+until_true 60 listens || fail "pgbouncer does not listen"
 expect "pgbouncer answers in transaction mode" \
   "$(pq pgbouncer -c "SHOW CONFIG" | awk -F'|' '$1 == "pool_mode" {print $2}')" "transaction"
 
@@ -128,7 +112,8 @@ pid2=$(pq other -c "BEGIN" -c "INSERT INTO orders VALUES ('cross', $attempt)" \
 ok "reserve on backend $pid1, complete on backend $pid2"
 expect "the key is completed once" "$(state_of px cross)" "completed/1"
 read -r pid1 attempt <<<"$(pq one -F ' ' -c "SELECT pg_backend_pid(), attempt FROM idempotency.reserve('px', 'fenced', lock_ttl => '1 second')")"
-sleep 1.5
+wait_for "(SELECT locked_until < clock_timestamp() FROM idempotency.lookup('px', 'fenced'))" ||
+  fail "the 1-second lease did not lapse"
 read -r outcome attempt2 <<<"$(pq other -F ' ' -c "SELECT outcome, attempt FROM idempotency.reserve('px', 'fenced')")"
 expect "a lapsed claim is taken over on the other backend" "$outcome/$attempt2" "new/2"
 err=$(pq one -c "\\set VERBOSITY sqlstate" -c "SELECT idempotency.complete('px', 'fenced', 200, '{}', $attempt)" 2>&1 || true)
@@ -155,7 +140,7 @@ wait_for "EXISTS (SELECT FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3)%' 
 kill -9 "$client"
 wait "$client" 2>/dev/null || true
 # Its backend notices at the end of the statement (no client_connection_check_interval).
-wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3)%' AND pid <> pg_backend_pid())" 100 ||
+wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3)%' AND pid <> pg_backend_pid())" 30 ||
   fail "the killed client's backend outlived its statement"
 expect "the killed client's claim is not written" \
   "$(pq one -c "SELECT count(*) FROM idempotency.lookup('leak', 'k2')")" "0"
@@ -200,7 +185,7 @@ pq one -c "RESET lock_timeout" >/dev/null
 
 echo "--- 5. a pooled client disconnects while reserve waits"
 PGAPPNAME=holder "$PGBIN/psql" -X -h "$CLUSTER_SOCK" -p "$CLUSTER_PORT" -U postgres -d postgres \
-  -c "BEGIN" -c "SELECT idempotency.reserve('dc', 'k')" -c "SELECT pg_sleep(6)" -c "ROLLBACK" >/dev/null 2>&1 &
+  -c "BEGIN" -c "SELECT idempotency.reserve('dc', 'k')" -c "SELECT pg_sleep(300)" -c "ROLLBACK" >/dev/null 2>&1 &
 holder=$!
 BG+=("$holder")
 wait_for "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
@@ -214,12 +199,15 @@ wait_for "EXISTS (SELECT FROM pg_stat_activity WHERE state = 'active'
           AND query LIKE '%reserve(''dc'', ''k'', lock_ttl%' AND pid <> pg_backend_pid())" ||
   fail "the pooled reserve is not waiting"
 waiter=$(q -c "SELECT pid FROM pg_stat_activity WHERE query LIKE '%reserve(''dc'', ''k'', lock_ttl%' AND pid <> pg_backend_pid()")
-sleep 0.3
+wait_for "EXISTS (SELECT FROM pg_locks WHERE pid = $waiter AND locktype = 'advisory'
+          AND objsubid = 478 AND NOT granted)" || fail "the pooled reserve does not wait for the key lock"
 kill -9 "$client"
 wait "$client" 2>/dev/null || true
+# The holder rolls back (its session ends) while the orphan still waits.
+q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'holder'" >/dev/null
 wait "$holder" 2>/dev/null || true
-wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $waiter)" 150 ||
-  fail "the waiting backend $waiter outlived the holder by 15 s"
+wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $waiter)" 30 ||
+  fail "the waiting backend $waiter outlived the holder by 30 s"
 ok "the orphan backend ended once the holder let the key go"
 grep -q "FATAL:  connection to client lost" "$CLUSTER_LOG" ||
   fail "no 'connection to client lost' in the server log"

@@ -6,7 +6,6 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/pinned-settings 54475
 source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -d postgres -qAt "$@"; }
 
 SETTINGS=(
   "idempotency.partition_width = '2h'"

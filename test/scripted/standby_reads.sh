@@ -5,24 +5,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/standby-reads 54446
-PRIMARY_DATA=$CLUSTER_DATA PRIMARY_PORT=$CLUSTER_PORT PRIMARY_SOCK=$CLUSTER_SOCK
-PRIMARY_LOG=$CLUSTER_LOG
-STANDBY_DATA=$(dirname "$PRIMARY_DATA")/standby STANDBY_PORT=$((PRIMARY_PORT + 1))
-STANDBY_SOCK=/tmp/idempotency-$STANDBY_PORT
-cleanup() {
-  cluster_stop "$STANDBY_DATA" >/dev/null 2>&1 || true
-  cluster_stop "$PRIMARY_DATA" >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  echo "--- primary log"; tail -n 20 "$PRIMARY_LOG" || true
-  echo "--- standby log"; tail -n 20 "$(dirname "$STANDBY_DATA")/server.log" || true
-  exit 1
-}
-primary() { cluster_psql "$PRIMARY_DATA" "$PRIMARY_PORT" "$PRIMARY_SOCK" -d postgres -qAt "$@"; }
-standby() { cluster_psql "$STANDBY_DATA" "$STANDBY_PORT" "$STANDBY_SOCK" -d postgres -qAt "$@"; }
-source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/primary_standby.sh"
 
 cluster_init "$PRIMARY_DATA" "$PRIMARY_PORT" "$PRIMARY_SOCK"
 cluster_start "$PRIMARY_DATA"
@@ -37,18 +20,7 @@ SELECT idempotency.next_key('standby_s');
 SQL
 
 # A streaming standby of it, with the replicated keys.
-cluster_stop "$STANDBY_DATA" >/dev/null 2>&1 || true
-rm -rf "$STANDBY_DATA" "$STANDBY_SOCK"
-mkdir -m 0700 "$STANDBY_SOCK"
-is_root && chown postgres: "$STANDBY_SOCK"
-as_pg "$PGBIN/pg_basebackup" -D "$STANDBY_DATA" -h "$PRIMARY_SOCK" -p "$PRIMARY_PORT" \
-  -U postgres -R -X stream -c fast --no-sync || fail "pg_basebackup failed"
-{
-  echo "port = $STANDBY_PORT"
-  echo "unix_socket_directories = '$STANDBY_SOCK'"
-  echo "hot_standby = on"
-} | as_pg tee -a "$STANDBY_DATA/postgresql.conf" >/dev/null
-cluster_start "$STANDBY_DATA"
+make_standby "hot_standby = on"
 expect "standby is in recovery" "$(standby -c "SELECT pg_is_in_recovery()")" "t"
 
 expect "lookup of a completed key" \

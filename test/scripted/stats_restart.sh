@@ -5,13 +5,10 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 cluster_setup test-cluster/stats-restart 54491
-cleanup() { cluster_stop "$CLUSTER_DATA" || true; }
-trap cleanup EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
-fail() { echo "FAIL: $*"; tail -n 30 "$CLUSTER_LOG"; exit 1; }
 counters() {
   q -d "$1" -c "SELECT reserves_new || '/' || reserves_replay || '/' || completes || '/' || fails
     || '/' || shared_memory FROM idempotency.stats"
@@ -44,7 +41,7 @@ cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 [[ $(counters second) == "$before2" ]] || fail "after a clean restart, second: $(counters second), before: $before2"
 [[ $(q -d postgres -c "SELECT since FROM idempotency.stats") == "$since" ]] || fail "'since' changed"
 [[ $(metric postgres) == 3 ]] || fail "metrics shows $(metric postgres) replays, not 3"
-echo "ok: counters survive a clean restart ($before; second: $before2; since $since)"
+passed "counters survive a clean restart ($before; second: $before2; since $since)"
 
 # And they keep counting from there.
 q -d postgres -c "SELECT outcome FROM idempotency.reserve('s', 'k1')" >/dev/null
@@ -54,29 +51,26 @@ q -d postgres -c "SELECT outcome FROM idempotency.reserve('s', 'k1')" >/dev/null
 # counters start from zero.
 (q -d postgres -c "SELECT pg_sleep(60)" >/dev/null 2>&1 || true) &
 sleeper=$!
-for ((i = 0; i < 50; i++)); do
+victim_found() {
   victim=$(q -d postgres -c "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)' AND pid <> pg_backend_pid()")
-  [[ -n $victim ]] && break
-  sleep 0.1
-done
-[[ -n $victim ]] || fail "no backend to kill"
+  [[ -n $victim ]]
+}
+until_true 60 victim_found || fail "no backend to kill"
 kill -KILL "$victim"
 wait "$sleeper" || true
-for ((i = 0; i < 100; i++)); do
-  q -d postgres -c "SELECT 1" >/dev/null 2>&1 && break
-  sleep 0.2
-done
+answers() { q -d postgres -c "SELECT 1" >/dev/null 2>&1; }
+until_true 120 answers || true
 grep -q "terminated by signal 9" "$CLUSTER_LOG" || fail "the backend was not killed"
 [[ ! -f $CLUSTER_DATA/pg_stat/idempotency.stat ]] || fail "a counters file was written at a crash"
 [[ $(counters postgres) == 0/0/0/0/true ]] || fail "after a crash: $(counters postgres)"
-echo "ok: a crash loses the counters (they restart at zero)"
+passed "a crash loses the counters (they restart at zero)"
 
 # After the crash's reset, a clean restart keeps counters again.
 q -d postgres -c "SELECT outcome FROM idempotency.reserve('s', 'k7')" >/dev/null
 cluster_stop "$CLUSTER_DATA"
 cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 [[ $(counters postgres) == 1/0/0/0/true ]] || fail "after crash and clean restart: $(counters postgres)"
-echo "ok: after the crash, a clean restart keeps the counters again"
+passed "after the crash, a clean restart keeps the counters again"
 
 # A damaged file is ignored (logged), not loaded.
 q -d postgres -c "SELECT outcome FROM idempotency.reserve('s', 'k9')" >/dev/null
@@ -86,4 +80,5 @@ cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 [[ $(counters postgres) == 0/0/0/0/true ]] || fail "a damaged file was loaded: $(counters postgres)"
 grep -q 'idempotency: ignored invalid file "pg_stat/idempotency.stat"' "$CLUSTER_LOG" ||
   fail "no log line for the damaged file"
-echo "ok: a damaged counters file is ignored"
+passed "a damaged counters file is ignored"
+echo "stats_restart: $CHECKS checks passed"

@@ -19,14 +19,8 @@ NKEYS=${NKEYS:-50}
 # storm keeps contending for new claims during the whole run instead of replaying.
 GENERATIONS_PER_SECOND=${GENERATIONS_PER_SECOND:-5}
 DURATION=${DURATION:-20}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 WORK=$(mktemp -d /tmp/idem-storm.XXXXXX)
-cleanup() {
-  cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- server log"; tail -n 30 "$CLUSTER_LOG" || true; exit 1; }
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -d postgres -At "$@"; }
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib/storm_shape.sh"
 

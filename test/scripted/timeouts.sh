@@ -2,6 +2,8 @@
 # Timeouts and disconnects around a waiting reserve (wait > 0). After each case: no stuck claim
 # and no leaked advisory lock (pg_locks: locktype advisory, objsubid 478 = 0x1DE, the key
 # lifecycle's lock class).
+# Durations are measured around psql: the bounds say "long before the 10 s wait", loosely
+# enough for a loaded machine.
 #  1. statement_timeout fires while reserve waits for an uncommitted holder -> 57014.
 #  2. statement_timeout fires while reserve waits for a committed claim -> 57014; the claim
 #     is untouched and its holder completes it.
@@ -18,17 +20,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/timeouts 54444
-BG=()
-cleanup() {
-  local p
-  for p in "${BG[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  cluster_stop "$CLUSTER_DATA" >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-CHECKS=0
-fail() { echo "FAIL: $*"; echo "--- server log"; tail -n 30 "$CLUSTER_LOG" || true; exit 1; }
-pass() { CHECKS=$((CHECKS + 1)); echo "ok: $*"; }
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -d postgres -At -q "$@"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+pass() { passed "$@"; }
 expect() { [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"; pass "$1 ($2)"; }
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 # bg NAME SQL: a session running SQL in the background, application_name NAME.
@@ -40,13 +33,15 @@ bg() {
   BG+=("$LAST_BG")
 }
 backend_of() { q -c "SELECT pid FROM pg_stat_activity WHERE application_name = '$1'"; }
-wait_for() { # wait_for SQL-condition [tries of 50 ms]
-  local i
-  for ((i = 0; i < ${2:-100}; i++)); do
-    [[ $(q -c "SELECT ($1)::text") == true ]] && return 0
-    sleep 0.05
-  done
-  return 1
+wait_for() { # wait_for SQL-condition [seconds, 60 unless given]
+  local condition=$1
+  holds() { [[ $(q -c "SELECT ($condition)::text") == true ]]; }
+  until_true "${2:-60}" holds
+}
+waiting_for_key() { # waiting_for_key NAME: NAME's session waits for a key lock held by another
+  wait_for "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+            WHERE a.application_name = '$1' AND l.locktype = 'advisory' AND l.objsubid = 478
+              AND NOT l.granted)"
 }
 end_session() { # terminate the backend of application NAME and wait until it is gone
   q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '$1'" >/dev/null
@@ -72,7 +67,7 @@ out=$(q -c "SET statement_timeout = '300ms'" \
   -c "SELECT outcome FROM idempotency.reserve('to', 'k1', wait => '10 seconds')" 2>&1 || true)
 t=$(($(now_ms) - t0))
 [[ $out == *"canceling statement due to statement timeout"* ]] || fail "no statement timeout: $out"
-((t >= 250 && t < 3000)) || fail "statement timeout after $t ms"
+((t >= 250 && t < 8000)) || fail "statement timeout after $t ms"
 pass "reserve(wait 10 s) is cancelled by statement_timeout 300 ms after $t ms"
 expect "the waiter left no lock; the holder keeps its one" "$(key_locks)" "1"
 out=$(q -c "SET statement_timeout = '300ms'" -c "DO \$\$BEGIN
@@ -103,14 +98,14 @@ t0=$(now_ms)
 out=$(q -c "SELECT outcome FROM idempotency.reserve('to', 'k3', wait => '1 second')" 2>&1)
 t=$(($(now_ms) - t0))
 [[ $out == in_progress ]] || fail "reserve(wait 1 s): $out"
-((t >= 900 && t < 5000)) || fail "reserve(wait 1 s) answered after $t ms"
+((t >= 900 && t < 8000)) || fail "reserve(wait 1 s) answered after $t ms"
 pass "reserve(wait 1 s) behind an uncommitted holder answers in_progress after $t ms"
 t0=$(now_ms)
 out=$(q -c "SET lock_timeout = '200ms'" \
   -c "SELECT outcome FROM idempotency.reserve('to', 'k3', wait => '10 seconds')" 2>&1)
 t=$(($(now_ms) - t0))
 [[ $out == in_progress ]] || fail "reserve under lock_timeout: $out"
-((t >= 150 && t < 3000)) || fail "reserve(wait 10 s) under lock_timeout 200 ms answered after $t ms"
+((t >= 150 && t < 8000)) || fail "reserve(wait 10 s) under lock_timeout 200 ms answered after $t ms"
 pass "lock_timeout 200 ms shortens reserve(wait 10 s): in_progress (not an error) after $t ms"
 for call in "complete('to', 'k3', 200, NULL)" "fail('to', 'k3')" "forget('to', 'k3')"; do
   out=$(q -c "SET lock_timeout = '200ms'" -c "SELECT idempotency.$call" 2>&1 || true)
@@ -147,14 +142,12 @@ holding h5 k5
 PGOPTIONS="-c client_connection_check_interval=100ms" bg w5 \
   "SELECT idempotency.reserve('to', 'k5', wait => '20 seconds')"
 client=$LAST_BG
-wait_for "EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'w5' AND state = 'active')" ||
-  fail "w5 is not waiting"
-sleep 0.3
+waiting_for_key w5 || fail "w5 is not waiting"
 kill -9 "$client"
 wait "$client" 2>/dev/null || true
 t0=$(now_ms)
-wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'w5')" 60 ||
-  fail "the waiting backend outlived its client by 3 s"
+wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'w5')" 15 ||
+  fail "the waiting backend outlived its client by 15 s"
 pass "the waiting backend ended $(($(now_ms) - t0)) ms after its client died (wait was 20 s)"
 expect "only the holder's key lock is left" "$(key_locks)" "1"
 end_session h5
@@ -163,23 +156,24 @@ expect "no key lock left" "$(key_locks)" "0"
 expect "the key is free" "$(q -c "SELECT outcome FROM idempotency.reserve('to', 'k5')")" "new"
 
 echo "--- 6. the client disconnects while waiting (no connection check)"
-bg h6 "BEGIN; SELECT idempotency.reserve('to', 'k6'); SELECT pg_sleep(1); ROLLBACK;"
+bg h6 "BEGIN; SELECT idempotency.reserve('to', 'k6'); SELECT pg_sleep(60); ROLLBACK;"
 wait_for "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
           WHERE a.application_name = 'h6' AND l.locktype = 'advisory' AND l.objsubid = 478)" ||
   fail "h6 did not get the key lock"
 bg w6 "SELECT idempotency.reserve('to', 'k6', lock_ttl => '2 seconds', wait => '3 seconds')"
 client=$LAST_BG
-sleep 0.3
+waiting_for_key w6 || fail "w6 is not waiting"
 kill -9 "$client"
 wait "$client" 2>/dev/null || true
-wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name IN ('w6', 'h6'))" 120 ||
+end_session h6 # the holder rolls back while the orphan still waits (3 s)
+wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name IN ('w6', 'h6'))" ||
   fail "the orphan backend outlived its wait"
 pass "the orphan backend ended by the end of its wait"
 expect "no key lock left" "$(key_locks)" "0"
 st=$(state_of k6)
 if [[ $st == processing/1 ]]; then
   pass "the orphan's autocommitted claim is an ordinary committed claim ($st)"
-  wait_for "(SELECT locked_until < clock_timestamp() FROM idempotency.lookup('to', 'k6'))" 80 ||
+  wait_for "(SELECT locked_until < clock_timestamp() FROM idempotency.lookup('to', 'k6'))" ||
     fail "the orphan's claim does not lapse"
   expect "it lapses at lock_ttl and is taken over" \
     "$(q -c "SELECT outcome || '/' || attempt FROM idempotency.reserve('to', 'k6')")" "new/2"

@@ -8,8 +8,6 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/two-phase 54476
 source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -d postgres -qAt "$@"; }
-source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 # The stored record without its timestamps, which differ between a key and its twin; the
 # timestamps are checked as intervals instead.
 record() {

@@ -3,20 +3,16 @@
 # other table when idempotency.stop_partman() ran first (and what happens when it did not).
 # Runs in databases of its own on the test cluster.
 set -euo pipefail
-q() { psql -X -v ON_ERROR_STOP=1 -qAt "$@"; }
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/test_cluster.sh"
 partman_type() {
   q -d postgres -c "SELECT CASE WHEN split_part(default_version, '.', 1)::int >= 5 THEN 'range'
     ELSE 'native' END FROM pg_available_extensions WHERE name = 'pg_partman'"
 }
-source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 DBS="idem_uninstall_a idem_uninstall_b"
-cleanup() { for db in $DBS; do q -d postgres -c "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true; done; }
-trap cleanup EXIT
 export PGOPTIONS="-c idempotency.partition_width=1d -c idempotency.premake=3 -c client_min_messages=warning"
 
 setup() { # a database with keys pg_partman manages, and another pg_partman table
-  q -d postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1"
+  own_database "$1"
   # pg_partman 4.x calls native partitioning 'native', 5.x 'range'.
   q -d "$1" -v ptype="$(partman_type)" >/dev/null <<'SQL'
 CREATE EXTENSION idempotency;

@@ -16,8 +16,6 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/upgrade-chain 54474
 source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
-source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 # The version a new install makes (the library serves that one only).
 CURRENT=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idempotency.control")
 expect_error() { # expect_error WHAT TEXT DB SQL: SQL fails and its error contains TEXT

@@ -6,8 +6,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 cluster_setup test-cluster/worker 54461
-cleanup() { cluster_stop "$CLUSTER_DATA" || true; }
-trap cleanup EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
 # premake 4: a pass covers 4 s ahead, so the key below (expiring 2 s after it is reserved) finds
 # its partition even when the reserve comes up to a second after the pass.
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
@@ -15,8 +14,6 @@ cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
   "idempotency.partition_width = '1s'" "idempotency.premake = 4"
 cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAt "$@"; }
-fail() { echo "FAIL: $*"; tail -n 40 "$CLUSTER_LOG"; exit 1; }
 source "$(dirname "${BASH_SOURCE[0]}")/lib/worker.sh"
 
 q -d postgres -c "CREATE EXTENSION idempotency"
@@ -43,13 +40,13 @@ CREATE FUNCTION refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql AS
   $$ BEGIN RAISE EXCEPTION 'ddl refused for the test'; END $$;
 CREATE EVENT TRIGGER refuse_ddl ON ddl_command_start EXECUTE FUNCTION refuse_ddl();
 SQL
-sleep 3
-[[ $(grep -c "WARNING:  idempotency: failed partition keys_p" "$CLUSTER_LOG") -ge 2 ]] ||
+in_log() { [[ $(grep -c -- "$2" "$CLUSTER_LOG") -ge $1 ]]; }
+until_true 60 in_log 2 "WARNING:  idempotency: failed partition keys_p" ||
   fail "the failing steps were not logged as warnings (and retried)"
 [[ $(grep -c "DETAIL:  ddl refused for the test" "$CLUSTER_LOG") -ge 2 ]] ||
   fail "the failing steps' error is not in the log"
 [[ $(launcher_pid) == "$pid" ]] || fail "the launcher did not survive failing runs"
-echo "ok: failing steps logged, launcher $pid still running"
+passed "failing steps logged, launcher $pid still running"
 q -d postgres -c "DROP EVENT TRIGGER refuse_ddl"
 wait_for 10 "maintenance resumed after the failure" \
   "SELECT max(range_end) > now() + interval '1 second' FROM idempotency.partitions"
@@ -57,7 +54,9 @@ wait_for 10 "maintenance resumed after the failure" \
 # SIGHUP: a second database joins the list.
 q -d postgres -c "CREATE DATABASE second"
 q -d second -c "CREATE EXTENSION idempotency"
-sleep 2
+run0=$(q -c "SELECT max(run) FROM idempotency.maintenance_runs")
+wait_for 60 "two more passes of the worker" \
+  "SELECT count(*) >= 2 FROM idempotency.maintenance_runs WHERE run > $run0 AND caller = 'worker'"
 [[ $(DB=second q -d second -c "SELECT count(*) FROM idempotency.partitions WHERE NOT is_default") == 0 ]] ||
   fail "database 'second' was maintained before it was configured"
 q -d postgres -c "ALTER SYSTEM SET idempotency.database = 'postgres, second'" -c "SELECT pg_reload_conf()" >/dev/null
@@ -68,26 +67,39 @@ grep -q "idempotency launcher reloaded its settings" "$CLUSTER_LOG" || fail "no 
 
 # A SIGHUP is handled without starting a pass early: with a 1-hour interval, reloads do not
 # make the launcher run again (each pass creates partitions here, the width being 1 s).
+reloads() { grep -c "idempotency launcher reloaded its settings" "$CLUSTER_LOG" || true; }
 q -d postgres -c "ALTER SYSTEM SET idempotency.maintenance_interval = '1h'" -c "SELECT pg_reload_conf()" >/dev/null
-sleep 2
+until_true 60 in_log 1 "idempotency launcher reloaded its settings (interval 3600 s" ||
+  fail "the launcher did not reload the 1-hour interval"
+wait_for 60 "no pass under way" \
+  "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'idempotency maintenance'"
 passes() { grep -c "idempotency: created partition .* in database \"postgres\"" "$CLUSTER_LOG" || true; }
 before=$(passes)
-for _ in 1 2 3; do q -d postgres -c "SELECT pg_reload_conf()" >/dev/null; sleep 0.5; done
+for i in 1 2 3; do
+  n=$(reloads)
+  q -d postgres -c "SELECT pg_reload_conf()" >/dev/null
+  until_true 60 in_log $((n + 1)) "idempotency launcher reloaded its settings" ||
+    fail "reload $i was not handled"
+done
+# A pass started by a reload would show at once: a short window, as nothing is to be waited for.
 sleep 1
 [[ $(passes) == "$before" ]] || fail "reloads started maintenance passes before the interval"
+[[ $(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency maintenance'") == 0 ]] ||
+  fail "a reload started a maintenance pass"
 [[ $(grep -c "idempotency launcher reloaded its settings" "$CLUSTER_LOG") -ge 5 ]] ||
   fail "not every reload was handled"
-echo "ok: reloads handled, no early pass"
+passed "reloads handled, no early pass"
 
 # SIGTERM: the launcher exits cleanly and is not restarted; the server keeps running.
 kill -TERM "$pid"
 wait_for 5 "the launcher exited on SIGTERM" \
   "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'"
 grep -q "idempotency launcher shutting down" "$CLUSTER_LOG" || fail "no shutdown line in the log"
-sleep 2
+# A crashed launcher would be restarted after bgw_restart_time (10 s): watch that long.
+sleep 11
 [[ -z $(launcher_pid) ]] || fail "the launcher was restarted after SIGTERM"
 grep -q "terminated by signal\|server process .* was terminated" "$CLUSTER_LOG" &&
   fail "a process crashed"
 [[ $(q -d postgres -c "SELECT (idempotency.reserve('w', 'after')).outcome") == new ]] ||
   fail "reserve failed after the launcher stopped"
-echo "PASS"
+echo "worker_maintenance: $CHECKS checks passed"

@@ -172,10 +172,9 @@ TEST(OutboxContent, MutationsNeverLeakTopLevelMembers) {
         ++accepted;
         EXPECT_TRUE(valid("[" + text + ",0]")) << text;
         EXPECT_TRUE(valid("{\"k\":" + text + "}")) << text;
-        OutboxContent parts;
-        ASSERT_EQ(check_outbox_content("{\"topic\":\"t\",\"payload\":" + text + "}", &parts),
-                  JsonCheck::Valid)
-            << text;
+        OutboxContent parts;  // views into content: it must outlive them
+        const std::string content = "{\"topic\":\"t\",\"payload\":" + text + "}";
+        ASSERT_EQ(check_outbox_content(content, &parts), JsonCheck::Valid) << text;
         EXPECT_EQ(parts.payload, text);
     }
     EXPECT_GT(accepted, 1000);
