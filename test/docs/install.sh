@@ -28,11 +28,16 @@ import pg_idempotency, psycopg
 print("python:", pg_idempotency.request_hash({"amount": 100}).hex()[:16], "psycopg", psycopg.__version__)')
     ;;
   node)
-    app=$(mktemp -d "${TMPDIR:-/tmp}/idem-npm-app.XXXXXX")
-    trap 'rm -rf "$app"' EXIT
-    cd "$app"
+    work=$(mktemp -d "${TMPDIR:-/tmp}/idem-npm-app.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+    # npm installs a folder as a link and reifies the folder's own dependencies in it, which
+    # would prune the dev dependencies of clients/node: install a copy of the package's files.
+    mkdir "$work/client" "$work/app"
+    (cd "$ROOT/clients/node" && cp -r package.json index.js index.d.ts lib README.md "$work/client/")
+    cd "$work/app"
     npm init -y >/dev/null
-    npm install --offline --no-audit --no-fund "$ROOT/clients/node" >/dev/null
+    npm install --offline --no-audit --no-fund "$work/client" >/dev/null
+    test -L node_modules/@idempotency/client
     cat >esm.mjs <<'EOF'
 import { fingerprint } from '@idempotency/client';
 console.log('import:', fingerprint({ amount: 100 }).toString('hex').slice(0, 16));

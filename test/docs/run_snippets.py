@@ -124,8 +124,11 @@ def fresh_database(db):
 
 def run_block(b, db, args, scratch, n):
     code = "".join(b.before) + b.code + "".join(b.after)
+    # HOME is a scratch folder (blocks write ~/venvs/app, ~/my-app), npm's cache stays the
+    # user's own: lock-file installs come from it.
     env = dict(os.environ, PGDATABASE=db, HOME=os.path.join(scratch, "home"), PORT=str(args.port),
                PIP_NO_INDEX="1")
+    env.setdefault("npm_config_cache", os.path.join(os.path.expanduser("~"), ".npm"))
     if b.lang == "sql":
         file = os.path.join(scratch, f"block{n}.sql")
         cmd, cwd = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", file], scratch
@@ -142,7 +145,7 @@ def run_block(b, db, args, scratch, n):
         for demo, here in ((f"/tmp/idempotency-{DEMO_PORT}", os.environ["PGHOST"]),
                            (str(DEMO_PORT), os.environ["PGPORT"]), ("3000", str(args.port)),
                            ("PGDATABASE=postgres", f"PGDATABASE={db}")):
-            code = code.replace(demo, here)
+            code = re.sub(r"(?<![\w/.-])" + re.escape(demo) + r"(?!\w)", here, code)
         file = os.path.join(scratch, f"block{n}.sh")
         cmd, cwd = ["bash", "-e", "-o", "pipefail", file], args.root
     with open(file, "w", encoding="utf-8") as f:
