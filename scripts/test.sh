@@ -207,9 +207,10 @@ run_clients_node() {
 }
 
 # docs: the client installs of docs/clients-*.md from a clean venv and an empty npm project
-# (test/docs/install.sh), then every code block of README.md and docs/*.md that is not marked
-# as a fragment, run against the test cluster (test/docs/run_snippets.py), each page in a
-# fresh database. One pass or failure per install and per block.
+# (test/docs/install.sh), the block runner's self-check, then every code block of README.md
+# and docs/*.md that is not marked as a fragment, run against the test cluster
+# (test/docs/run_snippets.py), each page in a fresh database. One pass or failure per
+# install, for the self-check and per block.
 run_docs() {
   local log=$LOGS/docs.log venv=$IDEM_ROOT/build/docs-venv rc=0 passed=0 failed=0 what line
   log "docs: client installs and code blocks"
@@ -222,14 +223,23 @@ run_docs() {
       echo "FAILED install of the $what client, log ${log#"$IDEM_ROOT"/}"
     fi
   done
-  {
-    "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/clients/node" &&
-      "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/test/docs/node-app" &&
-      npm_config_audit=false npm_config_fund=false npm_config_prefer_offline=true \
-        PATH="$PGBIN:$PATH" timeout -k 10 "$TIMEOUT" /usr/bin/python3 test/docs/run_snippets.py \
-        --python "$venv/bin/python" --node-app test/docs/node-app --root "$IDEM_ROOT" \
-        README.md docs/*.md
-  } >"$log.blocks" 2>&1 </dev/null || rc=$?
+  docs_snippets() {
+    npm_config_audit=false npm_config_fund=false npm_config_prefer_offline=true \
+      PATH="$PGBIN:$PATH" timeout -k 10 "$TIMEOUT" /usr/bin/python3 test/docs/run_snippets.py \
+      --python "$venv/bin/python" --node-app test/docs/node-app --root "$IDEM_ROOT" "$@"
+  }
+  "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/test/docs/node-app" >>"$log" 2>&1 </dev/null || true
+  # The runner on a page of known blocks: it must pass, fail and skip exactly these.
+  docs_snippets test/docs/selftest.md >"$log.self" 2>&1 </dev/null || true
+  if grep -E '^(ok|FAILED) |^docs snippets: ' "$log.self" |
+    diff -u test/docs/selftest.expected - >>"$log"; then
+    passed=$((passed + 1))
+    echo "ok     the block runner's self-check (test/docs/selftest.md)"
+  else
+    failed=$((failed + 1))
+    echo "FAILED the block runner's self-check, diff in ${log#"$IDEM_ROOT"/}"
+  fi
+  docs_snippets README.md docs/*.md >"$log.blocks" 2>&1 </dev/null || rc=$?
   # Each failing block with its output (up to the next block's line).
   awk '/^FAILED /{p=1} /^(ok |docs snippets: )/{p=0} p' "$log.blocks" | head -n 300
   # "docs snippets: 40 passed, 1 failed, 12 fragments not run"

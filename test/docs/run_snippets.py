@@ -3,7 +3,8 @@
 
     run_snippets.py --python VENV/bin/python --node-app DIR FILE.md...
 
-Every fenced block whose language is sql, python, js / javascript / mjs, sh / bash runs,
+Every fenced block whose language is sql, python, js / javascript / mjs (```js commonjs: a
+CommonJS file), sh / bash runs,
 unless it is marked as a fragment: the info string says so (```sql fragment) or the line
 before the fence is an HTML comment starting with "fragment" (<!-- fragment: why -->).
 Blocks of another language (ini, text, none: configuration, logs, output) are not code.
@@ -47,6 +48,7 @@ class Block:
     lang: str  # sql, python, js, sh; '' when not code
     code: str
     fragment: bool = False
+    commonjs: bool = False  # ```js commonjs: run as a CommonJS file
     hidden: str = ""  # setup / prelude / check
     before: list = field(default_factory=list)
     after: list = field(default_factory=list)
@@ -83,7 +85,8 @@ def parse(path):
                     for ln in lines[i + 1:end]]
             lang = LANGS.get(words[0].lower(), "") if words else ""
             fragment = "fragment" in words[1:] or bool(FRAGMENT.match(prev.strip()))
-            blocks.append(Block(path, i + 1, lang, "\n".join(body) + "\n", fragment=fragment))
+            blocks.append(Block(path, i + 1, lang, "\n".join(body) + "\n", fragment=fragment,
+                                commonjs="commonjs" in words[1:]))
             i = end + 1
             prev = ""
             continue
@@ -136,8 +139,10 @@ def run_block(b, db, args, scratch, n):
         file = os.path.join(scratch, f"block{n}.py")
         cmd, cwd = [args.python, file], scratch
     elif b.lang == "js":
-        # Inside the app folder, so that imports of pg, express and the client resolve.
-        file = os.path.join(args.node_app, f".snippet-{os.getpid()}-{n}.mjs")
+        # Inside the app folder, so that imports of pg, express and the client resolve; an ES
+        # module unless the info string says commonjs.
+        ext = "cjs" if b.commonjs else "mjs"
+        file = os.path.join(args.node_app, f".snippet-{os.getpid()}-{n}.{ext}")
         cmd, cwd = ["node", file], args.node_app
     else:
         # Shell blocks talk to the demo cluster of scripts/demo.sh and serve on port 3000:
