@@ -246,14 +246,16 @@ run_docs() {
   line=$(grep -E '^docs snippets: ' "$log.blocks" | tail -n1)
   cat "$log.blocks" >>"$log"
   if [[ -z $line ]]; then
-    record docs "$passed" $((failed + 1)) "the blocks did not run (exit $rc), log ${log#"$IDEM_ROOT"/}"
+    record docs "$passed" $((failed + 1)) \
+      "the blocks did not run (exit $rc), log ${log#"$IDEM_ROOT"/}"
     return
   fi
   echo "$line"
   passed=$((passed + $(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$line")))
   failed=$((failed + $(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$line")))
   if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
-  record docs "$passed" "$failed" "$(sed -nE 's/.*, ([0-9]+ fragments) not run/\1 not run/p' <<<"$line")"
+  record docs "$passed" "$failed" \
+    "$(sed -nE 's/.*, ([0-9]+ fragments) not run/\1 not run/p' <<<"$line")"
 }
 
 stop_test_cluster() { cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true; }

@@ -25,7 +25,8 @@ case $1 in
     PIP_NO_INDEX=1 "$venv/bin/pip" install --quiet --no-build-isolation "$ROOT/clients/python"
     (cd / && "$venv/bin/python" -c '
 import pg_idempotency, psycopg
-print("python:", pg_idempotency.request_hash({"amount": 100}).hex()[:16], "psycopg", psycopg.__version__)')
+print("python:", pg_idempotency.request_hash({"amount": 100}).hex()[:16],
+      "psycopg", psycopg.__version__)')
     ;;
   node)
     work=$(mktemp -d "${TMPDIR:-/tmp}/idem-npm-app.XXXXXX")
@@ -33,7 +34,8 @@ print("python:", pg_idempotency.request_hash({"amount": 100}).hex()[:16], "psyco
     # npm installs a folder as a link and reifies the folder's own dependencies in it, which
     # would prune the dev dependencies of clients/node: install a copy of the package's files.
     mkdir "$work/client" "$work/app"
-    (cd "$ROOT/clients/node" && cp -r package.json index.js index.d.ts lib README.md "$work/client/")
+    (cd "$ROOT/clients/node" &&
+      cp -r package.json index.js index.d.ts lib README.md "$work/client/")
     cd "$work/app"
     npm init -y >/dev/null
     npm install --offline --no-audit --no-fund "$work/client" >/dev/null

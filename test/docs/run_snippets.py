@@ -19,8 +19,8 @@ Each page gets a fresh database with the extension (PGDATABASE for every block);
 in page order, each in its own process: sql through psql (ON_ERROR_STOP), python with
 --python, js as an ES module inside --node-app (so its imports resolve), sh with bash -e in
 the repository root with HOME in a scratch folder (and the demo cluster's address and port
-3000 replaced with the test cluster's and --port). PORT is --port for every block. Prints one line per block; exits 1 when
-any block failed, naming FILE:LINE.
+3000 replaced with the test cluster's and --port). PORT is --port for every block. Prints one
+line per block; exits 1 when any block failed, naming FILE:LINE.
 """
 import argparse
 import os
