@@ -125,8 +125,16 @@ def fresh_database(db):
         sys.exit(f"could not create database {db}: {r.stderr}")
 
 
+# Shell that changes the machine (packages, the system's PostgreSQL, the demo cluster) never
+# runs here: such a block must be marked as a fragment.
+SYSTEM_CHANGE = re.compile(r"\b(sudo|apt-get|apt|make( [^\n]*)? install|scripts/demo\.sh)\b")
+
+
 def run_block(b, db, args, scratch, n):
     code = "".join(b.before) + b.code + "".join(b.after)
+    if b.lang == "sh" and SYSTEM_CHANGE.search(code):
+        return "refused", (f"it changes the machine ({SYSTEM_CHANGE.search(code).group(0)}):"
+                           " mark it as a fragment")
     # HOME is a scratch folder (blocks write ~/venvs/app, ~/my-app), npm's cache stays the
     # user's own: lock-file installs come from it.
     env = dict(os.environ, PGDATABASE=db, HOME=os.path.join(scratch, "home"), PORT=str(args.port),
