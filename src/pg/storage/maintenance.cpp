@@ -583,7 +583,7 @@ void maintain_run(ActionSink *sink) {
             maintain_partitions(sink);
     }
     // The counters' row of this hour (idempotency.stats_hourly / stats_daily read them).
-    auto snapshot_stats = [](void *) {
+    auto snapshot_stats = [](void *) noexcept {
         spi_run("SELECT idempotency.stats_snapshot()", SPI_OK_SELECT);
     };
     (void)run_reported_step(snapshot_stats, nullptr, sink,
