@@ -263,7 +263,8 @@ SELECT is(idem_priv.as_ops($$SELECT count(*)::text FROM idempotency.key_locks
                                AND pid = pg_backend_pid()$$),
     '1', 'operator: key_locks shows the key lock this transaction holds since its reserve');
 SELECT is(idem_priv.as_ops($$SELECT count(*)::text FROM idempotency.stats_hourly
-                             WHERE hour = date_trunc('hour', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'$$)
+                             WHERE hour = date_trunc('hour', now() AT TIME ZONE 'UTC')
+                                          AT TIME ZONE 'UTC'$$)
           || ' ' || idem_priv.as_ops($$SELECT day || '/' || coalesce(reserves_new::text, 'none')
                                        FROM idempotency.stats_daily ORDER BY day DESC LIMIT 1$$),
     (SELECT '1 ' || day || '/' || coalesce(reserves_new::text, 'none')
@@ -305,8 +306,8 @@ SELECT is(idem_priv.as_nobody($$SELECT count(*)::text FROM idempotency.keys_defa
     'USAGE only: the default partition is still denied');
 -- SELECT on a view that calls stats_counters() is not enough without EXECUTE on it.
 GRANT SELECT ON idempotency.stats_daily TO idem_priv_nobody;
-SELECT is(idem_priv.as_nobody($$SELECT count(*)::text FROM idempotency.stats_daily$$), 'ERROR 42501',
-    'SELECT on stats_daily without EXECUTE on stats_counters() is denied');
+SELECT is(idem_priv.as_nobody($$SELECT count(*)::text FROM idempotency.stats_daily$$),
+    'ERROR 42501', 'SELECT on stats_daily without EXECUTE on stats_counters() is denied');
 
 -- The calls above left the caller's identity intact (the switch to the table owner is undone,
 -- also when a call fails inside an exception block).
