@@ -28,7 +28,7 @@ IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
   postgresql-15-partman postgresql-15-wal2json postgresql-15-cron python3-yaml libssl-dev
   libgtest-dev cmake g++ make pkg-config clang libclang-rt-14-dev gnuplot-nox libipc-run-perl
   pgbouncer postgresql-15-auto-failover pg-auto-failover-cli python3-psycopg python3-pytest
-  python3-setuptools python3-pip libkrb5-dev
+  python3-setuptools python3-pip libkrb5-dev python3-venv python3-wheel curl
   python3-psycopg-pool python3-starlette python3-fastapi python3-httpx python3-flask
   python3-django python3-psycopg2"
 

@@ -5,7 +5,7 @@
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
-#                                        browser brokers faults sanitizers)
+#                                        browser brokers docs sanitizers faults)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 #   IDEM_BUSY_CORES=2 ...                (N CPU burners at nice IDEM_BUSY_NICE, default 5,
 #                                        while the tests run: they must pass on a busy machine)
@@ -20,7 +20,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
-ALL_SUITES="unit regress isolation pgtap scripted examples citus clients browser brokers sanitizers faults"
+ALL_SUITES="unit regress isolation pgtap scripted examples citus clients browser brokers"
+ALL_SUITES+=" docs sanitizers faults"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -395,6 +396,58 @@ run_brokers() {
   record brokers "$passed" "$failed"
 }
 
+# docs: the client installs of docs/clients-*.md from a clean venv and an empty npm project
+# (test/docs/install.sh), the block runner's self-check, then every code block of README.md
+# and docs/*.md that is not marked as a fragment, run against the test cluster
+# (test/docs/run_snippets.py), each page in a fresh database. One pass or failure per
+# install, for the self-check and per block.
+run_docs() {
+  local log=$LOGS/docs.log venv=$IDEM_ROOT/build/docs-venv rc=0 passed=0 failed=0 what line
+  log "docs: client installs and code blocks"
+  for what in python node; do
+    if bash test/docs/install.sh "$what" "$venv" >>"$log" 2>&1 </dev/null; then
+      passed=$((passed + 1))
+      echo "ok     install of the $what client"
+    else
+      failed=$((failed + 1))
+      echo "FAILED install of the $what client, log ${log#"$IDEM_ROOT"/}"
+    fi
+  done
+  docs_snippets() {
+    npm_config_audit=false npm_config_fund=false npm_config_prefer_offline=true \
+      PATH="$PGBIN:$PATH" timeout -k 10 "$TIMEOUT" /usr/bin/python3 test/docs/run_snippets.py \
+      --python "$venv/bin/python" --node-app test/docs/node-app --root "$IDEM_ROOT" "$@"
+  }
+  "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/test/docs/node-app" >>"$log" 2>&1 </dev/null || true
+  # The runner on a page of known blocks: it must pass, fail and skip exactly these.
+  docs_snippets test/docs/selftest.md >"$log.self" 2>&1 </dev/null || true
+  if grep -E '^(ok|FAILED) |^docs snippets: ' "$log.self" |
+    diff -u test/docs/selftest.expected - >>"$log"; then
+    passed=$((passed + 1))
+    echo "ok     the block runner's self-check (test/docs/selftest.md)"
+  else
+    failed=$((failed + 1))
+    echo "FAILED the block runner's self-check, diff in ${log#"$IDEM_ROOT"/}"
+  fi
+  docs_snippets README.md docs/*.md >"$log.blocks" 2>&1 </dev/null || rc=$?
+  # Each failing block with its output (up to the next block's line).
+  awk '/^FAILED /{p=1} /^(ok |docs snippets: )/{p=0} p' "$log.blocks" | head -n 300
+  # "docs snippets: 40 passed, 1 failed, 12 fragments not run"
+  line=$(grep -E '^docs snippets: ' "$log.blocks" | tail -n1)
+  cat "$log.blocks" >>"$log"
+  if [[ -z $line ]]; then
+    record docs "$passed" $((failed + 1)) \
+      "the blocks did not run (exit $rc), log ${log#"$IDEM_ROOT"/}"
+    return
+  fi
+  echo "$line"
+  passed=$((passed + $(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$line")))
+  failed=$((failed + $(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$line")))
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+  record docs "$passed" "$failed" \
+    "$(sed -nE 's/.*, ([0-9]+ fragments) not run/\1 not run/p' <<<"$line")"
+}
+
 SANITIZER_DATA=
 stop_test_cluster() {
   cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true
@@ -413,7 +466,8 @@ trap stop_burners EXIT
 wanted unit && timed run_unit
 
 cluster_suites=()
-for s in regress isolation pgtap scripted examples citus clients browser brokers sanitizers; do
+for s in regress isolation pgtap scripted examples citus clients browser brokers docs \
+  sanitizers; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
 if [[ ${#cluster_suites[@]} -gt 0 ]]; then
@@ -466,6 +520,7 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     wanted sanitizers && timed run_sanitizers
     wanted browser && timed run_browser
     wanted brokers && timed run_brokers
+    wanted docs && timed run_docs
     shopt -u nullglob
   fi
   stop_test_cluster

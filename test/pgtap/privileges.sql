@@ -8,7 +8,7 @@
 \pset pager off
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS idempotency;
-SELECT plan(73);
+SELECT plan(77);
 
 -- Roles as README documents them (names unique to this test; rolled back at the end).
 CREATE ROLE idem_priv_app NOLOGIN;
@@ -44,7 +44,8 @@ GRANT EXECUTE ON FUNCTION
     idempotency.stats_reset()
 TO idem_priv_ops;
 GRANT SELECT ON idempotency.in_flight, idempotency.abandoned, idempotency.partitions,
-    idempotency.stats, idempotency.watermarks, idempotency.maintenance_runs, idempotency.metrics
+    idempotency.stats, idempotency.watermarks, idempotency.maintenance_runs, idempotency.metrics,
+    idempotency.key_locks, idempotency.stats_hourly, idempotency.stats_daily
 TO idem_priv_ops;
 
 -- idem_priv.as_<role>(sql, search_path): runs sql as that role (a SECURITY DEFINER function
@@ -254,6 +255,28 @@ SELECT is(idem_priv.as_ops($$SELECT (count(*) > 10)::text FROM idempotency.metri
           || ' ' || idem_priv.as_app($$SELECT count(*)::text FROM idempotency.metrics$$),
     'true ERROR 42501', 'metrics: the operator reads it, the application does not');
 
+-- Key locks held now, counters per hour and day (0.3.0). stats_hourly and stats_daily call
+-- stats_counters(), and a view's reader needs EXECUTE on the functions it calls: the
+-- operator has it (as for stats and metrics).
+SELECT is(idem_priv.as_ops($$SELECT count(*)::text FROM idempotency.key_locks
+                             WHERE lock_id = idempotency.key_lock_id('priv', 'h1')
+                               AND pid = pg_backend_pid()$$),
+    '1', 'operator: key_locks shows the key lock this transaction holds since its reserve');
+SELECT is(idem_priv.as_ops($$SELECT count(*)::text FROM idempotency.stats_hourly
+                             WHERE hour = date_trunc('hour', now() AT TIME ZONE 'UTC')
+                                          AT TIME ZONE 'UTC'$$)
+          || ' ' || idem_priv.as_ops($$SELECT day || '/' || coalesce(reserves_new::text, 'none')
+                                       FROM idempotency.stats_daily ORDER BY day DESC LIMIT 1$$),
+    (SELECT '1 ' || day || '/' || coalesce(reserves_new::text, 'none')
+     FROM idempotency.stats_daily ORDER BY day DESC LIMIT 1),
+    'operator: stats_hourly has the current hour, stats_daily shows what the owner sees');
+SELECT is(idem_priv.as_app($$SELECT count(*)::text FROM idempotency.key_locks$$)
+          || ' ' || idem_priv.as_app($$SELECT count(*)::text FROM idempotency.stats_hourly$$)
+          || ' ' || idem_priv.as_app($$SELECT count(*)::text FROM idempotency.stats_daily$$)
+          || ' ' || idem_priv.as_app($$SELECT count(*)::text FROM idempotency.stats_snapshots$$),
+    'ERROR 42501 ERROR 42501 ERROR 42501 ERROR 42501',
+    'application: key_locks, stats_hourly, stats_daily and the snapshots table are denied');
+
 -- A role with no grant at all.
 SELECT is(idem_priv.as_nobody($$SELECT outcome::text FROM idempotency.reserve('priv', 'x')$$), 'ERROR 42501',
     'no grants: reserve is denied');
@@ -281,6 +304,10 @@ SELECT is(idem_priv.as_nobody($$SELECT 'done' FROM idempotency.set_watermark('id
     'ERROR 42501 ERROR 42501', 'USAGE only: set_watermark and drop_consumer are denied');
 SELECT is(idem_priv.as_nobody($$SELECT count(*)::text FROM idempotency.keys_default$$), 'ERROR 42501',
     'USAGE only: the default partition is still denied');
+-- SELECT on a view that calls stats_counters() is not enough without EXECUTE on it.
+GRANT SELECT ON idempotency.stats_daily TO idem_priv_nobody;
+SELECT is(idem_priv.as_nobody($$SELECT count(*)::text FROM idempotency.stats_daily$$),
+    'ERROR 42501', 'SELECT on stats_daily without EXECUTE on stats_counters() is denied');
 
 -- The calls above left the caller's identity intact (the switch to the table owner is undone,
 -- also when a call fails inside an exception block).
