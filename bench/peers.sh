@@ -20,7 +20,9 @@ ROUNDS=${BENCH_ROUNDS:-3}
 SECONDS_PER=${BENCH_SECONDS:-8}
 MAXREQ=${BENCH_MAX_REQUESTS:-200000}
 FAULT_KEYS=${BENCH_FAULT_KEYS:-300}
-STRATEGIES=(${BENCH_STRATEGIES:-middleware external fortress accelerator hybrid powertools express-idempotency})
+# shellcheck disable=SC2206 # a list of words
+STRATEGIES=(${BENCH_STRATEGIES:-middleware external fortress accelerator hybrid powertools
+  express-idempotency})
 if [[ $SMOKE == 1 ]]; then ROUNDS=1 SECONDS_PER=1 MAXREQ=40 FAULT_KEYS=12; fi
 BASE=${BENCH_PORT:-$((20020 + ${IDEM_PORT_OFFSET:-0}))}
 PGPORT_B=$BASE REDIS_PORT=$((BASE + 1)) SVC_PORT=$((BASE + 2))
@@ -84,16 +86,15 @@ reset_state() {
   redis-cli -p "$REDIS_PORT" flushall >/dev/null
 }
 
-# CPU ticks (user + system) of the service, every PostgreSQL process and Redis.
+# CPU ticks (user + system) of the service, every PostgreSQL process and Redis: "pid ticks"
+# lines (the delta is taken per process, so one that exits meanwhile does not count negative).
 cpu_ticks() {
-  local pids pid total=0 postmaster
+  local pids pid postmaster
   postmaster=$(head -1 "$DATA/postmaster.pid" 2>/dev/null || true)
   pids="$SVC_PID $REDIS_PID $postmaster $(pgrep -P "$postmaster" 2>/dev/null | tr '\n' ' ')"
   for pid in $pids; do
-    [[ -r /proc/$pid/stat ]] || continue
-    total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)))
+    awk -v pid="$pid" '{ print pid, $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || true
   done
-  echo "$total"
 }
 HZ=$(getconf CLK_TCK)
 
@@ -101,7 +102,8 @@ svc_start() {
   STRATEGY=$1 node "$PEERS/service.mjs" >"$OUT/service-$1.log" 2>&1 &
   SVC_PID=$!
   until grep -q listening "$OUT/service-$1.log" 2>/dev/null; do
-    kill -0 "$SVC_PID" 2>/dev/null || { cat "$OUT/service-$1.log" >&2; die "service $1 did not start"; }
+    kill -0 "$SVC_PID" 2>/dev/null ||
+      { cat "$OUT/service-$1.log" >&2; die "service $1 did not start"; }
     sleep 0.05
   done
 }
@@ -112,14 +114,17 @@ SPEED=$OUT/speed.tsv
 printf 'round\tstrategy\tscenario\trps\tp50\tp99\tp999\tcpu_ms\tok\trequests\n' >"$SPEED"
 scenario() { # ROUND STRATEGY NAME MODE CONNS
   local t0 t1 line
-  t0=$(cpu_ticks)
+  cpu_ticks >"$OUT/ticks0"
   line=$(node "$PEERS/load.mjs" "http://127.0.0.1:$SVC_PORT" "$4" "$5" "$SECONDS_PER" "$MAXREQ" \
     "$OUT/keys-$2")
-  t1=$(cpu_ticks)
-  python3 - "$1" "$2" "$3" "$line" "$((t1 - t0))" "$HZ" >>"$SPEED" <<'PY'
+  cpu_ticks >"$OUT/ticks1"
+  python3 - "$1" "$2" "$3" "$line" "$OUT/ticks0" "$OUT/ticks1" "$HZ" >>"$SPEED" <<'PY'
 import json, sys
-rnd, strat, name, line, ticks, hz = sys.argv[1:]
+rnd, strat, name, line, before, after, hz = sys.argv[1:]
 r = json.loads(line)
+t0 = dict(map(int, l.split()) for l in open(before) if l.strip())
+ticks = sum(t - t0.get(pid, 0) for pid, t in
+            (map(int, l.split()) for l in open(after) if l.strip()))
 cpu = int(ticks) * 1000 / int(hz) / max(r["requests"], 1)
 print(f'{rnd}\t{strat}\t{name}\t{r["rps"]:.1f}\t{r["p50"]:.2f}\t{r["p99"]:.2f}\t{r["p999"]:.2f}'
       f'\t{cpu:.3f}\t{r["ok"]}\t{r["requests"]}')
@@ -149,7 +154,8 @@ echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/
 FAULTS=$OUT/faults.tsv
 printf 'redis\tstrategy\tfault\tkeys\tanswered\tfaults\tlost\tdoubled\twrong\n' >"$FAULTS"
 export PG_CONFIG IDEM_PORT_OFFSET
-pg_restart="source '$IDEM_ROOT/scripts/lib.sh'; cluster_crash '$DATA'; cluster_start '$DATA' '$PGPORT_B' '$SOCK'"
+pg_restart="source '$IDEM_ROOT/scripts/lib.sh'; cluster_crash '$DATA';
+  cluster_start '$DATA' '$PGPORT_B' '$SOCK'"
 for mode in default aof; do
   redis_stop
   rm -rf "$REDIS_DIR"
@@ -172,6 +178,7 @@ for mode in default aof; do
       [[ $fault == redis ]] && cmd=$redis_restart
       log "faults ($mode Redis): $s, $fault"
       line=$(STRATEGY=$s FAULT_CMD=$cmd FAULT_SECONDS=$((SMOKE == 1 ? 30 : 120)) \
+        FAULT_MIN_KILLS=$((SMOKE == 1 ? 1 : 4)) \
         node "$PEERS/faults.mjs" "$fault" "$FAULT_KEYS" 8)
       if [[ $fault == redis ]]; then REDIS_PID=$(cat "$OUT/redis.pid"); fi
       python3 - "$mode" "$s" "$line" >>"$FAULTS" <<'PY'

@@ -2,9 +2,10 @@
 // (2xx), while a fault hits. It starts the service itself (service.mjs, the environment's
 // STRATEGY), so that it can SIGKILL and restart it.
 //   node faults.mjs FAULT KEYS CLIENTS      FAULT: kill | redis | pg
-// kill: the service is SIGKILLed and restarted every ~1.5 s; redis / pg: FAULT_CMD (a shell
-// command that restarts Redis without saving, or PostgreSQL with -m immediate) runs once a
-// third of the keys are answered. Afterwards, per key: lost (answered, no order), doubled (more
+// kill: the service is SIGKILLed and restarted every ~1.5 s, at least 4 times; redis / pg:
+// FAULT_CMD (a shell command that restarts Redis without saving, or PostgreSQL with -m
+// immediate) runs once a third of the keys are answered. Clients take new keys until KEYS are
+// done and the faults have happened. Afterwards, per key: lost (answered, no order), doubled (more
 // than one order), wrong (the answer names an order that does not exist). Prints one JSON line.
 import { execSync, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -44,13 +45,16 @@ function post(key, body) {
   });
 }
 
-const keys = Array.from({ length: Number(nKeys) }, () => randomUUID());
+const MIN_FAULTS = fault === 'kill' ? Number(process.env.FAULT_MIN_KILLS ?? 4) : 1;
+const keys = [];
 const answers = new Map();
-let nextKey = 0;
 let unanswered = 0;
+let faulting = true;
 async function client() {
-  while (nextKey < keys.length) {
-    const key = keys[nextKey++];
+  while ((keys.length < Number(nKeys) || (faulting && kills < MIN_FAULTS)) &&
+    Date.now() < deadline) {
+    const key = randomUUID();
+    keys.push(key);
     const body = JSON.stringify({ item: `sku-${key.slice(0, 6)}`, qty: 1 });
     for (;;) {
       if (Date.now() > deadline) { unanswered++; break; }
@@ -65,7 +69,6 @@ async function client() {
 }
 
 await start();
-let faulting = true;
 const faulter = (async () => {
   if (fault === 'kill') {
     while (faulting) {
@@ -77,7 +80,7 @@ const faulter = (async () => {
       await start();
     }
   } else {
-    while (faulting && answers.size < keys.length / 3) await sleep(10);
+    while (faulting && answers.size < Number(nKeys) / 3) await sleep(10);
     if (faulting) {
       execSync(process.env.FAULT_CMD, { stdio: 'ignore', shell: '/bin/bash' });
       kills++;

@@ -7,7 +7,7 @@ import http from 'node:http';
 import express from 'express';
 import pg from 'pg';
 import { createClient } from '@redis/client';
-import { idempotencyMiddleware, runExternal, parseIdempotencyKey, answerFor }
+import { idempotencyMiddleware, runExternal, parseIdempotencyKey, answerFor, isConnectionLost }
   from '../../clients/node/index.js';
 
 const STRATEGY = process.env.STRATEGY;
@@ -54,7 +54,8 @@ function external() {
       client.release();
       res.status(r.statusCode).json(r.response);
     } catch (err) {
-      client?.release(err);
+      if (isConnectionLost(err, client)) client?.release(err); // dropped by the pool
+      else client?.release();
       const a = answerFor(err);
       if (a) res.status(a.status).set(a.headers).json(a.body);
       else res.status(500).json({ error: err.message });
