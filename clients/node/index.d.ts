@@ -86,9 +86,16 @@ export class FeatureNotSupportedError extends IdempotencyError {}
 export class InvalidJsonError extends IdempotencyError {}
 export class TransactionAbortedError extends IdempotencyError {}
 export class TransactionOpenError extends IdempotencyError {}
+/** The connection broke or could not be made (code 08006); answer 503 and retry. */
+export class ConnectionLostError extends IdempotencyError {
+  readonly httpStatus: 503;
+}
+/** Whether err means the connection is gone (or client, if given, is no longer queryable). */
+export function isConnectionLost(err: unknown, client?: unknown): boolean;
 export const BY_SQLSTATE: Readonly<Record<string, typeof IdempotencyError>>;
-/** The typed error for a pg error (the error itself for an unlisted SQLSTATE). */
-export function translate(err: unknown): unknown;
+/** The typed error for a pg error (the error itself for an unlisted SQLSTATE);
+ * ConnectionLostError for a connection that is gone. */
+export function translate(err: unknown, client?: unknown): unknown;
 
 export class OutcomeError extends IdempotencyError {
   constructor(scope: string, key: string, reservation: Reservation, message: string);

@@ -21,4 +21,18 @@ for client in python node; do
   [[ $(grep -cE "^\| $client \| [0-9,]+ B \|" "$report") -eq 4 ]] ||
     { echo "$out"; echo "clients.md: expected 4 rows of $client"; exit 1; }
 done
+
+# bench/peers.sh --smoke (issue 23): every strategy in every speed table, every fault run, the
+# chart. No figure is checked, only that the harness ran.
+out=$(bash bench/peers.sh --smoke 2>&1) || { echo "$out"; exit 1; }
+report=bench/out/peers-smoke/results.md
+for strategy in "(1) middleware" "(2) runExternal" "(3) fortress SQL" "(4) Redis SET NX + Lua" \
+  "(5) hybrid Redis + SQL" "(6) Powertools, Redis" "(7) express-idempotency, Redis"; do
+  [[ $(awk -v row="| $strategy | " 'index($0, row) == 1' "$report" | wc -l) -eq 5 ]] ||
+    { echo "$out"; echo "results.md: expected 5 speed rows of $strategy"; exit 1; }
+done
+# faults: 3 PostgreSQL-only strategies x 2 faults, 4 Redis ones x 3 faults x 2 Redis modes
+[[ $(grep -cE '^\| (default|aof) \| ' "$report") -eq 30 ]] ||
+  { echo "$out"; echo "results.md: expected 30 fault rows"; exit 1; }
+[[ -s bench/out/peers-smoke/results.png ]] || { echo "no chart"; exit 1; }
 echo "bench smoke: ok"

@@ -2,9 +2,9 @@
 // function takes a connected pg client (pg.Client, or a pool's client): this package never
 // opens connections itself, so it works with whatever pg the application has.
 import {
-  KeyEmptyError, KeyInProgressError, KeyMismatchError, KeyTooLongError, KeyTooOldError,
-  PositionBelowWatermarkError, StaleAttemptError, TransactionAbortedError, TransactionOpenError,
-  translate,
+  isConnectionLost, KeyEmptyError, KeyInProgressError, KeyMismatchError, KeyTooLongError,
+  KeyTooOldError, PositionBelowWatermarkError, StaleAttemptError, TransactionAbortedError,
+  TransactionOpenError, translate,
 } from './errors.js';
 import { fingerprint } from './fingerprint.js';
 
@@ -22,13 +22,36 @@ function checkUsable(client) {
   }
 }
 
-// Runs one statement; pg errors come out as the typed errors of errors.js.
+// While a helper uses a client, an 'error' event of its connection (the server restarted, the
+// backend was terminated, the network cut it) lands here: a pg client emits one even while a
+// query is failing with the same error, and one that nobody listens to ends the process. The
+// returned function stops watching and gives the error seen, if any; a broken client keeps a
+// listener that swallows its later events (it is not queryable any more: its queries fail).
+const swallow = () => {};
+export function watchConnection(client) {
+  if (typeof client?.on !== 'function') return () => null;
+  let lost = null;
+  const onError = (err) => { lost ??= err; };
+  client.on('error', onError);
+  return () => {
+    client.removeListener('error', onError);
+    if ((lost !== null || isConnectionLost(null, client)) &&
+      !client.listeners('error').includes(swallow)) client.on('error', swallow);
+    return lost;
+  };
+}
+
+// Runs one statement; pg errors come out as the typed errors of errors.js (ConnectionLostError
+// when the connection is gone).
 export async function query(client, text, values = []) {
   checkUsable(client);
+  const unwatch = watchConnection(client);
   try {
     return await client.query(text, values);
   } catch (err) {
-    throw translate(err);
+    throw translate(err, client);
+  } finally {
+    unwatch();
   }
 }
 
@@ -132,33 +155,45 @@ function resultOf(out, what) {
   throw new TypeError(`${what} must return { statusCode, response } or [statusCode, response]`);
 }
 
+// A broken connection gets no statement: the server rolls back on its own, and a write to
+// a dead socket only adds an EPIPE.
 async function rollbackQuietly(client, sql = 'ROLLBACK') {
+  if (isConnectionLost(null, client)) return;
+  const unwatch = watchConnection(client);
   try {
     await client.query(sql);
   } catch {
     // the connection is broken: the server has rolled back already
+  } finally {
+    unwatch();
   }
 }
 
-// Runs fn() in a transaction of its own, or in a savepoint if the caller has one open.
+// Runs fn() in a transaction of its own, or in a savepoint if the caller has one open; the
+// connection is watched throughout (fn's own queries included).
 async function inTransaction(client, fn) {
   checkUsable(client);
-  const nested = transactionStatus(client) === 'T';
-  await query(client, nested ? 'SAVEPOINT idempotency_helper' : 'BEGIN');
-  let out;
+  const unwatch = watchConnection(client);
   try {
-    out = await fn();
-  } catch (err) {
-    if (nested) {
-      await rollbackQuietly(client, 'ROLLBACK TO SAVEPOINT idempotency_helper');
-      await rollbackQuietly(client, 'RELEASE SAVEPOINT idempotency_helper');
-    } else {
-      await rollbackQuietly(client);
+    const nested = transactionStatus(client) === 'T';
+    await query(client, nested ? 'SAVEPOINT idempotency_helper' : 'BEGIN');
+    let out;
+    try {
+      out = await fn();
+    } catch (err) {
+      if (nested) {
+        await rollbackQuietly(client, 'ROLLBACK TO SAVEPOINT idempotency_helper');
+        await rollbackQuietly(client, 'RELEASE SAVEPOINT idempotency_helper');
+      } else {
+        await rollbackQuietly(client);
+      }
+      throw translate(err, client);
     }
-    throw translate(err);
+    await query(client, nested ? 'RELEASE SAVEPOINT idempotency_helper' : 'COMMIT');
+    return out;
+  } finally {
+    unwatch();
   }
-  await query(client, nested ? 'RELEASE SAVEPOINT idempotency_helper' : 'COMMIT');
-  return out;
 }
 
 const reserveOptions = (o) => ({ lockTtl: o.lockTtl, retention: o.retention, wait: o.wait });
@@ -205,6 +240,15 @@ export function idempotent(fn, options) {
 // attempt + 1) and the error rethrown. attempt carries the attempt number, the recovery point
 // an earlier attempt left (a takeover), and checkpoint().
 export async function runExternal(client, options, work) {
+  const unwatch = watchConnection(client);
+  try {
+    return await runExternalWatched(client, options, work);
+  } finally {
+    unwatch();
+  }
+}
+
+async function runExternalWatched(client, options, work) {
   const { scope, key, request, exclude, finish } = options;
   const failWith = options.failWith ??
     ((err) => ({ error: err?.name ?? 'Error', message: String(err?.message ?? err).slice(0, 1000) }));
@@ -232,6 +276,7 @@ export async function runExternal(client, options, work) {
     },
   };
   const release = async (err) => {
+    if (isConnectionLost(err, client)) return; // the lease lapses on its own
     if (transactionStatus(client) !== 'I') await rollbackQuietly(client);
     try {
       await inTransaction(client, () => fail(client, scope, key, failWith(err), r.attempt));
@@ -255,7 +300,7 @@ export async function runExternal(client, options, work) {
     });
   } catch (err) {
     if (!(err instanceof StaleAttemptError)) await release(err);
-    throw err;
+    throw translate(err, client);
   }
   return { ...result, replayed: false, attempt: r.attempt };
 }

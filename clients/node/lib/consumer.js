@@ -16,7 +16,8 @@
 //
 // The source role needs the REPLICATION attribute (or superuser) for the slot functions.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { applyOnce, lsnKey, lsnKeyParts, query } from './client.js';
+import { applyOnce, lsnKey, lsnKeyParts, query, watchConnection } from './client.js';
+import { ConnectionLostError, isConnectionLost } from './errors.js';
 
 export class OutboxConsumer {
   // source: a connected pg client of the database with the slot (used outside transactions);
@@ -57,8 +58,28 @@ export class OutboxConsumer {
     return rows.map((row) => JSON.parse(row.data));
   }
 
+  // Both connections are watched while the consumer uses them: a server or network that goes
+  // away makes poll / run reject with ConnectionLostError (reconnect and run again: nothing is
+  // lost or applied twice), never an unhandled 'error' event.
+  async watched(fn) {
+    const unwatch = [watchConnection(this.source), watchConnection(this.target)];
+    try {
+      return await fn();
+    } finally {
+      const lost = unwatch.map((stop) => stop()).find((err) => err !== null);
+      if (lost) {
+        throw new ConnectionLostError(`the connection to the server was lost: ${lost.message}`,
+          { cause: lost });
+      }
+    }
+  }
+
   // One batch: handle(targetClient, message) for each new message. Returns how many it applied.
-  async poll(handle) {
+  poll(handle) {
+    return this.watched(() => this.pollWatched(handle));
+  }
+
+  async pollWatched(handle) {
     let applied = 0;
     const lines = await this.peek();
     await this.onPhase('peeked', lines);
@@ -89,9 +110,15 @@ export class OutboxConsumer {
   }
 
   // poll forever, sleeping idleMs after an empty batch, until signal (an AbortSignal) aborts.
-  async run(handle, { idleMs = 200, signal } = {}) {
+  run(handle, { idleMs = 200, signal } = {}) {
+    return this.watched(() => this.runWatched(handle, { idleMs, signal }));
+  }
+
+  async runWatched(handle, { idleMs, signal }) {
     while (!signal?.aborted) {
-      if ((await this.poll(handle)) === 0) {
+      if (isConnectionLost(null, this.source) || isConnectionLost(null, this.target))
+        throw new ConnectionLostError('the connection to the server was lost');
+      if ((await this.pollWatched(handle)) === 0) {
         try {
           await sleep(idleMs, undefined, { signal });
         } catch (err) {

@@ -62,6 +62,34 @@ export const TransactionAbortedError = sqlstateError('TransactionAbortedError', 
 export const TransactionOpenError = sqlstateError('TransactionOpenError', '25001',
   'the cross-transaction helper needs a connection with no transaction open');
 
+// The connection to the server broke (the server restarted or was stopped, the backend was
+// terminated, the network cut it, or no connection could be made). The transaction in flight
+// is rolled back by the server, unless the break came while COMMIT was under way: then it
+// may have committed, and a retry with the same key tells which (it replays). httpStatus 503.
+export class ConnectionLostError extends IdempotencyError {
+  static sqlstate = '08006';
+  static description = 'the connection to the server was lost or could not be made';
+  get httpStatus() { return 503; }
+}
+
+// Socket errors of a connection that is gone, and the server's errors that end the session.
+const LOST_ERRNOS = new Set(['EPIPE', 'ECONNRESET', 'ECONNREFUSED', 'ECONNABORTED', 'ETIMEDOUT',
+  'ENOTCONN', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOENT', 'ERR_STREAM_DESTROYED',
+  'ERR_STREAM_WRITE_AFTER_END']);
+const LOST_SQLSTATES = new Set(['57P01', '57P02', '57P03']); // admin / crash shutdown, starting
+
+// Whether err means the connection is gone (client, if given: a pg client that is no longer
+// queryable counts too).
+export function isConnectionLost(err, client) {
+  if (err instanceof ConnectionLostError) return true;
+  if (client && (client._queryable === false || client._ending === true)) return true;
+  if (err === null || typeof err !== 'object') return false;
+  const code = typeof err.code === 'string' ? err.code : '';
+  if (LOST_ERRNOS.has(code) || LOST_SQLSTATES.has(code) || code.startsWith('08')) return true;
+  return err.severity === undefined && typeof err.message === 'string' &&
+    /Connection terminated|not queryable|Client was closed/.test(err.message);
+}
+
 export const BY_SQLSTATE = Object.freeze({
   ...Object.fromEntries([
     NullValueNotAllowedError, InvalidParameterValueError, ProgramLimitExceededError,
@@ -76,9 +104,13 @@ export const BY_SQLSTATE = Object.freeze({
 });
 
 // The typed error for an error of pg (the error itself for an unlisted SQLSTATE, or for
-// something that is not a server error).
-export function translate(err) {
+// something that is not a server error); ConnectionLostError for a connection that is gone.
+export function translate(err, client) {
   if (err instanceof IdempotencyError || err === null || typeof err !== 'object') return err;
+  if (isConnectionLost(err, client)) {
+    return new ConnectionLostError(`the connection to the server was lost: ${err.message}`,
+      { cause: err });
+  }
   const cls = typeof err.code === 'string' ? BY_SQLSTATE[err.code] : undefined;
   if (cls === undefined || err.severity === undefined) return err;
   const typed = new cls(err.message, { code: err.code, detail: err.detail, hint: err.hint,

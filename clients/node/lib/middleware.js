@@ -6,10 +6,11 @@
 // req.idempotency.client for its queries, and the answer it sends is held back until that
 // transaction has committed.
 import { createHash } from 'node:crypto';
-import { checkNames, reserve, complete, requestHash } from './client.js';
+import { checkNames, reserve, complete, requestHash, watchConnection } from './client.js';
 import {
-  IdempotencyError, InvalidJsonError, KeyEmptyError, KeyInProgressError, KeyMismatchError, KeyTooLongError,
-  KeyTooOldError, OutcomeError, ProgramLimitExceededError,
+  ConnectionLostError, IdempotencyError, InvalidJsonError, isConnectionLost, KeyEmptyError,
+  KeyInProgressError, KeyMismatchError, KeyTooLongError, KeyTooOldError, OutcomeError,
+  ProgramLimitExceededError,
 } from './errors.js';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -63,6 +64,11 @@ export function answerFor(err) {
       'told apart from a new one; check whether the first request took effect, then use a new key');
   }
   if (err instanceof OutcomeError) return problem(err.httpStatus, 'idempotency_key_conflict', err.message);
+  if (err instanceof ConnectionLostError || isConnectionLost(err)) {
+    return problem(503, 'database_unavailable',
+      'the database could not be reached; retry with the same Idempotency-Key',
+      { 'Retry-After': '1' });
+  }
   return null;
 }
 
@@ -142,9 +148,10 @@ async function defaultRequestHash(req, exclude, limit) {
 //   store       statusCode => whether to store the answer; default: below 500 (a 5xx rolls the
 //               claim back with the handler's writes, and the retry starts afresh)
 //   replayHeaders (statusCode, response) => extra headers of a replay (e.g. Location)
-// The middleware's promise settles when the answer has been sent; a database it cannot reach
-// (no connection, the server going away) is a 503 + Retry-After: 1; its other errors go to
-// next(err). When next returns a promise (a plain-http composition)
+// The middleware's promise settles when the answer has been sent. A database or network that
+// goes away answers 503 + Retry-After (the connection is released with the error, so the pool
+// drops it); other errors of its own go to next(err). The connection is watched from checkout
+// to release, so its 'error' event never reaches the process. When next returns a promise (a plain-http composition)
 // and it rejects before an answer was sent, the transaction is rolled back.
 export function idempotencyMiddleware(options) {
   const { pool, exclude, lockTtl, retention, wait } = options ?? {};
@@ -180,28 +187,49 @@ export function idempotencyMiddleware(options) {
     }
 
     let client;
+    let unwatch = () => null;
+    // Gives the client back: with the error when the connection is broken (the pool drops it).
+    const releaseClient = (err) => {
+      const lost = unwatch();
+      if (err || lost || isConnectionLost(null, client)) client.release(err ?? lost ?? true);
+      else client.release();
+    };
+    const unavailable = (err) => {
+      const answer = answerFor(new ConnectionLostError(
+        `the connection to the server was lost: ${err.message}`, { cause: err }));
+      return send(res, answer.status, answer.body, answer.headers);
+    };
     let reservation;
     try {
       client = await pool.connect();
+    } catch (err) {
+      return isConnectionLost(err) || databaseUnreachable(err) ? unavailable(err) : next(err);
+    }
+    try {
+      unwatch = watchConnection(client);
       await client.query('BEGIN');
       reservation = await reserve(client, scope, key, hash, { lockTtl, retention, wait });
     } catch (err) {
-      if (client) {
-        await client.query('ROLLBACK').catch(() => {});
-        client.release(err);
+      if (isConnectionLost(err, client)) {
+        releaseClient(err);
+        return unavailable(err);
       }
-      if (databaseUnreachable(err)) {
-        console.error(`idempotency: the database is unreachable: ${err.message}`);
-        return send(res, 503, { error: 'database_unavailable',
-          message: 'the database is unreachable; retry with the same Idempotency-Key' },
-        { 'Retry-After': '1' });
+      try {
+        await client.query('ROLLBACK');
+        releaseClient();
+      } catch (rollbackErr) {
+        releaseClient(rollbackErr);
       }
-      return next(err);
+      return databaseUnreachable(err) ? unavailable(err) : next(err);
     }
 
     if (reservation.outcome !== 'new') {
-      await client.query('ROLLBACK').catch(() => {});
-      client.release();
+      try {
+        await client.query('ROLLBACK');
+        releaseClient();
+      } catch (err) {
+        releaseClient(err); // the answer is read already: a broken connection does not matter
+      }
       if (reservation.outcome === 'replay') {
         const { statusCode, response } = reservation;
         return send(res, statusCode, response,
@@ -225,11 +253,13 @@ export function idempotencyMiddleware(options) {
       if (released) return;
       released = true;
       try {
+        if (isConnectionLost(null, client))
+          throw new ConnectionLostError('the connection to the server was lost');
         await client.query(sql);
-        client.release();
+        releaseClient();
       } catch (err) {
-        await client.query('ROLLBACK').catch(() => {});
-        client.release(err);
+        if (!isConnectionLost(err, client)) await client.query('ROLLBACK').catch(() => {});
+        releaseClient(err);
         throw err;
       }
     };
@@ -287,8 +317,12 @@ export function idempotencyMiddleware(options) {
         console.error(`idempotency: the answer to key "${key}" was not stored: ${err.message}`);
         res.removeHeader('Content-Length');
         res.removeHeader('Location');
-        send(res, 500, { error: 'internal_error',
-          message: 'the request failed; retry with the same Idempotency-Key' });
+        if (isConnectionLost(err)) {
+          unavailable(err); // COMMIT may have happened: the retry replays or runs afresh
+        } else {
+          send(res, 500, { error: 'internal_error',
+            message: 'the request failed; retry with the same Idempotency-Key' });
+        }
       }).finally(settle);
       return res;
     };

@@ -13,7 +13,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from .errors import (KeyInProgress, KeyMismatch, KeyTooOld, PositionBelowWatermark,
-                     TransactionAborted, TransactionOpen, check_names, translate)
+                     TransactionAborted, TransactionOpen, check_names, lost_connection,
+                     translate)
 from .fingerprint import fingerprint
 
 
@@ -46,13 +47,27 @@ def _check_usable(conn: psycopg.Connection):
             hint="roll the transaction back before calling the idempotency helpers")
 
 
+@contextlib.contextmanager
+def _guard(conn):
+    """A connection that breaks inside the block comes out as ConnectionLost (psycopg raises
+    OperationalError; nothing in psycopg can end the process)."""
+    try:
+        yield
+    except psycopg.OperationalError as e:
+        lost = lost_connection(conn, e)
+        if lost is None or lost is e:
+            raise
+        raise lost from e
+
+
 def execute(conn: psycopg.Connection, sql: str, params=()):
-    """Runs one statement; psycopg errors come out as the typed exceptions of errors.py."""
+    """Runs one statement; psycopg errors come out as the typed exceptions of errors.py
+    (ConnectionLost for a connection that broke)."""
     _check_usable(conn)
     try:
         return conn.execute(sql, params)
     except psycopg.Error as e:
-        raise translate(e) from e
+        raise (lost_connection(conn, e) or translate(e)) from e
 
 
 def register_types(conn: psycopg.Connection):
@@ -173,7 +188,7 @@ def claim(conn, scope, key, request=None, *, exclude=(), lock_ttl="5 minutes",
     """
     _check_usable(conn)
     rh = request_hash(request, exclude)
-    with conn.transaction():
+    with _guard(conn), conn.transaction():
         r = reserve(conn, scope, key, rh, lock_ttl=lock_ttl, retention=retention, wait=wait)
         _raise_for(scope, key, r)
         c = Claim(conn, scope, key, r)
@@ -233,9 +248,17 @@ class Attempt:
         self.recovery_point = recovery_point
 
 
-def run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=None, *,
-                 exclude=(), finish: Callable | None = None, lock_ttl="5 minutes",
-                 retention="24 hours", wait="0") -> Result:
+def run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=None, **options
+                 ) -> Result:
+    """Cross-transaction helper for an external side effect (see _run_external); a connection
+    that breaks comes out as ConnectionLost (the claim then stays until its lease lapses)."""
+    with _guard(conn):
+        return _run_external(conn, scope, key, work, request, **options)
+
+
+def _run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=None, *,
+                  exclude=(), finish: Callable | None = None, lock_ttl="5 minutes",
+                  retention="24 hours", wait="0") -> Result:
     """Cross-transaction helper for an external side effect. Commits the claim, runs
     work(attempt) with no transaction open (it returns (status_code, response)), then, in a
     second transaction, calls finish(conn, status_code, response) if given (your business
@@ -303,7 +326,7 @@ def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=Fals
     PositionBelowWatermark instead of returning false, for partitions that must arrive in
     order (an out-of-order message would otherwise be skipped without a word)."""
     _check_usable(conn)
-    with conn.transaction():
+    with _guard(conn), conn.transaction():
         if not accept(conn, consumer, partition, position):
             if strict:
                 mark = watermark(conn, consumer, partition)

@@ -79,6 +79,24 @@ class TransactionAborted(IdempotencyError):
     sqlstate = "25P02"
 
 
+class ConnectionLost(IdempotencyError, psycopg.OperationalError):
+    """08006: the connection broke (a server restart, a terminated backend, a cut network) or is
+    closed. The server rolled the open transaction back, unless the break came during COMMIT:
+    then a retry with the same key tells (it replays). `http_status` is 503. Also a
+    psycopg.OperationalError, so handlers of that keep working."""
+    sqlstate = "08006"
+    http_status = 503
+
+
+def lost_connection(conn, err: Exception):
+    """ConnectionLost for an OperationalError of a broken or closed connection, else None."""
+    if isinstance(err, ConnectionLost):
+        return err
+    if isinstance(err, psycopg.OperationalError) and (conn.broken or conn.closed):
+        return ConnectionLost(f"the connection to the server was lost: {err}".strip(), pgerror=err)
+    return None
+
+
 class TransactionOpen(IdempotencyError):
     """The cross-transaction helper needs a connection with no transaction open."""
     sqlstate = "25001"
@@ -185,8 +203,8 @@ class KeyTooOld(OutcomeError):
     outcome = "too_old"
 
 
-__all__ = ["IdempotencyError", "OutcomeError", "KeyInProgress", "KeyMismatch", "KeyTooOld",
-           "TransactionAborted", "TransactionOpen", "KeyMalformed", "KeyEmpty", "KeyTooLong",
-           "PositionBelowWatermark",
+__all__ = ["IdempotencyError", "ConnectionLost", "OutcomeError", "KeyInProgress", "KeyMismatch",
+           "KeyTooOld", "TransactionAborted", "TransactionOpen", "KeyMalformed", "KeyEmpty",
+           "KeyTooLong", "PositionBelowWatermark",
            "check_names", "translate", "BY_SQLSTATE",
            *(cls.__name__ for cls in set(BY_SQLSTATE.values()))]

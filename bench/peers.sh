@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Side by side with what users pick instead (issue 23): one Express 5 service (bench/peers/
+# service.mjs), POST /orders with an Idempotency-Key, the same one-row insert, under seven
+# idempotency strategies: the project's middleware and runExternal, hand-written PostgreSQL
+# ("fortress"), Redis SET NX + Lua, the Redis + PostgreSQL hybrid, Powertools (Redis cache
+# layer) and express-idempotency (Redis adapter). Speed (throughput, p50/p99/p99.9, CPU per
+# request over service + PostgreSQL + Redis from /proc; rounds with the order rotated) and
+# correctness under faults (service SIGKILL, Redis restart, PostgreSQL -m immediate restart).
+#   bash bench/peers.sh            full run; report in bench/peers/results.md + results.png
+#   bash bench/peers.sh --smoke    seconds; report under bench/out/peers-smoke/
+# Knobs: BENCH_ROUNDS (3), BENCH_SECONDS (8 per scenario), BENCH_STRATEGIES, BENCH_FAULT_KEYS
+# (300), BENCH_PORT (22020 with IDEM_PORT_OFFSET=2000: PostgreSQL; +1 Redis, +2 the service).
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+PEERS=$IDEM_ROOT/bench/peers
+SMOKE=0
+[[ ${1:-} == --smoke ]] && SMOKE=1
+ROUNDS=${BENCH_ROUNDS:-3}
+SECONDS_PER=${BENCH_SECONDS:-8}
+MAXREQ=${BENCH_MAX_REQUESTS:-200000}
+FAULT_KEYS=${BENCH_FAULT_KEYS:-300}
+# shellcheck disable=SC2206 # a list of words
+STRATEGIES=(${BENCH_STRATEGIES:-middleware external fortress accelerator hybrid powertools
+  express-idempotency})
+if [[ $SMOKE == 1 ]]; then ROUNDS=1 SECONDS_PER=1 MAXREQ=40 FAULT_KEYS=12; fi
+BASE=${BENCH_PORT:-$((20020 + ${IDEM_PORT_OFFSET:-0}))}
+PGPORT_B=$BASE REDIS_PORT=$((BASE + 1)) SVC_PORT=$((BASE + 2))
+OUT=$IDEM_ROOT/bench/out/$([[ $SMOKE == 1 ]] && echo peers-smoke || echo peers)
+REPORT_DIR=$([[ $SMOKE == 1 ]] && echo "$OUT" || echo "$PEERS")
+rm -rf "$OUT" && mkdir -p "$OUT"
+
+# --- what it needs: redis-server (Debian), the npm packages (package-lock.json) ------------
+[[ -n $(missing_packages redis-server) ]] && apt_install redis-server >&2
+command -v node >/dev/null || die "node is not installed"
+"$IDEM_ROOT/scripts/npm_ci.sh" "$PEERS" >&2
+
+# --- PostgreSQL --------------------------------------------------------------------------
+DATA=/tmp/idempotency-bench-peers-$PGPORT_B/data
+SOCK=/tmp/idempotency-$PGPORT_B
+REDIS_DIR=$OUT/redis
+REDIS_PID=
+SVC_PID=
+cleanup() {
+  [[ -n $SVC_PID ]] && kill -9 "$SVC_PID" 2>/dev/null || true
+  [[ -n $REDIS_PID ]] && kill -9 "$REDIS_PID" 2>/dev/null || true
+  cluster_stop "$DATA" || true
+}
+trap cleanup EXIT
+log "PostgreSQL on $PGPORT_B ($DATA), Redis on $REDIS_PORT, the service on $SVC_PORT"
+cluster_init "$DATA" "$PGPORT_B" "$SOCK" "max_connections = 200" "synchronous_commit = on"
+cluster_start "$DATA" "$PGPORT_B" "$SOCK"
+export PGHOST=$SOCK PGPORT=$PGPORT_B PGUSER=postgres PGDATABASE=postgres
+export REDIS_URL=redis://127.0.0.1:$REDIS_PORT PORT=$SVC_PORT
+q() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+q <<'SQL'
+CREATE EXTENSION IF NOT EXISTS idempotency;
+CREATE TABLE bench_orders (id bigserial PRIMARY KEY, k text NOT NULL, item text, qty int,
+  created_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX ON bench_orders (k);
+-- the fortress's key table (strategies 3 and 5)
+CREATE TABLE bench_idem (k text PRIMARY KEY, request_hash text NOT NULL, status text NOT NULL,
+  status_code int, response jsonb, created_at timestamptz NOT NULL DEFAULT now());
+SQL
+
+# --- Redis: MODE default (redis-server's defaults) or aof (appendonly yes, everysec) --------
+redis_start() {
+  local extra=()
+  [[ ${REDIS_MODE:-default} == aof ]] && extra=(--appendonly yes --appendfsync everysec)
+  mkdir -p "$REDIS_DIR"
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$REDIS_DIR" "${extra[@]}" \
+    >>"$OUT/redis.log" 2>&1 &
+  REDIS_PID=$!
+  until redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; do
+    kill -0 "$REDIS_PID" 2>/dev/null || die "redis-server did not start (see $OUT/redis.log)"
+    sleep 0.05
+  done
+}
+redis_stop() {
+  if [[ -n $REDIS_PID ]]; then kill -9 "$REDIS_PID" 2>/dev/null || true; fi
+  while [[ -n $REDIS_PID ]] && kill -0 "$REDIS_PID" 2>/dev/null; do sleep 0.05; done
+  REDIS_PID=
+}
+reset_state() {
+  q -c 'TRUNCATE bench_orders, bench_idem, idempotency.keys'
+  redis-cli -p "$REDIS_PORT" flushall >/dev/null
+}
+
+# CPU ticks (user + system) of the service, every PostgreSQL process and Redis: "pid ticks"
+# lines (the delta is taken per process, so one that exits meanwhile does not count negative).
+cpu_ticks() {
+  local pids pid postmaster
+  postmaster=$(head -1 "$DATA/postmaster.pid" 2>/dev/null || true)
+  pids="$SVC_PID $REDIS_PID $postmaster $(pgrep -P "$postmaster" 2>/dev/null | tr '\n' ' ')"
+  for pid in $pids; do
+    awk -v pid="$pid" '{ print pid, $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || true
+  done
+}
+HZ=$(getconf CLK_TCK)
+
+svc_start() {
+  STRATEGY=$1 node "$PEERS/service.mjs" >"$OUT/service-$1.log" 2>&1 &
+  SVC_PID=$!
+  until grep -q listening "$OUT/service-$1.log" 2>/dev/null; do
+    kill -0 "$SVC_PID" 2>/dev/null ||
+      { cat "$OUT/service-$1.log" >&2; die "service $1 did not start"; }
+    sleep 0.05
+  done
+}
+svc_stop() { kill -9 "$SVC_PID" 2>/dev/null; wait "$SVC_PID" 2>/dev/null || true; SVC_PID=; }
+
+# --- speed ----------------------------------------------------------------------------------
+SPEED=$OUT/speed.tsv
+printf 'round\tstrategy\tscenario\trps\tp50\tp99\tp999\tcpu_ms\tok\trequests\n' >"$SPEED"
+scenario() { # ROUND STRATEGY NAME MODE CONNS
+  local t0 t1 line
+  cpu_ticks >"$OUT/ticks0"
+  line=$(node "$PEERS/load.mjs" "http://127.0.0.1:$SVC_PORT" "$4" "$5" "$SECONDS_PER" "$MAXREQ" \
+    "$OUT/keys-$2")
+  cpu_ticks >"$OUT/ticks1"
+  python3 - "$1" "$2" "$3" "$line" "$OUT/ticks0" "$OUT/ticks1" "$HZ" >>"$SPEED" <<'PY'
+import json, sys
+rnd, strat, name, line, before, after, hz = sys.argv[1:]
+r = json.loads(line)
+t0 = dict(map(int, l.split()) for l in open(before) if l.strip())
+ticks = sum(t - t0.get(pid, 0) for pid, t in
+            (map(int, l.split()) for l in open(after) if l.strip()))
+cpu = int(ticks) * 1000 / int(hz) / max(r["requests"], 1)
+print(f'{rnd}\t{strat}\t{name}\t{r["rps"]:.1f}\t{r["p50"]:.2f}\t{r["p99"]:.2f}\t{r["p999"]:.2f}'
+      f'\t{cpu:.3f}\t{r["ok"]}\t{r["requests"]}')
+PY
+}
+REDIS_MODE=default redis_start
+load1() { cut -d' ' -f1 /proc/loadavg; }
+echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/load.txt"
+n=${#STRATEGIES[@]}
+for ((round = 1; round <= ROUNDS; round++)); do
+  for ((i = 0; i < n; i++)); do
+    s=${STRATEGIES[$(((i + round - 1) % n))]}
+    reset_state
+    svc_start "$s"
+    log "round $round: $s"
+    scenario "$round" "$s" new8 new 8
+    scenario "$round" "$s" replay8 replay 8
+    scenario "$round" "$s" new32 new 32
+    scenario "$round" "$s" mix8 mix 8
+    scenario "$round" "$s" burst8 burst 8
+    svc_stop
+  done
+done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
+
+# --- faults ---------------------------------------------------------------------------------
+FAULTS=$OUT/faults.tsv
+printf 'redis\tstrategy\tfault\tkeys\tanswered\tfaults\tlost\tdoubled\twrong\n' >"$FAULTS"
+export PG_CONFIG IDEM_PORT_OFFSET
+pg_restart="source '$IDEM_ROOT/scripts/lib.sh'; cluster_crash '$DATA';
+  cluster_start '$DATA' '$PGPORT_B' '$SOCK'"
+for mode in default aof; do
+  redis_stop
+  rm -rf "$REDIS_DIR"
+  REDIS_MODE=$mode redis_start
+  aof_args=
+  if [[ $mode == aof ]]; then aof_args='--appendonly yes --appendfsync everysec'; fi
+  for s in "${STRATEGIES[@]}"; do
+    for fault in kill redis pg; do
+      [[ $fault == redis && $s =~ ^(middleware|external|fortress)$ ]] && continue
+      [[ $mode == aof && $s =~ ^(middleware|external|fortress)$ ]] && continue
+      reset_state
+      # Redis restarted without saving: SIGKILL, then a new server on the same directory (with
+      # aof, it reads what everysec wrote).
+      redis_restart="kill -9 $REDIS_PID; while kill -0 $REDIS_PID 2>/dev/null; do sleep 0.05; done; \
+        redis-server --port $REDIS_PORT --bind 127.0.0.1 --dir '$REDIS_DIR' \
+        $aof_args \
+        >>'$OUT/redis.log' 2>&1 & echo \$! >'$OUT/redis.pid'; \
+        until redis-cli -p $REDIS_PORT ping 2>/dev/null | grep -q PONG; do sleep 0.05; done"
+      cmd=$pg_restart
+      [[ $fault == redis ]] && cmd=$redis_restart
+      log "faults ($mode Redis): $s, $fault"
+      line=$(STRATEGY=$s FAULT_CMD=$cmd FAULT_SECONDS=$((SMOKE == 1 ? 30 : 120)) \
+        FAULT_MIN_KILLS=$((SMOKE == 1 ? 1 : 4)) \
+        node "$PEERS/faults.mjs" "$fault" "$FAULT_KEYS" 8)
+      if [[ $fault == redis ]]; then REDIS_PID=$(cat "$OUT/redis.pid"); fi
+      python3 - "$mode" "$s" "$line" >>"$FAULTS" <<'PY'
+import json, sys
+mode, strat, line = sys.argv[1:]
+r = json.loads(line)
+print("\t".join(str(x) for x in (mode, strat, r["fault"], r["keys"], r["answered"], r["faults"],
+                                   r["lost"], r["doubled"], r["wrong"])))
+PY
+    done
+  done
+done
+
+python3 "$PEERS/report.py" "$OUT" "$REPORT_DIR"
+cat "$REPORT_DIR/results.md"

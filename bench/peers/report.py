@@ -1,0 +1,87 @@
+"""bench/peers report: medians over the rounds of speed.tsv, ratios to the middleware, the fault
+table, and a PNG chart (gnuplot) of throughput and p99 per strategy for new keys at 8
+connections.   python3 report.py OUT_DIR REPORT_DIR"""
+import csv
+import os
+import statistics
+import subprocess
+import sys
+
+out, report_dir = sys.argv[1:]
+NAMES = {"middleware": "(1) middleware", "external": "(2) runExternal",
+         "fortress": "(3) fortress SQL", "accelerator": "(4) Redis SET NX + Lua",
+         "hybrid": "(5) hybrid Redis + SQL", "powertools": "(6) Powertools, Redis",
+         "express-idempotency": "(7) express-idempotency, Redis"}
+SCENARIOS = [("new8", "new keys, 8 conn."), ("new32", "new keys, 32 conn."),
+             ("replay8", "replays, 8 conn."), ("mix8", "80% new + 20% retries"),
+             ("burst8", "one key from 8 clients")]
+
+rows = list(csv.DictReader(open(os.path.join(out, "speed.tsv")), delimiter="\t"))
+strategies = [s for s in NAMES if any(r["strategy"] == s for r in rows)]
+med = {}
+for s in strategies:
+    for sc, _ in SCENARIOS:
+        rs = [r for r in rows if r["strategy"] == s and r["scenario"] == sc]
+        if rs:
+            med[s, sc] = {k: statistics.median(float(r[k]) for r in rs)
+                          for k in ("rps", "p50", "p99", "p999", "cpu_ms", "ok", "requests")}
+rounds = len({r["round"] for r in rows})
+load = open(os.path.join(out, "load.txt")).read().strip()
+lines = [f"# bench/peers: results of one run", "",
+         f"Medians of {rounds} round(s), strategy order rotated each round; {load}.",
+         "Ratios are to (1) within this run. CPU ms per request: service + PostgreSQL + Redis",
+         "processes (from /proc). ok: 2xx answers (a replay counts; 409 and 422 do not).", ""]
+for sc, title in SCENARIOS:
+    base = med.get(("middleware", sc), {}).get("rps")
+    lines += [f"## {title}", "",
+              "| strategy | req/s | x (1) | p50 ms | p99 ms | p99.9 ms | CPU ms/req | ok / sent |",
+              "|---|---|---|---|---|---|---|---|"]
+    for s in strategies:
+        m = med.get((s, sc))
+        if not m:
+            continue
+        ratio = f"{m['rps'] / base:.2f}" if base else "-"
+        lines.append(f"| {NAMES[s]} | {m['rps']:,.0f} | {ratio} | {m['p50']:.2f} "
+                     f"| {m['p99']:.2f} | {m['p999']:.2f} | {m['cpu_ms']:.2f} "
+                     f"| {m['ok']:.0f} / {m['requests']:.0f} |")
+    lines.append("")
+
+faults = list(csv.DictReader(open(os.path.join(out, "faults.tsv")), delimiter="\t"))
+lines += ["## Faults", "",
+          "Clients retry each key with the same body until answered. kill: the service SIGKILLed",
+          "and restarted every ~1.5 s; redis: Redis SIGKILLed and restarted (no save) once a",
+          "third of the keys are answered; pg: PostgreSQL stopped with -m immediate and started",
+          "at that point. lost: an answered key without an order; doubled: more than one order",
+          "for a key; wrong: the answer names an order that does not exist (or none).", "",
+          "| Redis | strategy | fault | keys | answered | faults | lost | doubled | wrong |",
+          "|---|---|---|---|---|---|---|---|---|"]
+for f in faults:
+    lines.append(f"| {f['redis']} | {NAMES[f['strategy']]} | {f['fault']} | {f['keys']} | "
+                 f"{f['answered']} | {f['faults']} | {f['lost']} | {f['doubled']} | {f['wrong']} |")
+lines.append("")
+
+dat = os.path.join(out, "chart.dat")
+with open(dat, "w") as fh:
+    for i, s in enumerate(strategies):
+        m = med.get((s, "new8"))
+        if m:
+            fh.write(f'{i} "{NAMES[s].split(" ", 1)[0]}" {m["rps"]:.1f} {m["p99"]:.2f}\n')
+png = os.path.join(report_dir, "results.png")
+script = f"""set terminal pngcairo size 900,420 noenhanced
+set output '{png}'
+set multiplot layout 1,2 title 'bench/peers: new keys, 8 connections (medians)'
+set style fill solid 0.6
+set boxwidth 0.7
+set yrange [0:*]
+set title 'throughput (req/s)'
+plot '{dat}' using 1:3:xtic(2) with boxes notitle
+set title 'p99 latency (ms)'
+plot '{dat}' using 1:4:xtic(2) with boxes notitle
+unset multiplot
+"""
+try:
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    lines += ["![throughput and p99 per strategy](results.png)", ""]
+except (OSError, subprocess.CalledProcessError) as e:
+    lines += [f"(no chart: gnuplot failed: {e})", ""]
+open(os.path.join(report_dir, "results.md"), "w").write("\n".join(lines))

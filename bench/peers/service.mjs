@@ -1,0 +1,227 @@
+// bench/peers: one Express 5 service, POST /orders (Idempotency-Key, a small JSON body); the
+// work inserts one row into bench_orders and answers 201 { id }. STRATEGY picks the
+// idempotency layer (see bench/peers.sh); each is written as its own documentation shows.
+// Environment: STRATEGY, PORT, PG* (the cluster), REDIS_URL. Prints "listening" when ready.
+import { createHash, randomUUID } from 'node:crypto';
+import http from 'node:http';
+import express from 'express';
+import pg from 'pg';
+import { createClient } from '@redis/client';
+import { idempotencyMiddleware, runExternal, parseIdempotencyKey, answerFor, isConnectionLost }
+  from '../../clients/node/index.js';
+
+const STRATEGY = process.env.STRATEGY;
+const pool = new pg.Pool({ max: Number(process.env.PG_POOL ?? 16) });
+pool.on('error', () => {});
+const app = express();
+const TTL = 86400; // seconds a result is kept
+const LOCK_MS = 30000; // how long a Redis lock lives if its holder dies
+
+const insertOrder = async (db, key, body) => (await db.query(
+  'INSERT INTO bench_orders (k, item, qty) VALUES ($1, $2, $3) RETURNING id',
+  [key, body.item, body.qty])).rows[0].id;
+const sha = (buf) => createHash('sha256').update(buf).digest('hex');
+const keyOf = (req) => req.get('idempotency-key');
+const rawJson = express.json({ verify: (req, res, buf) => { req.rawBody = buf; } });
+
+async function redis() {
+  const client = createClient({ url: process.env.REDIS_URL });
+  client.on('error', () => {}); // reconnects on its own; commands fail meanwhile
+  await client.connect();
+  return client;
+}
+
+// (1) the project's middleware: claim, work and answer in one transaction.
+function middleware() {
+  const idempotency = idempotencyMiddleware({ pool, scope: 'bench' });
+  app.post('/orders', rawJson, idempotency, async (req, res) => {
+    const { client, key } = req.idempotency;
+    res.status(201).json({ id: await insertOrder(client, key, req.body) });
+  });
+}
+
+// (2) the project's cross-transaction helper: claim committed, work, finish + complete.
+function external() {
+  app.post('/orders', rawJson, async (req, res) => {
+    let client;
+    try {
+      const key = parseIdempotencyKey(keyOf(req));
+      client = await pool.connect();
+      const finish = async (c) =>
+        ({ statusCode: 201, response: { id: await insertOrder(c, key, req.body) } });
+      const r = await runExternal(client, { scope: 'bench', key, request: req.rawBody, finish },
+        async () => ({ statusCode: 201, response: null }));
+      client.release();
+      res.status(r.statusCode).json(r.response);
+    } catch (err) {
+      if (isConnectionLost(err, client)) client?.release(err); // dropped by the pool
+      else client?.release();
+      const a = answerFor(err);
+      if (a) res.status(a.status).set(a.headers).json(a.body);
+      else res.status(500).json({ error: err.message });
+    }
+  });
+}
+
+// (3) the fortress: a key table in PostgreSQL, insert-on-conflict, SELECT ... FOR UPDATE, the
+// status and the response in the row, all in the business transaction.
+async function fortressTx(key, hash, body) {
+  const db = await pool.connect();
+  try {
+    await db.query('BEGIN');
+    const ins = await db.query(`INSERT INTO bench_idem (k, request_hash, status)
+      VALUES ($1, $2, 'processing') ON CONFLICT (k) DO NOTHING`, [key, hash]);
+    if (ins.rowCount === 0) {
+      const { rows } = await db.query(`SELECT status, request_hash, status_code, response
+        FROM bench_idem WHERE k = $1 FOR UPDATE`, [key]);
+      await db.query('ROLLBACK');
+      db.release();
+      const row = rows[0];
+      if (!row) return { status: 409, body: { error: 'retry' } };
+      if (row.request_hash !== hash) return { status: 422, body: { error: 'key reused' } };
+      if (row.status !== 'completed') return { status: 409, body: { error: 'in progress' } };
+      return { status: row.status_code, body: row.response, replay: true };
+    }
+    const id = await insertOrder(db, key, body);
+    const response = { id };
+    await db.query(`UPDATE bench_idem SET status = 'completed', status_code = 201,
+      response = $2 WHERE k = $1`, [key, response]);
+    await db.query('COMMIT');
+    db.release();
+    return { status: 201, body: response };
+  } catch (err) {
+    db.release(err); // dropped: the server rolls back
+    throw err;
+  }
+}
+
+function fortress() {
+  app.post('/orders', rawJson, async (req, res) => {
+    const r = await fortressTx(keyOf(req), sha(req.rawBody), req.body);
+    res.status(r.status).json(r.body);
+  });
+}
+
+// (4) Redis SET NX + Lua: one script checks for a stored result or takes the lock; the work
+// writes to PostgreSQL; a second script stores the result and drops the lock (if still ours).
+const TAKE = `local r = redis.call('GET', KEYS[2])
+if r then return 'R' .. r end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 'L' end
+return 'B'`;
+const FINISH = `redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1`;
+async function accelerator() {
+  const r = await redis();
+  app.post('/orders', rawJson, async (req, res) => {
+    const key = keyOf(req);
+    const hash = sha(req.rawBody);
+    const token = randomUUID();
+    const got = await r.eval(TAKE, { keys: [`lock:${key}`, `result:${key}`],
+      arguments: [token, String(LOCK_MS)] });
+    if (got[0] === 'R') {
+      const stored = JSON.parse(got.slice(1));
+      if (stored.hash !== hash) return res.status(422).json({ error: 'key reused' });
+      return res.status(stored.status).json(stored.body);
+    }
+    if (got === 'B') return res.status(409).json({ error: 'in progress' });
+    let id;
+    try {
+      id = await insertOrder(pool, key, req.body);
+    } catch (err) {
+      await r.del(`lock:${key}`).catch(() => {});
+      throw err;
+    }
+    const body = { id };
+    await r.eval(FINISH, { keys: [`lock:${key}`, `result:${key}`],
+      arguments: [token, JSON.stringify({ hash, status: 201, body }), String(TTL)] });
+    return res.status(201).json(body);
+  });
+}
+
+// (5) the hybrid: Redis read-through, a Redis lock, the fortress transaction (the durable
+// record), and the result written back to Redis after the commit.
+async function hybrid() {
+  const r = await redis();
+  app.post('/orders', rawJson, async (req, res) => {
+    const key = keyOf(req);
+    const hash = sha(req.rawBody);
+    const cached = await r.get(`result:${key}`);
+    if (cached) {
+      const stored = JSON.parse(cached);
+      if (stored.hash !== hash) return res.status(422).json({ error: 'key reused' });
+      return res.status(stored.status).json(stored.body);
+    }
+    const token = randomUUID();
+    if (!(await r.set(`lock:${key}`, token, { NX: true, PX: LOCK_MS })))
+      return res.status(409).json({ error: 'in progress' });
+    try {
+      const out = await fortressTx(key, hash, req.body);
+      if (out.status < 300) {
+        await r.set(`result:${key}`, JSON.stringify({ hash, status: out.status, body: out.body }),
+          { EX: TTL });
+      }
+      return res.status(out.status).json(out.body);
+    } finally {
+      if ((await r.get(`lock:${key}`).catch(() => null)) === token)
+        await r.del(`lock:${key}`).catch(() => {});
+    }
+  });
+}
+
+// (6) @aws-lambda-powertools/idempotency, its cache (Redis) persistence layer, payload
+// validation, outside Lambda through makeIdempotent.
+async function powertools() {
+  const { makeIdempotent, IdempotencyConfig } = await import('@aws-lambda-powertools/idempotency');
+  const { CachePersistenceLayer } = await import('@aws-lambda-powertools/idempotency/cache');
+  const { IdempotencyAlreadyInProgressError, IdempotencyValidationError } =
+    await import('@aws-lambda-powertools/idempotency');
+  const persistenceStore = new CachePersistenceLayer({ client: await redis() });
+  const work = async (event) => ({ id: await insertOrder(pool, event.key, event.body) });
+  const createOrder = makeIdempotent(work, {
+    persistenceStore,
+    config: new IdempotencyConfig({ eventKeyJmesPath: 'key', payloadValidationJmesPath: 'body',
+      expiresAfterSeconds: TTL }),
+  });
+  app.post('/orders', rawJson, async (req, res) => {
+    try {
+      res.status(201).json(await createOrder({ key: keyOf(req), body: req.body }));
+    } catch (err) {
+      if (err instanceof IdempotencyAlreadyInProgressError)
+        return res.status(409).json({ error: 'in progress' });
+      if (err instanceof IdempotencyValidationError)
+        return res.status(422).json({ error: 'key reused' });
+      return res.status(500).json({ error: err.message });
+    }
+    return undefined;
+  });
+}
+
+// (7) express-idempotency with express-idempotency-redis-adapter.
+async function expressIdempotency() {
+  const idempotency = (await import('express-idempotency')).default;
+  const RedisAdapter = (await import('express-idempotency-redis-adapter')).default.default;
+  const adapter = new RedisAdapter({ connectionConfig: { url: process.env.REDIS_URL } });
+  await adapter.connect();
+  app.use(rawJson);
+  app.use(idempotency.idempotency({ dataAdapter: adapter }));
+  app.post('/orders', async (req, res) => {
+    if (idempotency.getSharedIdempotencyService().isHit(req)) return undefined;
+    try {
+      return res.status(201).json({ id: await insertOrder(pool, keyOf(req), req.body) });
+    } catch (err) {
+      idempotency.getSharedIdempotencyService().reportError(req);
+      return res.status(500).json({ error: err.message });
+    }
+  });
+}
+
+const strategies = { middleware, external, fortress, accelerator, hybrid, powertools,
+  'express-idempotency': expressIdempotency };
+if (!strategies[STRATEGY]) throw new Error(`unknown STRATEGY ${STRATEGY}`);
+await strategies[STRATEGY]();
+app.use((err, req, res, next) => { // eslint-disable-line no-unused-vars
+  if (!res.headersSent) res.status(503).json({ error: err.message });
+});
+const server = http.createServer({ keepAliveTimeout: 60000 }, app);
+server.listen(Number(process.env.PORT), '127.0.0.1', () => { console.log('listening'); });
