@@ -156,7 +156,11 @@ printf 'redis\tstrategy\tfault\tkeys\tanswered\tfaults\tlost\tdoubled\twrong\n' 
 export PG_CONFIG IDEM_PORT_OFFSET
 pg_restart="source '$IDEM_ROOT/scripts/lib.sh'; cluster_crash '$DATA';
   cluster_start '$DATA' '$PGPORT_B' '$SOCK'"
-for mode in default aof; do
+# The smoke run (the test command's) takes Redis with its defaults only, and stops waiting for
+# a key after 10 s: it shows that every fault run works, not what it finds.
+MODES=(default aof)
+[[ $SMOKE == 1 ]] && MODES=(default)
+for mode in "${MODES[@]}"; do
   redis_stop
   rm -rf "$REDIS_DIR"
   REDIS_MODE=$mode redis_start
@@ -177,7 +181,7 @@ for mode in default aof; do
       cmd=$pg_restart
       [[ $fault == redis ]] && cmd=$redis_restart
       log "faults ($mode Redis): $s, $fault"
-      line=$(STRATEGY=$s FAULT_CMD=$cmd FAULT_SECONDS=$((SMOKE == 1 ? 30 : 120)) \
+      line=$(STRATEGY=$s FAULT_CMD=$cmd FAULT_SECONDS=$((SMOKE == 1 ? 10 : 120)) \
         FAULT_MIN_KILLS=$((SMOKE == 1 ? 1 : 4)) \
         node "$PEERS/faults.mjs" "$fault" "$FAULT_KEYS" 8)
       if [[ $fault == redis ]]; then REDIS_PID=$(cat "$OUT/redis.pid"); fi
