@@ -88,10 +88,39 @@ int64 shard_of(Oid table, Datum scope) {
     return DatumGetInt64(FunctionCall2(&shard_function.call, ObjectIdGetDatum(table), scope));
 }
 
+// This node's group id (pg_dist_local_group), read again after any change to pg_class
+// (citus_add_node sets it on the worker along with Citus's metadata, which creates the
+// shells). A syscache callback: PostgreSQL has only 10 relcache callback slots, and Citus
+// takes most of them.
+struct LocalGroup {
+    bool known = false;
+    bool found = false;
+    Datum group = 0;
+} local_group;
+
+void forget_local_group(Datum, int, uint32) {
+    local_group.known = false;
+}
+
+bool local_group_id(Datum *group) {
+    static bool registered = false;
+    if (!registered) {
+        CacheRegisterSyscacheCallback(RELOID, forget_local_group, (Datum)0);
+        registered = true;
+    }
+    if (!local_group.known) {
+        local_group.found =
+            citus_catalog_value("pg_dist_local_group", InvalidOid, 1, &local_group.group);
+        local_group.known = true;
+    }
+    *group = local_group.group;
+    return local_group.found;
+}
+
 // Whether pg_dist_placement places shard `shard` in this node's group.
 bool placed_here(int64 shard) {
     Datum group;
-    if (!citus_catalog_value("pg_dist_local_group", InvalidOid, 1, &group)) return false;
+    if (!local_group_id(&group)) return false;
     Oid catalog = get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
     Oid index = get_relname_relid("pg_dist_placement_shardid_index", PG_CATALOG_NAMESPACE);
     if (!OidIsValid(catalog) || !OidIsValid(index)) return false;
