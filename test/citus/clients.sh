@@ -8,9 +8,9 @@
 # reserve(NULL, 'k') (Python) and the Node test of server errors that includes it, as a NULL
 # distribution argument crashes Citus 12.1.12's function call delegation (it hashes the NULL); reserve in a READ ONLY transaction, which Citus does not
 # pass on to the worker (the claim is taken); the lock_timeout test, as a session's SET is not
-# sent to the worker where the key lock is waited for. The consumer tests are left out too:
-# they stream the outbox of the database they connect to, which on Citus is each worker's
-# (docs/citus.md, Outbox), not the coordinator's.
+# sent to the worker where the key lock is waited for. The consumer tests are not run here:
+# on Citus the outbox is each worker's WAL, read through a slot on each worker (docs/citus.md,
+# Outbox, tested by outbox.sh), which these tests do not set up.
 set -euo pipefail
 CITUS_NAME=citus-clients CITUS_PORT=54494
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
