@@ -78,6 +78,25 @@ shard=$(coord -c "SELECT get_shard_id_for_distribution_column('idempotency.keys'
 expect "key row in tenant-7's shard on $t7" \
   "$(citus_node "$t7" -qAt -c "SELECT state FROM idempotency.keys_$shard
                               WHERE scope = 'tenant-7' AND key = 'order-1'")" "completed"
+# The claim stays in the worker's memory until complete, which writes the row once: no
+# second version of it (an update would leave the row at (0,2) of the fresh partition).
+expect "request: the key row written once, by complete" \
+  "$(citus_node "$t7" -qAt -c "SELECT ctid FROM idempotency.keys_$shard
+                              WHERE scope = 'tenant-7' AND key = 'order-1'")" "(0,1)"
+# A claim rolled back with its savepoint (Citus sends the savepoints to the worker) is never
+# written; one left in memory at COMMIT is written then, into the shard.
+coord >/dev/null <<'SQL'
+BEGIN;
+SAVEPOINT a;
+SELECT outcome FROM idempotency.reserve('tenant-7', 'sp-1');
+ROLLBACK TO SAVEPOINT a;
+SELECT outcome FROM idempotency.reserve('tenant-7', 'sp-2');
+COMMIT;
+SQL
+expect "savepoint: the rolled-back claim is not written, the other one is at COMMIT" \
+  "$(citus_node "$t7" -qAt -c "SELECT string_agg(key || ' ' || state, ', ' ORDER BY key)
+                              FROM idempotency.keys_$shard WHERE key LIKE 'sp-%'")" \
+  "sp-2 processing"
 for n in coord w1 w2; do
   expect "no bytes in the shell tables on $n" "$(shell_bytes "$n")" "0"
 done

@@ -1,6 +1,9 @@
 // Test databases on the cluster of the PG* environment (scripts/test.sh's test cluster). Each
 // test file (its own process under node --test) gets databases of its own, created afresh:
 // nodeclient_NAME (keys, the outbox's source) and nodeclient_NAME_target (the consumer's).
+// With IDEM_TEST_DB_SETUP set (test/citus/clients.sh), that command is then run with each
+// database's name (there: it makes the database a Citus one).
+import { execFileSync } from 'node:child_process';
 import pg from 'pg';
 
 export function connect(database) {
@@ -30,6 +33,7 @@ export async function databases(name) {
     const c = await connect(db);
     await c.query('CREATE EXTENSION idempotency');
     await c.end();
+    if (process.env.IDEM_TEST_DB_SETUP) execFileSync(process.env.IDEM_TEST_DB_SETUP, [db]);
   }
   return { source, target };
 }

@@ -243,7 +243,12 @@ test('a connection inside a failed transaction: TransactionAbortedError, nothing
   await conn.query('ROLLBACK');
 });
 
-test("server errors keep the server's message, detail and hint, typed by SQLSTATE", async () => {
+// On Citus (test/citus/clients.sh) reserve(null, ...) crashes Citus 12.1.12's function call
+// delegation, which hashes the NULL distribution argument.
+const citusSkip = process.env.IDEM_TEST_CITUS ? 'a NULL scope crashes Citus 12.1.12' : false;
+
+test("server errors keep the server's message, detail and hint, typed by SQLSTATE",
+  { skip: citusSkip }, async () => {
   const expectError = async (promise, cls, code) => {
     await assert.rejects(promise, (err) => {
       assert.ok(err instanceof cls, `${err.name} ${err.code}: ${err.message}`);

@@ -1,8 +1,10 @@
 """Tests run against the cluster in the PG* environment (scripts/test.sh's test cluster):
 databases pyclient_test (source, keys) and pyclient_target (the consumer's database) are
-created afresh."""
+created afresh. With IDEM_TEST_DB_SETUP set (test/citus/clients.sh), that command is then run
+with each database's name (there: it makes the database a Citus one)."""
 import os
 import pathlib
+import subprocess
 import sys
 
 import psycopg
@@ -35,6 +37,8 @@ def databases():
     for db in (SOURCE_DB, TARGET_DB):
         with psycopg.connect(conninfo(db), autocommit=True) as c:
             c.execute("CREATE EXTENSION idempotency")
+        if os.environ.get("IDEM_TEST_DB_SETUP"):
+            subprocess.run([os.environ["IDEM_TEST_DB_SETUP"], db], check=True)
     return conninfo(SOURCE_DB), conninfo(TARGET_DB)
 
 

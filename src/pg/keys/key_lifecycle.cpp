@@ -280,9 +280,9 @@ Reservation reserve_key(const ReserveRequest &req) {
             result.outcome = Outcome::New;
             result.record = new_claim(req, now, 1);
             PendingClaim *pending = add_pending_claim(result.record);
-            // On Citus the row is written now, inside the delegated call: at pre-commit the
-            // worker no longer runs the call, and Citus refuses queries on its shards there.
-            if (key_table_is_citus()) store_record(result.record, pending);
+            // Without the direct path on Citus the row is written now, inside the delegated
+            // call (at pre-commit SPI would go through Citus, which refuses it there).
+            if (!claims_can_wait_for_commit()) store_record(result.record, pending);
             return result;
         }
         if (hashes_differ(result.record, req.request_hash) || result.record.state() == 'c') {

@@ -12,9 +12,17 @@ extern "C" {
 #include "access/htup_details.h"
 #include "access/skey.h"
 #include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation_d.h"
 #include "catalog/pg_namespace_d.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_func.h"
+#include "storage/proc.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 }
 
 namespace idem::pg {
@@ -44,7 +52,112 @@ bool citus_catalog_value(const char *name, Oid first, int column, Datum *value) 
     return found;
 }
 
-SPIPlanPtr local_shard_plan;
+// Citus's get_shard_id_for_distribution_column(regclass, "any"), called through fmgr
+// with an expression that gives its second argument the type text (it reads the type from
+// there). Looked up again after any change to pg_proc (Citus dropped and created again).
+struct ShardFunction {
+    bool ready = false;
+    FmgrInfo call;
+} shard_function;
+
+void forget_shard_function(Datum, int, uint32) {
+    shard_function.ready = false;
+}
+
+int64 shard_of(Oid table, Datum scope) {
+    static bool registered = false;
+    if (!registered) {
+        CacheRegisterSyscacheCallback(PROCOID, forget_shard_function, (Datum)0);
+        registered = true;
+    }
+    if (!shard_function.ready) {
+        const Oid types[] = {REGCLASSOID, ANYOID};
+        List *name = list_make2(makeString(pstrdup("pg_catalog")),
+                                makeString(pstrdup("get_shard_id_for_distribution_column")));
+        Oid function = LookupFuncName(name, 2, types, false);
+        MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+        fmgr_info(function, &shard_function.call);
+        List *args = list_make2(makeNullConst(REGCLASSOID, -1, InvalidOid),
+                                makeNullConst(TEXTOID, -1, DEFAULT_COLLATION_OID));
+        fmgr_info_set_expr(
+            reinterpret_cast<Node *>(makeFuncExpr(function, INT8OID, args, InvalidOid, InvalidOid,
+                                                  COERCE_EXPLICIT_CALL)),
+            &shard_function.call);
+        MemoryContextSwitchTo(old);
+        shard_function.ready = true;
+    }
+    return DatumGetInt64(FunctionCall2(&shard_function.call, ObjectIdGetDatum(table), scope));
+}
+
+// This node's group id (pg_dist_local_group), read again after any change to pg_class
+// (citus_add_node sets it on the worker along with Citus's metadata, which creates the
+// shells). A syscache callback: PostgreSQL has only 10 relcache callback slots, and Citus
+// takes most of them.
+struct LocalGroup {
+    bool known = false;
+    bool found = false;
+    Datum group = 0;
+} local_group;
+
+void forget_local_group(Datum, int, uint32) {
+    local_group.known = false;
+}
+
+bool local_group_id(Datum *group) {
+    static bool registered = false;
+    if (!registered) {
+        CacheRegisterSyscacheCallback(RELOID, forget_local_group, (Datum)0);
+        registered = true;
+    }
+    if (!local_group.known) {
+        local_group.found =
+            citus_catalog_value("pg_dist_local_group", InvalidOid, 1, &local_group.group);
+        local_group.known = true;
+    }
+    *group = local_group.group;
+    return local_group.found;
+}
+
+// Whether pg_dist_placement places shard `shard` in this node's group.
+bool placed_here(int64 shard) {
+    Datum group;
+    if (!local_group_id(&group)) return false;
+    Oid catalog = get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
+    Oid index = get_relname_relid("pg_dist_placement_shardid_index", PG_CATALOG_NAMESPACE);
+    if (!OidIsValid(catalog) || !OidIsValid(index)) return false;
+    constexpr int kShardColumn = 2, kGroupColumn = 5;  // pg_dist_placement.shardid, .groupid
+    Relation rel = table_open(catalog, AccessShareLock);
+    ScanKeyData key;
+    ScanKeyInit(&key, kShardColumn, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(shard));
+    SysScanDesc scan = systable_beginscan(rel, index, true, nullptr, 1, &key);
+    bool here = false;
+    for (HeapTuple tuple; !here && HeapTupleIsValid(tuple = systable_getnext(scan));) {
+        bool isnull;
+        Datum placed = heap_getattr(tuple, kGroupColumn, RelationGetDescr(rel), &isnull);
+        here = !isnull && DatumGetInt32(placed) == DatumGetInt32(group);
+    }
+    systable_endscan(scan);
+    table_close(rel, AccessShareLock);
+    return here;
+}
+
+// The last lookup, kept for the rest of the statement that made it (a call looks its scope
+// up several times; a shard move commits between statements, never within one).
+struct LastShard {
+    LocalTransactionId transaction = InvalidLocalTransactionId;
+    TimestampTz statement = 0;
+    char scope[64];
+    size_t scope_length = 0;
+    Oid relation = InvalidOid;
+} last_shard;
+
+bool is_last_lookup(const text *scope) {
+    size_t length = VARSIZE_ANY_EXHDR(scope);
+    return last_shard.transaction == MyProc->lxid &&
+           last_shard.statement == GetCurrentStatementStartTimestamp() &&
+           last_shard.scope_length == length && length <= sizeof(last_shard.scope) &&
+           memcmp(last_shard.scope, VARDATA_ANY(scope), length) == 0;
+}
 
 }  // namespace
 
@@ -59,24 +172,30 @@ bool is_citus_worker() {
            DatumGetInt32(group) != 0;
 }
 
-void check_shard_is_local(Datum scope) {
-    const Oid types[] = {TEXTOID};
-    Datum args[] = {scope};
-    SPIPlanPtr plan = saved_plan(
-        &local_shard_plan,
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_placement p"
-        " WHERE p.shardid OPERATOR(pg_catalog.=) pg_catalog.get_shard_id_for_distribution_column("
-        "'idempotency.keys'::pg_catalog.regclass, $1)"
-        " AND p.groupid OPERATOR(pg_catalog.=) (SELECT groupid FROM "
-        "pg_catalog.pg_dist_local_group))",
-        1, types);
-    int rc = SPI_execute_plan(plan, args, nullptr, true, 1);
-    if (rc != SPI_OK_SELECT || SPI_processed != 1)
-        elog(ERROR, "idempotency: locating the shard of a scope failed: %s",
-             SPI_result_code_string(rc));
-    bool isnull;
-    if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
-        return;
+Oid local_key_shard(Oid table, Datum scope) {
+    const text *scope_text = DatumGetTextPP(scope);
+    if (is_last_lookup(scope_text)) return last_shard.relation;
+    int64 shard = shard_of(table, scope);
+    Oid relation = InvalidOid;
+    if (placed_here(shard)) {
+        // Citus names a shard after its table and shard id, in the table's schema.
+        char name[NAMEDATALEN];
+        snprintf(name, sizeof(name), "%s_" INT64_FORMAT, get_rel_name(table), shard);
+        relation = get_relname_relid(name, get_rel_namespace(table));
+    }
+    size_t length = VARSIZE_ANY_EXHDR(scope_text);
+    if (length <= sizeof(last_shard.scope)) {
+        last_shard.transaction = MyProc->lxid;
+        last_shard.statement = GetCurrentStatementStartTimestamp();
+        memcpy(last_shard.scope, VARDATA_ANY(scope_text), length);
+        last_shard.scope_length = length;
+        last_shard.relation = relation;
+    }
+    return relation;
+}
+
+void check_shard_is_local(Oid table, Datum scope) {
+    if (OidIsValid(local_key_shard(table, scope))) return;
     throw SqlError(
         ERRCODE_FEATURE_NOT_SUPPORTED,
         "idempotency key calls must run on the node that holds the scope's shard",

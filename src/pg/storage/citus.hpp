@@ -16,9 +16,14 @@ bool is_citus_table(Oid relation) noexcept;
 // Whether this node is a Citus worker (its group id in pg_dist_local_group is not 0).
 bool is_citus_worker();
 
-// Raises an error unless the shard of idempotency.keys that holds `scope` has a placement on
-// this node, so that the key's advisory lock is taken where its row lives. Called only when
-// idempotency.keys is a Citus table; SPI must be connected.
-void check_shard_is_local(Datum scope);
+// The local relation of the shard of `table` (idempotency.keys, distributed by Citus) that
+// holds `scope`, or InvalidOid when that shard is placed on another node. Computed with
+// Citus's own shard lookup and pg_dist_placement, without SPI or Citus's planner; the answer
+// is reused within the statement.
+Oid local_key_shard(Oid table, Datum scope);
+
+// Raises an error unless the shard of `table` that holds `scope` has a placement on this
+// node, so that the key's advisory lock is taken where its row lives.
+void check_shard_is_local(Oid table, Datum scope);
 
 }  // namespace idem::pg

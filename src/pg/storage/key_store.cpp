@@ -105,9 +105,12 @@ Oid key_table_owner() noexcept {
 
 bool direct_storage = true;  // idempotency.direct_storage
 
-// Direct heap access only where the relation holds the rows: never on a Citus shell.
-bool use_direct_storage() noexcept {
-    return direct_storage && !current_key_table().citus;
+// The relation the direct path reads and writes for `scope`: the table itself, or on Citus
+// the local shard that holds the scope (never the shell); InvalidOid: go through SPI.
+Oid direct_relation(Datum scope) noexcept {
+    const KeyTable &keys = current_key_table();
+    if (!direct_storage) return InvalidOid;
+    return keys.citus ? local_key_shard(keys.table, scope) : keys.table;
 }
 
 LOCKMODE read_lock = AccessShareLock;  // set by open_storage
@@ -161,14 +164,19 @@ bool key_table_is_citus() {
 }
 
 void check_key_placement(Datum scope) {
-    if (current_key_table().citus) check_shard_is_local(scope);
+    const KeyTable &keys = current_key_table();
+    if (keys.citus) check_shard_is_local(keys.table, scope);
+}
+
+bool claims_can_wait_for_commit() {
+    return !current_key_table().citus || direct_storage;
 }
 
 bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record, Snapshot snapshot) {
-    Direct direct = use_direct_storage()
-                        ? find_live_key_direct(current_key_table().table, read_lock, scope, key,
-                                               now, record, snapshot)
-                        : Direct::kUnsupported;
+    Oid relation = direct_relation(scope);
+    Direct direct = OidIsValid(relation) ? find_live_key_direct(relation, read_lock, scope, key,
+                                                                now, record, snapshot)
+                                         : Direct::kUnsupported;
     if (direct != Direct::kUnsupported) return direct == Direct::kFound;
     const Oid types[] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
     Datum args[] = {scope, key, TimestampTzGetDatum(now)};
@@ -191,9 +199,8 @@ bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record, S
 }
 
 void insert_key(const KeyRecord &record) noexcept {
-    if (use_direct_storage() &&
-        insert_key_direct(current_key_table().table, record) == Direct::kFound)
-        return;
+    Oid relation = direct_relation(record.values[kScope]);
+    if (OidIsValid(relation) && insert_key_direct(relation, record) == Direct::kFound) return;
     execute(saved_plan(&insert_plan, kInsertSql, kKeyColumnCount, kRecordTypes), record.values,
             record.nulls, kKeyColumnCount, false, SPI_OK_INSERT);
 }

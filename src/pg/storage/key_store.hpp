@@ -75,6 +75,11 @@ bool key_table_is_citus();
 // Where idempotency.keys is a Citus table: raises an error unless the scope's shard is on
 // this node (the key lock must be taken where the row lives). Nothing to do elsewhere.
 void check_key_placement(Datum scope);
+// Whether a new claim may stay in memory until complete, fail or commit (pending_claims). On
+// Citus its row is written at commit straight into the local shard, which needs the direct
+// path (idempotency.direct_storage): SPI would go through Citus, which refuses queries on
+// its shards once the delegated call has returned.
+bool claims_can_wait_for_commit();
 
 // The live record of (scope, key) (expires_at > now), if any; fills record->values[kScope..].
 // Read with a fresh snapshot in READ COMMITTED (never the statement's, which may predate a

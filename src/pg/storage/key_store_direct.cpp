@@ -76,8 +76,8 @@ bool checks_match(const TupleConstr *constr) noexcept {
 }
 
 // Range-partitioned on expires_at alone, nothing that an INSERT or SELECT would run besides
-// reading and writing rows. (A Citus table never gets here: key_store.cpp keeps its shell
-// relation off the direct path.)
+// reading and writing rows. (On Citus key_store.cpp passes the local shard, which has this
+// shape, never the shell relation.)
 bool parent_supported(Relation parent) noexcept {
     if (parent->rd_rel->relkind != RELKIND_PARTITIONED_TABLE || parent->trigdesc != nullptr ||
         parent->rd_rel->relrowsecurity || !layout_matches(parent))
