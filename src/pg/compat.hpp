@@ -11,6 +11,7 @@ extern "C" {
 #include "common/int.h"
 #include "executor/executor.h"
 #include "replication/message.h"
+#include "storage/proc.h"
 #include "utils/relcache.h"
 #if PG_VERSION_NUM >= 170000
 #include "utils/injection_point.h"
@@ -22,6 +23,15 @@ extern "C" {
 #endif
 
 namespace idem::pg::compat {
+
+// 17 moved the backend's local transaction id into PGPROC.vxid.
+inline LocalTransactionId local_transaction_id() {
+#if PG_VERSION_NUM >= 170000
+    return MyProc->vxid.lxid;
+#else
+    return MyProc->lxid;
+#endif
+}
 
 // 17 added `flush`: whether to flush the WAL at once (for non-transactional messages only).
 inline XLogRecPtr log_logical_message(const char *prefix, const char *message, size_t size,

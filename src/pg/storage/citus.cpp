@@ -1,6 +1,8 @@
 // Citus awareness (see citus.hpp) and idempotency.distribute().
 
 #include "pg/storage/citus.hpp"
+
+#include "pg/compat.hpp"
 #include "pg/spi.hpp"
 
 #include "pg/guard.hpp"
@@ -153,7 +155,7 @@ struct LastShard {
 
 bool is_last_lookup(const text *scope) {
     size_t length = VARSIZE_ANY_EXHDR(scope);
-    return last_shard.transaction == MyProc->lxid &&
+    return last_shard.transaction == compat::local_transaction_id() &&
            last_shard.statement == GetCurrentStatementStartTimestamp() &&
            last_shard.scope_length == length && length <= sizeof(last_shard.scope) &&
            memcmp(last_shard.scope, VARDATA_ANY(scope), length) == 0;
@@ -185,7 +187,7 @@ Oid local_key_shard(Oid table, Datum scope) {
     }
     size_t length = VARSIZE_ANY_EXHDR(scope_text);
     if (length <= sizeof(last_shard.scope)) {
-        last_shard.transaction = MyProc->lxid;
+        last_shard.transaction = compat::local_transaction_id();
         last_shard.statement = GetCurrentStatementStartTimestamp();
         memcpy(last_shard.scope, VARDATA_ANY(scope_text), length);
         last_shard.scope_length = length;
