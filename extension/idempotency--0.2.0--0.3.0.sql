@@ -266,3 +266,25 @@ SELECT m.name, m.labels, m.value FROM (
 ) m
 ORDER BY m.ord, m.sub, m.labels::text;
 
+
+-- === issue 26: a key per message for queue consumers in one statement (h26) ===
+-- claim_once is reserve and complete in one call, inside the caller's transaction: true the
+-- first time (apply the message's effect in this transaction; a rollback frees the key again),
+-- false once the key is completed (a redelivery: acknowledge it). A key another holder has
+-- (an open transaction past `wait`, or a lease not lapsed) raises IK003, a UUIDv7 / ULID key
+-- older than the retention IK004 (reserve's outcomes in_progress and too_old).
+CREATE FUNCTION idempotency.claim_once(
+    scope text,
+    key text,
+    retention interval DEFAULT '24 hours',
+    wait interval DEFAULT '0')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_claim_once' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Like reserve: only roles granted EXECUTE (docs/operations.md, "Roles and privileges").
+REVOKE ALL ON FUNCTION idempotency.claim_once(text, text, interval, interval) FROM PUBLIC;
+
+-- Not distributed here for a database whose keys distribute() gave to Citus before 0.3.0
+-- (Citus functions are not made distributed inside ALTER EXTENSION): docs/citus.md says the
+-- one call to run after the update; until then claim_once through the coordinator is refused
+-- (the scope's shard is not local), never run on the wrong node.

@@ -8,6 +8,7 @@ GRANT EXECUTE ON FUNCTION
     idempotency.complete(text, text, integer, jsonb, integer),
     idempotency.fail(text, text, jsonb, integer),
     idempotency.checkpoint(text, text, text, integer),
+    idempotency.claim_once(text, text, interval, interval),
     idempotency.lookup(text, text),
     idempotency.forget(text, text)
 TO regress_idem_app;
@@ -23,6 +24,8 @@ SELECT state, status_code FROM idempotency.lookup('roles', 'k');
 SELECT outcome FROM idempotency.reserve('roles', 'k2');
 SELECT idempotency.fail('roles', 'k2', '"boom"');
 SELECT idempotency.forget('roles', 'k2');
+SELECT idempotency.claim_once('roles', 'm1') AS applied;
+SELECT idempotency.claim_once('roles', 'm1') AS applied;
 SELECT length(idempotency.fingerprint('x'::bytea)), idempotency.uuidv7() IS NOT NULL AS uuid,
        idempotency.key_time('01ARZ3NDEKTSV4RRFFQ69G5FAV') IS NOT NULL AS key_time;
 -- direct access is refused
@@ -40,6 +43,7 @@ GRANT USAGE ON SCHEMA idempotency TO regress_idem_other;
 SET ROLE regress_idem_other;
 SELECT idempotency.reserve('roles', 'k');
 SELECT idempotency.complete('roles', 'k', 200, NULL);
+SELECT idempotency.claim_once('roles', 'm2');
 SELECT idempotency.forget('roles', 'k');
 SELECT count(*) FROM idempotency.lookup('roles', 'k');
 -- fingerprints and keys touch no table and stay public

@@ -12,6 +12,10 @@ namespace idem::pg {
 constexpr int kStaleAttempt = MAKE_SQLSTATE('I', 'K', '0', '0', '1');
 // complete of a key already completed with a different status_code or response.
 constexpr int kResultConflict = MAKE_SQLSTATE('I', 'K', '0', '0', '2');
+// claim_once of a key another holder has (reserve's outcome in_progress).
+constexpr int kKeyInProgress = MAKE_SQLSTATE('I', 'K', '0', '0', '3');
+// claim_once of a UUIDv7 / ULID key older than the retention (reserve's outcome too_old).
+constexpr int kKeyTooOld = MAKE_SQLSTATE('I', 'K', '0', '0', '4');
 
 // Raises SqlError(sqlstate, printf-style message).
 [[noreturn]] void raise_sql(int sqlstate, const char *format, ...) pg_attribute_printf(2, 3);

@@ -6,7 +6,7 @@
 \pset pager off
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS idempotency;
-SELECT plan(41);
+SELECT plan(47);
 
 SELECT has_schema('idempotency');
 SELECT has_extension('idempotency');
@@ -35,6 +35,8 @@ SELECT has_function('idempotency', 'lookup', ARRAY['text', 'text']);
 SELECT function_returns('idempotency', 'lookup', ARRAY['text', 'text'], 'setof record');
 SELECT has_function('idempotency', 'forget', ARRAY['text', 'text']);
 SELECT function_returns('idempotency', 'forget', ARRAY['text', 'text'], 'boolean');
+SELECT has_function('idempotency', 'claim_once', ARRAY['text', 'text', 'interval', 'interval']);
+SELECT function_returns('idempotency', 'claim_once', ARRAY['text', 'text', 'interval', 'interval'], 'boolean');
 SELECT function_returns('idempotency', 'fingerprint', ARRAY['jsonb', 'text[]'], 'bytea');
 SELECT function_returns('idempotency', 'fingerprint', ARRAY['bytea'], 'bytea');
 SELECT function_returns('idempotency', 'uuidv7', ARRAY[]::text[], 'uuid');
@@ -43,6 +45,8 @@ SELECT function_lang_is('idempotency', 'reserve', ARRAY['text', 'text', 'bytea',
 SELECT function_lang_is('idempotency', 'complete', ARRAY['text', 'text', 'integer', 'jsonb', 'integer'], 'c');
 SELECT function_lang_is('idempotency', 'fingerprint', ARRAY['jsonb', 'text[]'], 'c');
 SELECT volatility_is('idempotency', 'fingerprint', ARRAY['jsonb', 'text[]'], 'immutable');
+SELECT function_lang_is('idempotency', 'claim_once', ARRAY['text', 'text', 'interval', 'interval'], 'c');
+SELECT volatility_is('idempotency', 'claim_once', ARRAY['text', 'text', 'interval', 'interval'], 'volatile');
 SELECT volatility_is('idempotency', 'reserve', ARRAY['text', 'text', 'bytea', 'interval', 'interval', 'interval'], 'volatile');
 
 -- argument names and defaults, as callers use them with named notation
@@ -63,6 +67,10 @@ SELECT is(
     'scope text, key text, recovery_point text, attempt integer DEFAULT NULL::integer',
     'checkpoint arguments and defaults');
 SELECT is(
+    (SELECT pg_get_function_arguments('idempotency.claim_once(text, text, interval, interval)'::regprocedure)),
+    'scope text, key text, retention interval DEFAULT ''24:00:00''::interval, wait interval DEFAULT ''00:00:00''::interval',
+    'claim_once arguments and defaults');
+SELECT is(
     (SELECT pg_get_function_result('idempotency.lookup(text, text)'::regprocedure)),
     'TABLE(state text, status_code integer, response jsonb, request_hash bytea, attempt integer, recovery_point text, last_error jsonb, first_seen_at timestamp with time zone, completed_at timestamp with time zone, locked_until timestamp with time zone, expires_at timestamp with time zone)',
     'lookup columns');
@@ -77,6 +85,8 @@ SELECT ok(NOT has_table_privilege('public', 'idempotency.keys', 'SELECT, INSERT,
           'PUBLIC has no access to idempotency.keys');
 SELECT ok(NOT has_function_privilege('public', 'idempotency.reserve(text, text, bytea, interval, interval, interval)', 'EXECUTE'),
           'PUBLIC may not execute reserve');
+SELECT ok(NOT has_function_privilege('public', 'idempotency.claim_once(text, text, interval, interval)', 'EXECUTE'),
+          'PUBLIC may not execute claim_once');
 SELECT ok(has_function_privilege('public', 'idempotency.fingerprint(jsonb, text[])', 'EXECUTE'),
           'PUBLIC may execute fingerprint');
 

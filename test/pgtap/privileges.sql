@@ -8,7 +8,7 @@
 \pset pager off
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS idempotency;
-SELECT plan(77);
+SELECT plan(81);
 
 -- Roles as README documents them (names unique to this test; rolled back at the end).
 CREATE ROLE idem_priv_app NOLOGIN;
@@ -22,6 +22,7 @@ GRANT EXECUTE ON FUNCTION
     idempotency.complete(text, text, integer, jsonb, integer),
     idempotency.fail(text, text, jsonb, integer),
     idempotency.checkpoint(text, text, text, integer),
+    idempotency.claim_once(text, text, interval, interval),
     idempotency.lookup(text, text),
     idempotency.next_key(text),
     idempotency.accept(text, text, bigint),
@@ -147,6 +148,12 @@ SELECT is(idem_priv.as_ops($$SELECT idempotency.forget('priv', 'h2')::text$$, :'
     'true', 'hostile path: forget');
 SELECT is(idem_priv.as_app($$SELECT count(*)::text FROM idempotency.lookup('priv', 'h2')$$, :'hostile'),
     '0', 'hostile path: the forgotten key is gone');
+SELECT is(idem_priv.as_app($$SELECT idempotency.claim_once('priv', 'c1')::text$$, :'hostile'),
+    'true', 'hostile path: claim_once applies a new message key');
+SELECT is(idem_priv.as_app($$SELECT idempotency.claim_once('priv', 'c1')::text$$, :'hostile'),
+    'false', 'hostile path: claim_once of a completed key is a redelivery');
+SELECT is(idem_priv.as_app($$SELECT idempotency.claim_once('priv', 'h1')::text$$, :'hostile'),
+    'false', 'hostile path: claim_once of a key complete stored');
 -- Streams, watermarks, the outbox and maintenance under the hostile search_path.
 SELECT 'idem_priv_' || pg_backend_pid() AS stream \gset
 SELECT is(idem_priv.as_ops(format($$SELECT 'done' FROM idempotency.create_stream(%L)$$, :'stream'), :'hostile'),
@@ -175,7 +182,7 @@ SELECT is((SELECT count(*) FROM idem_priv_evil.calls), 0::bigint,
 SELECT is((SELECT count(*) FROM idem_priv_evil.keys), 0::bigint, 'the decoy keys table is untouched');
 SELECT is((SELECT string_agg(key || ':' || state || ':' || attempt, ',' ORDER BY key)
            FROM idempotency.keys WHERE scope = 'priv'),
-    'h1:completed:1', 'the real table holds exactly what the calls did');
+    'c1:completed:1,h1:completed:1', 'the real table holds exactly what the calls did');
 
 -- The same calls under a normal search_path behave the same.
 SELECT is(idem_priv.as_app($$SELECT outcome || '/' || status_code || '/' || response FROM idempotency.reserve('priv', 'h1')$$),
@@ -221,6 +228,8 @@ SELECT is(idem_priv.as_ops($$SELECT state || '/' || status_code FROM idempotency
     'completed/200', 'operator: lookup');
 SELECT is(idem_priv.as_ops($$SELECT outcome::text FROM idempotency.reserve('priv', 'o1')$$), 'ERROR 42501',
     'operator: reserve is denied');
+SELECT is(idem_priv.as_ops($$SELECT idempotency.claim_once('priv', 'o1')::text$$), 'ERROR 42501',
+    'operator: claim_once is denied');
 SELECT is(idem_priv.as_ops($$SELECT 'done' FROM idempotency.complete('priv', 'n1', 200, '[]')$$), 'ERROR 42501',
     'operator: complete is denied');
 SELECT is(idem_priv.as_ops($$SELECT count(*)::text FROM idempotency.keys$$), 'ERROR 42501',

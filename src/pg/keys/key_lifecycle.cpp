@@ -1,4 +1,5 @@
-// reserve, complete, fail, checkpoint, lookup, forget: the life of an idempotency key.
+// reserve, complete, fail, checkpoint, lookup, forget: the life of an idempotency key;
+// claim_once: a reserve and a complete in one call, for message consumers.
 //
 // Every call on (scope, key) first takes a transaction-scoped advisory lock on a 64-bit hash
 // of it, so calls on one key are serialised and calls on different keys never wait on each
@@ -139,6 +140,9 @@ struct ReserveRequest {
     Datum scope, key;
     bytea *request_hash;  // nullptr: not checked
     int64 lock_ttl, retention, wait;
+    // claim_once: a claim is written completed at once (no status_code or response), inside
+    // the caller's transaction, instead of 'processing' until complete.
+    bool complete_now = false;
 };
 
 struct Reservation {
@@ -178,6 +182,13 @@ void take_over(KeyRecord *record, const ReserveRequest &req, TimestampTz now) {
     record->set(kAttempt, Int32GetDatum(record->attempt() + 1));
     if (req.request_hash != nullptr) record->set(kRequestHash, PointerGetDatum(req.request_hash));
     record->set(kLockedUntil, TimestampTzGetDatum(now + req.lock_ttl));
+}
+
+// claim_once's record: completed by the call that claims it (no lease, no answer stored).
+void mark_completed(KeyRecord *record, TimestampTz now) {
+    record->set_state("completed");
+    record->set(kCompletedAt, TimestampTzGetDatum(now));
+    record->set_null(kLockedUntil);
 }
 
 bool lease_is_live(const KeyRecord &record, TimestampTz now) {
@@ -279,6 +290,13 @@ Reservation reserve_key(const ReserveRequest &req) {
             if (waited) end_if_client_gone();
             result.outcome = Outcome::New;
             result.record = new_claim(req, now, 1);
+            if (req.complete_now) {
+                // Written now: a rollback of the caller's transaction (or savepoint) frees the
+                // key again; nothing is left pending for commit.
+                mark_completed(&result.record, now);
+                insert_key(result.record);
+                return result;
+            }
             PendingClaim *pending = add_pending_claim(result.record);
             // Without the direct path on Citus the row is written now, inside the delegated
             // call (at pre-commit SPI would go through Citus, which refuses it there).
@@ -298,6 +316,7 @@ Reservation reserve_key(const ReserveRequest &req) {
         } else {
             if (waited) end_if_client_gone();
             take_over(&result.record, req, now);
+            if (req.complete_now) mark_completed(&result.record, now);
             count_stat(kStatTakeover);
             update_key(result.record);
             result.outcome = Outcome::New;
@@ -380,6 +399,17 @@ Datum reservation_datum(FunctionCallInfo fcinfo, const Reservation &r) {
     return HeapTupleGetDatum(tuple);
 }
 
+// The time arguments of reserve and claim_once: retention within idempotency.max_retention;
+// leases and expiry times must stay valid timestamps (until the year 294276); a longer wait
+// is a wait without end.
+void check_request_times(ReserveRequest *req) {
+    check_retention(req->retention);
+    TimestampTz now = GetCurrentTimestamp();
+    check_reachable(now, req->lock_ttl, "lock_ttl");
+    check_reachable(now, req->retention, "retention");
+    req->wait = Min(req->wait, END_TIMESTAMP - now);
+}
+
 }  // namespace
 
 IDEM_FUNCTION(idem_reserve) {
@@ -391,19 +421,57 @@ IDEM_FUNCTION(idem_reserve) {
     req.lock_ttl = interval_arg_usecs(fcinfo, 3, "lock_ttl", false);
     req.retention = interval_arg_usecs(fcinfo, 4, "retention", false);
     req.wait = interval_arg_usecs(fcinfo, 5, "wait", true);
-    check_retention(req.retention);
-    // Leases and expiry times must stay valid timestamps (until the year 294276); a longer
-    // wait is a wait without end.
-    TimestampTz now = GetCurrentTimestamp();
-    check_reachable(now, req.lock_ttl, "lock_ttl");
-    check_reachable(now, req.retention, "retention");
-    req.wait = Min(req.wait, END_TIMESTAMP - now);
+    check_request_times(&req);
 
     Storage storage = open_storage();
     Reservation reservation = reserve_key(req);
     count_reserve(int(reservation.outcome));
     close_storage(storage);
     return reservation_datum(fcinfo, reservation);
+}
+
+// claim_once(scope, key, retention, wait): reserve and complete in one statement, for a
+// consumer that applies a message in the same transaction: true the first time (the key is
+// now completed in this transaction; a rollback frees it again), false once it is completed
+// (a redelivery). A key another holder has (a transaction still open, or a lease not lapsed)
+// is an error after `wait`, like a too-old UUIDv7 / ULID key: a consumer has no answer to
+// return for those, only a message to leave unacknowledged.
+IDEM_FUNCTION(idem_claim_once) {
+    PreventCommandIfReadOnly("idempotency.claim_once()");
+    ReserveRequest req;
+    req.scope = name_arg(fcinfo, 0, "scope");
+    req.key = name_arg(fcinfo, 1, "key");
+    req.request_hash = nullptr;
+    req.lock_ttl = 0;  // no lease: the record is completed at once
+    req.retention = interval_arg_usecs(fcinfo, 2, "retention", false);
+    req.wait = interval_arg_usecs(fcinfo, 3, "wait", true);
+    req.complete_now = true;
+    check_request_times(&req);
+
+    Storage storage = open_storage();
+    Reservation reservation = reserve_key(req);
+    count_reserve(int(reservation.outcome));
+    if (reservation.outcome == Outcome::New) count_stat(kStatComplete);
+    close_storage(storage);
+    switch (reservation.outcome) {
+        case Outcome::New:
+            PG_RETURN_BOOL(true);
+        case Outcome::Replay:
+        case Outcome::Mismatch:  // no request_hash: never; a completed key either way
+            PG_RETURN_BOOL(false);
+        case Outcome::InProgress:
+            throw SqlError(kKeyInProgress, "idempotency key is in progress",
+                           "Another transaction holds the key: a competing consumer whose "
+                           "transaction is still open, or a claim whose lease has not lapsed.",
+                           "Leave the message unacknowledged (or requeue it) and retry later, "
+                           "or pass a wait to wait for the holder.");
+        case Outcome::TooOld:
+            throw SqlError(kKeyTooOld, "idempotency key is older than the retention window",
+                           "The key is a UUIDv7 or ULID made before now - retention: a record "
+                           "of its first delivery may have expired already.",
+                           "Dead-letter the message, or claim it with a longer retention.");
+    }
+    PG_RETURN_BOOL(false);
 }
 
 // --- complete, fail, checkpoint --------------------------------------------------------------

@@ -233,6 +233,7 @@ const char *const kKeyFunctions[] = {
     "idempotency.checkpoint(text, text, text, integer)",
     "idempotency.lookup(text, text)",
     "idempotency.forget(text, text)",
+    "idempotency.claim_once(text, text, interval, interval)",
 };
 
 const char *const kCitusHint =
