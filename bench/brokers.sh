@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Message consumers against RabbitMQ (issue 26): messages per second and CPU per message (the
 # consumer process and its PostgreSQL backend) of a consumer that applies each message exactly
-# once with the extension (examples/consumers' pattern: run_once by message id for a queue,
-# apply_once by offset for a stream) against the same consumer with no deduplication, a
-# transaction per message; and what batching buys (BATCH messages per transaction: a reserve
-# per message for a queue, one accept per stream). Python (pika) and Node (amqplib), one run,
+# once with the extension (examples/consumers' pattern: consume_once, i.e. claim_once, by
+# message id for a queue, apply_once by offset for a stream) against the same consumer with no
+# deduplication, a transaction per message; the queue consumer with run_once (reserve and
+# complete: the pattern before claim_once) in the same rounds; and what batching buys (BATCH
+# messages per transaction: a claim_once per message for a queue, one accept per stream).
+# Python (pika) and Node (amqplib), one run,
 # ratios within a round, the order of the modes rotated each round. Method: bench/README.md,
 # "Message consumers". Writes bench/brokers.md.
 #
-#   bash bench/brokers.sh            full run (about 5 minutes on 2 cores)
+#   bash bench/brokers.sh            full run (about 6 minutes on 2 cores)
 #   bash bench/brokers.sh --smoke    a few seconds; its report goes under bench/out/ only
 #
 # Knobs (environment):

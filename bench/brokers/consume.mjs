@@ -8,7 +8,7 @@ import { performance } from 'node:perf_hooks';
 const require = createRequire(new URL('../../examples/consumers/package.json', import.meta.url));
 const amqp = require('amqplib');
 const pg = require('pg');
-const { applyOnce, complete, reserve, runOnce, watermark } =
+const { applyOnce, claimOnce, consumeOnce, runOnce, watermark } =
   await import(require.resolve('@idempotency/client'));
 
 const [model, mode] = process.argv.slice(2, 4);
@@ -42,6 +42,9 @@ async function handle(pending) {
     await db.query('COMMIT');
   } else if (mode === 'ext' && model === 'queue') {
     const id = pending[0].properties.messageId;
+    await consumeOnce(db, GROUP, id, () => apply(id));
+  } else if (mode === 'ext-runonce') {
+    const id = pending[0].properties.messageId;
     await runOnce(db, { scope: GROUP, key: id }, async () => {
       await apply(id);
       return { statusCode: 200, response: null };
@@ -53,11 +56,7 @@ async function handle(pending) {
     await db.query('BEGIN');
     for (const msg of pending) {
       const id = msg.properties.messageId;
-      const r = await reserve(db, GROUP, id);
-      if (r.outcome === 'new') {
-        await apply(id);
-        await complete(db, GROUP, id, 200, null);
-      }
+      if (await claimOnce(db, GROUP, id)) await apply(id);
     }
     await db.query('COMMIT');
   } else {

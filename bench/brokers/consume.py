@@ -4,12 +4,14 @@ applies each (a ledger insert) in one of four modes, acks after COMMIT, and prin
 (seconds from the first delivery to the last ack; CPU: this process's and its PostgreSQL
 backend's user + system time over the same span).
   bare         a transaction per message, no deduplication
-  ext          a transaction per message: run_once (queue, key = message id) or apply_once
-               (stream, accept of the offset), as examples/consumers does
+  ext          a transaction per message: consume_once (queue, claim_once of the message id) or
+               apply_once (stream, accept of the offset), as examples/consumers does
+  ext-runonce  (queue only) a transaction per message with run_once (reserve + complete): the
+               consumer of examples/consumers before claim_once, for comparison
   bare-batch   BATCH messages per transaction, no deduplication
-  ext-batch    BATCH messages per transaction: reserve + complete per message (queue), or one
-               accept of the batch's last offset after skipping offsets at or below the
-               watermark (stream; one consumer per stream and group at a time)
+  ext-batch    BATCH messages per transaction: claim_once per message (queue), or one accept
+               of the batch's last offset after skipping offsets at or below the watermark
+               (stream; one consumer per stream and group at a time)
     python3 consume.py MODEL MODE COUNT BATCH   (AMQP_URL, NAME, PG* from the environment)"""
 import os
 import resource
@@ -19,7 +21,7 @@ import time
 import pika
 import psycopg
 
-from pg_idempotency import apply_once, complete, reserve, run_once, watermark
+from pg_idempotency import apply_once, claim_once, consume_once, run_once, watermark
 
 model, mode, count, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 NAME, GROUP = os.environ["NAME"], "bench"
@@ -57,6 +59,9 @@ def handle(pending):
                 apply(props.message_id)
     elif mode == "ext" and model == "queue":
         _, props = pending[0]
+        consume_once(conn, GROUP, props.message_id, lambda c: apply(props.message_id))
+    elif mode == "ext-runonce":
+        _, props = pending[0]
         run_once(conn, GROUP, props.message_id, lambda: (apply(props.message_id), (200, None))[1])
     elif mode == "ext":
         _, props = pending[0]
@@ -64,10 +69,8 @@ def handle(pending):
     elif model == "queue":
         with conn.transaction():
             for _, props in pending:
-                r = reserve(conn, GROUP, props.message_id)
-                if r.outcome == "new":
+                if claim_once(conn, GROUP, props.message_id):
                     apply(props.message_id)
-                    complete(conn, GROUP, props.message_id, 200, None)
     else:
         with conn.transaction():
             w = watermark(conn, GROUP, NAME)

@@ -1,5 +1,6 @@
 """Drives bench/brokers.sh: per round, for each client (py, node), model (queue, stream) and
-mode (bare, ext, bare-batch, ext-batch; the order rotated each round), publishes COUNT
+mode (bare, ext, bare-batch, ext-batch, and for queues ext-runonce, the run_once consumer
+before claim_once; the order rotated each round), publishes COUNT
 messages into a fresh queue or stream, runs one consumer over them (consume.py /
 consume.mjs), and checks that every message was applied once. Prints the table and writes
 REPORT (markdown).
@@ -19,6 +20,7 @@ ROOT = HERE.parents[1]
 rounds, count, batch, report = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 CLIENTS, MODELS = ["py", "node"], ["queue", "stream"]
 MODES = ["bare", "ext", "bare-batch", "ext-batch"]
+MODES_OF = {"queue": MODES + ["ext-runonce"], "stream": MODES}
 AMQP_URL = os.environ["AMQP_URL"]
 runs = 0
 
@@ -67,9 +69,10 @@ def main():
     began = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rate, cpu = {}, {}
     for r in range(rounds):
-        modes = MODES[r % len(MODES):] + MODES[:r % len(MODES)]  # rotate the order
         for client in CLIENTS:
             for model in MODELS:
+                all_modes = MODES_OF[model]
+                modes = all_modes[r % len(all_modes):] + all_modes[:r % len(all_modes)]  # rotate
                 for mode in modes:
                     mps, us = consume(client, model, mode)
                     rate.setdefault((client, model, mode), []).append(mps)
@@ -91,17 +94,23 @@ def main():
     lines = [f"Run of {began}: {rounds} round(s) of {count} messages per consumer, batches of "
              f"{batch}; 1-minute load average {load_before} at the start, {load_after} at the "
              "end.", "",
+             "ext: consume_once (claim_once) for a queue, apply_once for a stream; run_once: the "
+             "queue consumer before claim_once (reserve + complete), measured in the same rounds.",
+             "",
              "| client | model | bare msg/s | ext msg/s | ext / bare | bare CPU us/msg | "
-             "ext CPU us/msg | bare-batch msg/s | ext-batch msg/s | ext-batch / bare-batch | "
-             "ext-batch / ext |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "ext CPU us/msg | run_once msg/s | run_once / bare | run_once CPU us/msg | "
+             "bare-batch msg/s | ext-batch msg/s | ext-batch / bare-batch | ext-batch / ext |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for client in CLIENTS:
         for model in MODELS:
             k = lambda mode: (client, model, mode)  # noqa: E731
+            before = (f"{med[k('ext-runonce')]:.0f} | "
+                      f"{fmt(ratio(k('ext-runonce'), k('bare'), rate))} | "
+                      f"{medcpu[k('ext-runonce')]:.0f}") if k('ext-runonce') in med else "- | - | -"
             lines.append(
                 f"| {client} | {model} | {med[k('bare')]:.0f} | {med[k('ext')]:.0f} | "
                 f"{fmt(ratio(k('ext'), k('bare'), rate))} | {medcpu[k('bare')]:.0f} | "
-                f"{medcpu[k('ext')]:.0f} | {med[k('bare-batch')]:.0f} | "
+                f"{medcpu[k('ext')]:.0f} | {before} | {med[k('bare-batch')]:.0f} | "
                 f"{med[k('ext-batch')]:.0f} | "
                 f"{fmt(ratio(k('ext-batch'), k('bare-batch'), rate))} | "
                 f"{fmt(ratio(k('ext-batch'), k('ext'), rate))} |")

@@ -97,11 +97,12 @@ export const BY_SQLSTATE: Readonly<Record<string, typeof IdempotencyError>>;
  * ConnectionLostError for a connection that is gone. */
 export function translate(err: unknown, client?: unknown): unknown;
 
+/** reserve's outcomes as errors; also claimOnce's IK003 / IK004, with reservation null. */
 export class OutcomeError extends IdempotencyError {
-  constructor(scope: string, key: string, reservation: Reservation, message: string);
+  constructor(scope: string, key: string, reservation: Reservation | null, message: string);
   scope: string;
   key: string;
-  reservation: Reservation;
+  reservation: Reservation | null;
   readonly httpStatus: number;
   static outcome: Outcome;
 }
@@ -241,6 +242,22 @@ export function watermark(client: Queryable, consumer: string, partition: string
 export function applyOnce(client: Queryable, consumer: string, partition: string,
   position: Position, fn: (client: Queryable) => unknown,
   options?: { strict?: boolean }): Promise<boolean>;
+
+// ---- a key per message: queue consumers ----
+
+export interface ClaimOnceOptions {
+  /** How long the key is kept (default '24 hours'); a number is seconds. */
+  retention?: Interval;
+  /** How long to wait for another holder (default '0'); a number is seconds. */
+  wait?: Interval;
+}
+/** idempotency.claim_once in the caller's transaction: true the first time, false for a
+ * redelivery; KeyInProgressError (IK003) / KeyTooOldError (IK004). */
+export function claimOnce(client: Queryable, scope: string, key: string,
+  options?: ClaimOnceOptions): Promise<boolean>;
+/** work(client) in one transaction with claimOnce: true if it ran, false for a redelivery. */
+export function consumeOnce(client: Queryable, scope: string, key: string,
+  work: (client: Queryable) => unknown, options?: ClaimOnceOptions): Promise<boolean>;
 export function nextKey(client: Queryable, stream: string): Promise<bigint>;
 export function emit(client: Queryable, topic: string, payload: unknown): Promise<bigint>;
 export function parseLsn(text: string): bigint;

@@ -5,9 +5,9 @@ export {
   MAX_DIGITS,
 } from './lib/fingerprint.js';
 export {
-  accept, applyOnce, checkpoint, complete, emit, fail, forget, formatLsn, idempotent, lookup,
-  lsnKey, lsnKeyParts, nextKey, parseLsn, query, requestHash, reserve, runExternal, runOnce,
-  watermark,
+  accept, applyOnce, checkpoint, claimOnce, complete, consumeOnce, emit, fail, forget, formatLsn,
+  idempotent, lookup, lsnKey, lsnKeyParts, nextKey, parseLsn, query, requestHash, reserve,
+  runExternal, runOnce, watermark,
 } from './lib/client.js';
 export {
   backoffDelay, IdempotentAction, idempotentFetch, IdempotentFetchError, isRetryableStatus,

@@ -1,15 +1,16 @@
 // A RabbitMQ queue consumer that applies each message exactly once (by its message id).
 //   QUEUE=payments AMQP_URL=amqp://... PGDATABASE=... node queue_consumer.js
 // The broker redelivers a message whose ack it has not received (the consumer died, its channel
-// closed), perhaps to another consumer and out of order. The message id is the key: runOnce
-// claims it in the same transaction as the effect, and the ack goes out only after COMMIT.
-// Died before COMMIT: nothing of it is stored, the redelivery applies it. Died after COMMIT,
-// before the ack: the redelivery finds the key completed (a replay) and is only acknowledged.
+// closed), perhaps to another consumer and out of order. The message id is the key: consumeOnce
+// claims it and marks it done (idempotency.claim_once, one statement) in the same transaction
+// as the effect, and the ack goes out only after COMMIT. Died before COMMIT: nothing of it is
+// stored, the redelivery applies it. Died after COMMIT, before the ack: the redelivery finds the
+// key completed (consumeOnce resolves false) and is only acknowledged.
 // Producers must set a message id that stays the same on every retry of theirs.
 import { pathToFileURL } from 'node:url';
 import amqp from 'amqplib';
 import pg from 'pg';
-import { runOnce } from '@idempotency/client';
+import { consumeOnce } from '@idempotency/client';
 import { AMQP_URL, GROUP, apply, exitOnClose, noPhase } from './common.js';
 
 const QUEUE = process.env.QUEUE ?? 'payments';
@@ -35,12 +36,11 @@ export async function main(onPhase = noPhase) {
     const id = msg.properties.messageId;
     await onPhase('received', id);
     // wait: a competing consumer may hold the key (its transaction still open) for a moment.
-    const result = await runOnce(db, { scope: GROUP, key: id, wait: '30 seconds' }, async () => {
-      await apply(db, id, msg.content);
+    const applied = await consumeOnce(db, GROUP, id, async (c) => {
+      await apply(c, id, msg.content);
       await onPhase('effect_written', id);
-      return { statusCode: 200, response: null }; // what a replay would see
-    });
-    await onPhase(result.replayed ? 'duplicate' : 'committed', id);
+    }, { wait: '30 seconds' });
+    await onPhase(applied ? 'committed' : 'duplicate', id);
     channel.ack(msg); // only now: after COMMIT
     await onPhase('acked', id);
   }

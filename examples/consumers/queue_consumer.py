@@ -3,10 +3,11 @@
     QUEUE=payments AMQP_URL=amqp://... PGDATABASE=... python3 queue_consumer.py
 
 The broker redelivers a message whose ack it has not received (the consumer died, its channel
-closed), perhaps to another consumer and out of order. The message id is the key: run_once
-claims it in the same transaction as the effect, and the ack goes out only after COMMIT. Died
-before COMMIT: nothing of it is stored, the redelivery applies it. Died after COMMIT, before the
-ack: the redelivery finds the key completed (a replay) and is only acknowledged.
+closed), perhaps to another consumer and out of order. The message id is the key: consume_once
+claims it and marks it done (idempotency.claim_once, one statement) in the same transaction as
+the effect, and the ack goes out only after COMMIT. Died before COMMIT: nothing of it is stored,
+the redelivery applies it. Died after COMMIT, before the ack: the redelivery finds the key
+completed (consume_once returns False) and is only acknowledged.
 Producers must set a message id that stays the same on every retry of theirs."""
 import os
 
@@ -14,7 +15,7 @@ import pika
 import psycopg
 
 from common import AMQP_URL, GROUP, apply, no_phase
-from pg_idempotency import run_once
+from pg_idempotency import consume_once
 
 QUEUE = os.environ.get("QUEUE", "payments")
 
@@ -28,14 +29,13 @@ def main(on_phase=no_phase):
     def on_message(ch, method, props, body):
         on_phase("received", props.message_id)
 
-        def work():
-            apply(conn, props.message_id, body)
+        def work(c):
+            apply(c, props.message_id, body)
             on_phase("effect_written", props.message_id)
-            return 200, None  # what a replay would see (nothing needed here)
 
         # wait: a competing consumer may hold the key (its transaction still open) for a moment.
-        result = run_once(conn, GROUP, props.message_id, work, wait="30 seconds")
-        on_phase("duplicate" if result.replayed else "committed", props.message_id)
+        applied = consume_once(conn, GROUP, props.message_id, work, wait="30 seconds")
+        on_phase("committed" if applied else "duplicate", props.message_id)
         ch.basic_ack(method.delivery_tag)  # only now: after COMMIT
         on_phase("acked", props.message_id)
 

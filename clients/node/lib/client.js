@@ -355,6 +355,40 @@ export async function applyOnce(client, consumer, partition, position, fn, { str
   });
 }
 
+// ---- a key per message: queue consumers ----
+
+// idempotency.claim_once in the caller's transaction: true the first time (the key is now
+// completed in this transaction: apply the message in it), false for a redelivery.
+// KeyInProgressError (IK003) if another holder has the key after wait, KeyTooOldError (IK004)
+// for a UUIDv7 / ULID key older than retention; KeyEmptyError / KeyTooLongError before any query.
+export async function claimOnce(client, scope, key, { retention = '24 hours', wait = '0' } = {}) {
+  checkNames(scope, key);
+  try {
+    const { rows } = await query(client,
+      'SELECT idempotency.claim_once($1, $2, $3::interval, $4::interval) AS claimed',
+      [scope, key, interval(retention), interval(wait)]);
+    return rows[0].claimed;
+  } catch (err) {
+    if (err instanceof KeyInProgressError || err instanceof KeyTooOldError)
+      Object.assign(err, { scope, key });
+    throw err;
+  }
+}
+
+// Runs work(client) in one transaction with claimOnce(scope, key): true if it ran, false for a
+// redelivery (the key is completed: acknowledge the message without running work). A savepoint
+// if the caller has a transaction open, else a transaction committed before this resolves:
+// acknowledge the message after that. An error in work rolls the claim back with it (the
+// redelivery is applied); a connection that breaks rejects with ConnectionLostError (nothing
+// of the transaction was kept, unless it broke during COMMIT: the redelivery then gives false).
+export async function consumeOnce(client, scope, key, work, options = {}) {
+  return inTransaction(client, async () => {
+    if (!(await claimOnce(client, scope, key, options))) return false;
+    await work(client);
+    return true;
+  });
+}
+
 export async function nextKey(client, stream) {
   const { rows } = await query(client, 'SELECT idempotency.next_key($1)::text AS k', [stream]);
   return BigInt(rows[0].k);

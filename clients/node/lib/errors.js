@@ -90,7 +90,7 @@ export function isConnectionLost(err, client) {
     /Connection terminated|not queryable|Client was closed/.test(err.message);
 }
 
-export const BY_SQLSTATE = Object.freeze({
+export const BY_SQLSTATE = {
   ...Object.fromEntries([
     NullValueNotAllowedError, InvalidParameterValueError, ProgramLimitExceededError,
     ArraySubscriptError, ObjectNotInPrerequisiteStateError, StaleAttemptError,
@@ -101,7 +101,7 @@ export const BY_SQLSTATE = Object.freeze({
   ].map((cls) => [cls.sqlstate, cls])),
   '22P05': InvalidJsonError, // \u0000 in a jsonb value
   '22021': InvalidJsonError, // invalid UTF-8
-});
+};
 
 // The typed error for an error of pg (the error itself for an unlisted SQLSTATE, or for
 // something that is not a server error); ConnectionLostError for a connection that is gone.
@@ -113,6 +113,11 @@ export function translate(err, client) {
   }
   const cls = typeof err.code === 'string' ? BY_SQLSTATE[err.code] : undefined;
   if (cls === undefined || err.severity === undefined) return err;
+  if (cls.prototype instanceof OutcomeError) {
+    // claimOnce's IK003 / IK004: reserve's outcomes as errors (no reservation to carry).
+    const typed = new cls(null, null, null, err.message);
+    return Object.assign(typed, { code: err.code, detail: err.detail, hint: err.hint, cause: err });
+  }
   const typed = new cls(err.message, { code: err.code, detail: err.detail, hint: err.hint,
     cause: err });
   if (cls === TransactionAbortedError && typed.hint === undefined)
@@ -133,7 +138,8 @@ export class OutcomeError extends IdempotencyError {
 }
 
 // Another holder's claim is live: 409, retry after retryAfter seconds (the time left on the
-// holder's lease, or 1 while the holder is still inside its transaction).
+// holder's lease, or 1 while the holder is still inside its transaction). Also the server's
+// IK003 (claim_once of a key another holder has; reservation is null).
 export class KeyInProgressError extends OutcomeError {
   static outcome = 'in_progress';
   get httpStatus() { return 409; }
@@ -150,11 +156,16 @@ export class KeyMismatchError extends OutcomeError {
   get httpStatus() { return 422; }
 }
 
-// The key embeds a creation time older than the retention window: 422.
+// The key embeds a creation time older than the retention window: 422. Also the server's IK004
+// (claim_once of such a key; reservation is null).
 export class KeyTooOldError extends OutcomeError {
   static outcome = 'too_old';
   get httpStatus() { return 422; }
 }
+
+BY_SQLSTATE.IK003 = KeyInProgressError; // claim_once: another holder has the key
+BY_SQLSTATE.IK004 = KeyTooOldError; // claim_once: a UUIDv7 / ULID key older than retention
+Object.freeze(BY_SQLSTATE);
 
 // ---- refused by the helpers before any query ----
 

@@ -15,7 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { ConnectionLostError, emit, OutboxConsumer, runOnce } from '../index.js';
+import { ConnectionLostError, consumeOnce, emit, OutboxConsumer, runOnce } from '../index.js';
 import { connect, databases } from './db.js';
 
 const SERVICE = fileURLToPath(new URL('service_proc.js', import.meta.url));
@@ -224,6 +224,29 @@ test('runOnce on a connection terminated during the work: ConnectionLostError', 
   }), ConnectionLostError);
   await assert.rejects(client.query('SELECT 1')); // not queryable; no unhandled error either
   assert.deepEqual(await ordersOf(key), []);
+});
+
+test('consumeOnce on a connection terminated during the work: ConnectionLostError, and the ' +
+  'redelivery is applied once', async () => {
+  const client = await connect(dbs.source);
+  const { rows } = await client.query('SELECT pg_backend_pid() AS pid');
+  const key = randomUUID();
+  const insert = (c) => c.query('INSERT INTO orders (k) VALUES ($1)', [key]);
+  await assert.rejects(consumeOnce(client, 'faults-queue', key, async (c) => {
+    await insert(c);
+    await check.query('SELECT pg_terminate_backend($1)', [rows[0].pid]);
+    await waitFor('the error to arrive', () => client._queryable === false);
+  }), ConnectionLostError);
+  assert.deepEqual(await ordersOf(key), []); // neither the effect nor the claim was kept
+  await assert.rejects(consumeOnce(client, 'faults-queue', key, insert), ConnectionLostError);
+  const again = await connect(dbs.source);
+  try {
+    assert.equal(await consumeOnce(again, 'faults-queue', key, insert), true);
+    assert.equal(await consumeOnce(again, 'faults-queue', key, insert), false);
+  } finally {
+    await again.end();
+  }
+  assert.equal((await ordersOf(key)).length, 1);
 });
 
 test('the outbox consumer\'s target connection terminated: run rejects, ConnectionLostError',

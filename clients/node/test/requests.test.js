@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, beforeEach, test } from 'node:test';
 import {
-  accept, applyOnce, checkpoint, complete, DuplicateObjectError, emit, fail, fingerprint,
+  accept, applyOnce, checkpoint, claimOnce, complete, consumeOnce, DuplicateObjectError, emit, fail, fingerprint,
   formatLsn, idempotent, IdempotencyError, InvalidParameterValueError, KeyInProgressError,
   KeyMismatchError, KeyTooOldError, lookup, lsnKey, lsnKeyParts, nextKey,
   NullValueNotAllowedError, ObjectNotInPrerequisiteStateError, parseLsn,
@@ -371,6 +371,66 @@ test('accept / watermark / applyOnce: bigint and UUID positions, watermark as a 
   assert.equal(await watermark(conn, 'c3', 'p'), (0x16b374d848n << 64n) | 0x16b374d000n);
   await assert.rejects(accept(conn, 'c1', 'p', 1.5), TypeError);
   await assert.rejects(accept(conn, 'c1', 'p', -1), InvalidParameterValueError);
+});
+
+test('consumeOnce applies each message once; an error in the work frees the key', async () => {
+  const k = key();
+  const work = (c) => insert(c, k, { via: 'consumeOnce' });
+  assert.equal(await consumeOnce(conn, 'queue', k, work), true);
+  assert.equal(await consumeOnce(conn, 'queue', k, work), false); // a redelivery
+  assert.equal(await count(k), 1);
+  assert.equal((await lookup(conn, 'queue', k)).state, 'completed');
+  const k2 = key();
+  await assert.rejects(consumeOnce(conn, 'queue', k2, () => { throw new Error('no'); }), /no/);
+  assert.equal(await lookup(conn, 'queue', k2), null);
+  assert.equal(await consumeOnce(conn, 'queue', k2, work), true);
+  // inside the caller's transaction: a savepoint, committed with it
+  const k3 = key();
+  await conn.query('BEGIN');
+  assert.equal(await consumeOnce(conn, 'queue', k3, () => {}), true);
+  assert.equal(await consumeOnce(conn, 'queue', k3, () => {}), false);
+  await conn.query('COMMIT');
+  assert.equal(await claimOnce(conn, 'queue', k3), false);
+  await assert.rejects(consumeOnce(conn, 'queue', '', work), KeyEmptyError);
+});
+
+test('consumeOnce of a key another consumer holds: KeyInProgressError, or a wait', async () => {
+  const k = key();
+  await conn.query('BEGIN');
+  assert.equal(await claimOnce(conn, 'queue', k), true);
+  await assert.rejects(consumeOnce(conn2, 'queue', k, () => {}), (err) => {
+    assert.ok(err instanceof KeyInProgressError, `${err.name}: ${err.message}`);
+    assert.equal(err.code, 'IK003');
+    assert.equal(err.httpStatus, 409);
+    assert.equal(err.retryAfter, 1);
+    assert.equal(err.reservation, null);
+    assert.deepEqual([err.scope, err.key], ['queue', k]);
+    assert.ok(err.hint);
+    return true;
+  });
+  await conn.query('COMMIT');
+  assert.equal(await consumeOnce(conn2, 'queue', k, () => {}), false);
+  // the holder rolls back while the second consumer waits: the second one applies it
+  const k2 = key();
+  await conn.query('BEGIN');
+  assert.equal(await claimOnce(conn, 'queue', k2), true);
+  const holder = (await conn.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+  const waiter = (await conn2.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+  const waiting = consumeOnce(conn2, 'queue', k2, () => {}, { wait: '20 seconds' });
+  const watch = await connect(db);
+  try {
+    while (!(await watch.query('SELECT $1 = ANY(pg_blocking_pids($2)) AS b', [holder, waiter]))
+      .rows[0].b) await new Promise((resolve) => { setTimeout(resolve, 10); });
+  } finally {
+    await watch.end();
+  }
+  await conn.query('ROLLBACK');
+  assert.equal(await waiting, true);
+  // a UUIDv7 older than the retention: KeyTooOldError (IK004)
+  const old = '01800000-0000-7000-8000-000000000000';
+  await assert.rejects(consumeOnce(conn, 'queue', old, () => {}, { retention: '1 hour' }),
+    (err) => err instanceof KeyTooOldError && err.code === 'IK004' && err.httpStatus === 422 &&
+      err.key === old);
 });
 
 test('nextKey is a bigint; emit gives an LSN; outbox keys round-trip with lsn_key', async () => {

@@ -1,8 +1,8 @@
 """Client for the idempotency PostgreSQL extension (psycopg 3)."""
 from .client import (Attempt, Claim, Lsn, Reservation, Result, accept, apply_once, checkpoint,
-                     claim, complete, emit, execute, fail, idempotent, lookup, lsn_key,
-                     lsn_key_parts, next_key, register_types, request_hash, reserve, run_external,
-                     run_once, watermark)
+                     claim, claim_once, complete, consume_once, emit, execute, fail, idempotent,
+                     lookup, lsn_key, lsn_key_parts, next_key, register_types, request_hash,
+                     reserve, run_external, run_once, watermark)
 from .consumer import Message, OutboxConsumer
 from .errors import *  # noqa: F401,F403  (the exception classes)
 from .errors import BY_SQLSTATE, IdempotencyError, translate

@@ -337,6 +337,41 @@ def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=Fals
     return True
 
 
+# ---- a key per message: queue consumers ----
+
+CLAIM_ONCE_SQL = "SELECT idempotency.claim_once(%s, %s, %s::interval, %s::interval)"
+
+
+def claim_once(conn, scope, key, *, retention="24 hours", wait="0") -> bool:
+    """idempotency.claim_once in the caller's transaction: true the first time (the key is now
+    completed in this transaction: apply the message in it), false for a redelivery.
+    KeyInProgress (IK003) if another holder has the key after `wait`, KeyTooOld (IK004) for a
+    UUIDv7 / ULID key older than `retention`; KeyMalformed before any query."""
+    check_names(scope, key)
+    try:
+        cur = execute(conn, CLAIM_ONCE_SQL, (scope, key, _interval(retention), _interval(wait)))
+    except (KeyInProgress, KeyTooOld) as e:
+        e.scope, e.key = scope, key
+        raise
+    return cur.fetchone()[0]
+
+
+def consume_once(conn, scope, key, work: Callable, *, retention="24 hours", wait="0") -> bool:
+    """Runs work(conn) in one transaction with claim_once(scope, key): true if it ran, false for
+    a redelivery (a key already completed: acknowledge the message without running work). The
+    transaction is the caller's savepoint if one is open, else its own, committed before this
+    returns: acknowledge the message after that. An exception in work rolls the claim back with
+    it (the redelivery is applied); KeyInProgress / KeyTooOld as claim_once; a connection that
+    breaks comes out as ConnectionLost (nothing of the transaction was kept, unless it broke
+    during COMMIT: the redelivery then answers false)."""
+    _check_usable(conn)
+    with _guard(conn), conn.transaction():
+        if not claim_once(conn, scope, key, retention=retention, wait=wait):
+            return False
+        work(conn)
+    return True
+
+
 def next_key(conn, stream) -> int:
     return execute(conn, "SELECT idempotency.next_key(%s)", (stream,)).fetchone()[0]
 

@@ -108,8 +108,15 @@ def translate(err: psycopg.Error) -> Exception:
     if cls is None:
         return err
     diag = err.diag
-    return cls(diag.message_primary or str(err), diag.message_detail, diag.message_hint,
-               sqlstate=err.sqlstate, pgerror=err)
+    message = diag.message_primary or str(err)
+    if issubclass(cls, OutcomeError):
+        # claim_once's IK003 / IK004: reserve's outcomes as errors (no reservation to carry).
+        typed = cls(None, None, None, message)
+        typed.detail, typed.hint, typed.sqlstate, typed.pgerror = (
+            diag.message_detail, diag.message_hint, err.sqlstate, err)
+        return typed
+    return cls(message, diag.message_detail, diag.message_hint, sqlstate=err.sqlstate,
+               pgerror=err)
 
 
 class KeyMalformed(IdempotencyError, ValueError):
@@ -178,7 +185,8 @@ class OutcomeError(IdempotencyError):
 
 class KeyInProgress(OutcomeError):
     """Another holder's claim is live: 409, retry after `retry_after` seconds (the time left on
-    the holder's lease, or 1 while the holder is still inside its transaction)."""
+    the holder's lease, or 1 while the holder is still inside its transaction). Also the
+    server's IK003 (claim_once of a key another holder has; `reservation` is None)."""
     http_status = 409
     outcome = "in_progress"
 
@@ -198,10 +206,14 @@ class KeyMismatch(OutcomeError):
 
 
 class KeyTooOld(OutcomeError):
-    """The key embeds a creation time older than the retention window: 422."""
+    """The key embeds a creation time older than the retention window: 422. Also the server's
+    IK004 (claim_once of such a key; `reservation` is None)."""
     http_status = 422
     outcome = "too_old"
 
+
+BY_SQLSTATE["IK003"] = KeyInProgress   # claim_once: another holder has the key
+BY_SQLSTATE["IK004"] = KeyTooOld       # claim_once: a UUIDv7 / ULID key older than retention
 
 __all__ = ["IdempotencyError", "ConnectionLost", "OutcomeError", "KeyInProgress", "KeyMismatch",
            "KeyTooOld", "TransactionAborted", "TransactionOpen", "KeyMalformed", "KeyEmpty",

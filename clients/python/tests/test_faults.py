@@ -7,7 +7,8 @@ import uuid
 import psycopg
 import pytest
 
-from pg_idempotency import ConnectionLost, apply_once, claim, execute, run_external, run_once
+from pg_idempotency import (ConnectionLost, apply_once, claim, consume_once, execute, run_external,
+                            run_once)
 
 
 @pytest.fixture
@@ -87,3 +88,24 @@ def test_apply_once_and_execute_on_a_broken_connection(orders):
     conn.close()
     with pytest.raises(ConnectionLost):
         execute(conn, "SELECT 1")
+
+
+def test_consume_once_backend_terminated_in_the_work(orders):
+    key = str(uuid.uuid4())
+    conn = psycopg.connect(orders)
+
+    def work(c):
+        insert(c, key)
+        terminate(orders, conn)
+        c.execute("SELECT 1")
+
+    with pytest.raises(ConnectionLost) as caught:
+        consume_once(conn, "faults-queue", key, work)
+    assert isinstance(caught.value, psycopg.OperationalError) and caught.value.sqlstate == "08006"
+    assert orders_of(orders, key) == []     # neither the effect nor the claim was kept
+    with psycopg.connect(orders) as again:  # the broker redelivers: applied once
+        assert consume_once(again, "faults-queue", key, lambda c: insert(c, key)) is True
+        assert consume_once(again, "faults-queue", key, lambda c: insert(c, key)) is False
+    assert len(orders_of(orders, key)) == 1
+    with pytest.raises(ConnectionLost):     # and a connection already broken
+        consume_once(conn, "faults-queue", key, lambda c: insert(c, key))

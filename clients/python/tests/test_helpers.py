@@ -350,6 +350,78 @@ def test_apply_once(conn):
     conn.rollback()
 
 
+def test_consume_once_applies_each_message_once(conn, orders):
+    key, ran = new_key(), []
+
+    def work(c):
+        c.execute("INSERT INTO orders (key) VALUES (%s)", (key,))
+        ran.append(key)
+
+    assert pi.consume_once(conn, "queue", key, work) is True
+    assert pi.consume_once(conn, "queue", key, work) is False   # a redelivery
+    assert ran == [key] and count_orders(conn, key) == 1
+    assert pi.lookup(conn, "queue", key)["state"] == "completed"
+    conn.rollback()
+    # an exception in the work rolls the claim back with it: the redelivery is applied
+    key2 = new_key()
+    with pytest.raises(ZeroDivisionError):
+        pi.consume_once(conn, "queue", key2, lambda c: 1 / 0)
+    assert pi.lookup(conn, "queue", key2) is None
+    conn.rollback()
+    assert pi.consume_once(conn, "queue", key2, work) is True
+    # inside the caller's transaction: a savepoint, committed with it
+    key3 = new_key()
+    with conn.transaction():
+        assert pi.consume_once(conn, "queue", key3, lambda c: None) is True
+        assert pi.consume_once(conn, "queue", key3, lambda c: None) is False
+    assert pi.claim_once(conn, "queue", key3) is False
+    conn.rollback()
+    with pytest.raises(pi.KeyMalformed):
+        pi.consume_once(conn, "queue", "", work)
+
+
+def test_consume_once_of_a_key_another_consumer_holds(dsn, conn, conn2):
+    key = new_key()
+    with conn.transaction():
+        assert pi.claim_once(conn, "queue", key) is True
+        with pytest.raises(pi.KeyInProgress) as e:
+            pi.consume_once(conn2, "queue", key, lambda c: None)
+        assert e.value.sqlstate == "IK003" and e.value.http_status == 409
+        assert e.value.scope == "queue" and e.value.key == key and e.value.retry_after == 1
+        assert e.value.reservation is None and e.value.hint
+    assert pi.consume_once(conn2, "queue", key, lambda c: None) is False   # committed: done
+    # waiting: the holder rolls back while the second consumer waits, which then applies it
+    key = new_key()
+    holder_pid = conn.info.backend_pid
+    conn.execute("SELECT idempotency.claim_once('queue', %s)", (key,))
+    result = {}
+    waiter = threading.Thread(target=lambda: result.setdefault(
+        "applied", pi.consume_once(conn2, "queue", key, lambda c: None, wait="20 seconds")))
+    waiter.start()
+    with psycopg.connect(dsn, autocommit=True) as watch:   # until the waiter waits for conn
+        while not watch.execute("SELECT %s = ANY(pg_blocking_pids(%s))",
+                                (holder_pid, conn2.info.backend_pid)).fetchone()[0]:
+            time.sleep(0.01)
+    conn.rollback()
+    waiter.join(30)
+    assert result == {"applied": True}
+
+
+def test_claim_once_too_old_and_typed_errors(conn):
+    old = "01800000-0000-7000-8000-000000000000"  # a UUIDv7 from 2022
+    with pytest.raises(pi.KeyTooOld) as e:
+        pi.consume_once(conn, "queue", old, lambda c: None, retention="1 hour")
+    assert e.value.sqlstate == "IK004" and e.value.http_status == 422 and e.value.key == old
+    conn.rollback()
+    with pytest.raises(pi.KeyInProgress):   # IK003 from a plain execute: the claim is this
+                                            # transaction's own reserve, not completed
+        with conn.transaction():
+            key = "own-" + new_key()
+            pi.reserve(conn, "queue", key)
+            pi.execute(conn, "SELECT idempotency.claim_once('queue', %s)", (key,))
+    conn.rollback()
+
+
 def test_lsn_key_codec_matches_sql(conn):
     lsn = pi.emit(conn, "t", {"a": 1})
     conn.commit()

@@ -1,7 +1,7 @@
 // Compiled (not run) by types.test.js with tsc --strict: the declarations describe the API as
 // the tests use it. Each @ts-expect-error line must stay an error, or tsc fails.
 import {
-  accept, answerFor, applyOnce, fingerprint, idempotencyMiddleware, idempotent, IdempotencyError,
+  accept, answerFor, applyOnce, claimOnce, consumeOnce, fingerprint, idempotencyMiddleware, idempotent, IdempotencyError,
   KeyInProgressError, lsnKeyParts, OutboxConsumer, type Queryable, runExternal, runOnce,
   StaleAttemptError, watermark,
 } from '@idempotency/client';
@@ -44,6 +44,11 @@ export async function usage(): Promise<void> {
   const w: bigint | null = await watermark(client, 'c', 'p');
   await accept(client, 'c', 'p', 5n);
   await applyOnce(client, 'c', 'p', '0000001600000000000000160000fff0', async (c) => c.query('SELECT 1'));
+  const applied: boolean = await consumeOnce(client, 'orders', 'msg-1', async (c) => c.query('SELECT 1'),
+    { retention: '7 days', wait: 2 });
+  const claimed: boolean = await claimOnce(client, 'orders', 'msg-1');
+  // @ts-expect-error the work takes the client
+  await consumeOnce(client, 'orders', 'msg-1', async (c: string) => c);
   const { commitLsn }: { commitLsn: bigint } = lsnKeyParts('00000016-b374-d848-0000-0016b374d000');
 
   const consumer = new OutboxConsumer(client, client, { slot: 's', consumer: 'billing' });
