@@ -51,7 +51,7 @@ expect "time partitions kept and distributed" \
 expect "key functions delegated by scope" \
   "$(coord -c "SELECT count(*) FROM pg_dist_object o JOIN pg_proc f ON f.oid = o.objid
                WHERE o.classid = 'pg_proc'::regclass AND f.pronamespace = 'idempotency'::regnamespace
-               AND o.distribution_argument_index = 0 AND o.force_delegation")" "6"
+               AND o.distribution_argument_index = 0 AND o.force_delegation")" "7"
 
 # --- one request, one shard ------------------------------------------------------------------
 t7=$(node_of tenant-7)
@@ -138,6 +138,14 @@ coord -c "SELECT idempotency.complete('tenant-5', 'ship-1', 200, '{}', attempt =
 expect "forget" "$(coord -c "SELECT idempotency.forget('tenant-5', 'ship-1')")" "t"
 expect "after forget: new" \
   "$(coord -c "SELECT outcome FROM idempotency.reserve('tenant-5', 'ship-1')")" "new"
+# claim_once (a key per message): delegated like reserve, its row in the scope's shard.
+expect "claim_once: the first delivery is applied" \
+  "$(coord -c "SELECT idempotency.claim_once('tenant-7', 'msg-1')")" "t"
+expect "claim_once: the redelivery is not" \
+  "$(coord -c "SELECT idempotency.claim_once('tenant-7', 'msg-1')")" "f"
+expect "claim_once: its row is completed in tenant-7's shard on $t7" \
+  "$(citus_node "$t7" -qAt -c "SELECT state FROM idempotency.keys_$shard
+                              WHERE scope = 'tenant-7' AND key = 'msg-1'")" "completed"
 # Retention: a record past its window is absent.
 coord -c "SELECT outcome FROM idempotency.reserve('tenant-8', 'short', retention => '1 second')" \
   -c "SELECT idempotency.complete('tenant-8', 'short', 200, '{}')" >/dev/null

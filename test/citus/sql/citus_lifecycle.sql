@@ -49,6 +49,17 @@ SELECT outcome FROM idempotency.reserve('tenant-5', '');
 SELECT outcome FROM idempotency.reserve('tenant-5', 'k', lock_ttl => '-1 second');
 SELECT idempotency.complete('tenant-5', 'k', 999, '{}');
 
+-- claim_once: a key per message, claimed and completed in one delegated call; a rollback
+-- frees it, a redelivery is false, another holder's live lease is IK003.
+BEGIN;
+SELECT idempotency.claim_once('tenant-6', 'msg-1');
+ROLLBACK;
+SELECT idempotency.claim_once('tenant-6', 'msg-1');
+SELECT idempotency.claim_once('tenant-6', 'msg-1');
+SELECT state, attempt FROM idempotency.lookup('tenant-6', 'msg-1');
+SELECT outcome FROM idempotency.reserve('tenant-6', 'msg-held', lock_ttl => '1 hour');
+SELECT idempotency.claim_once('tenant-6', 'msg-held');
+
 -- Not delegated (a CTE): refused.
 WITH r AS (SELECT * FROM idempotency.reserve('tenant-6', 'cte')) SELECT outcome FROM r;
 
