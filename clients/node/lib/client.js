@@ -196,6 +196,36 @@ async function inTransaction(client, fn) {
   }
 }
 
+// One transaction whose first statement is text (one row): resolves to then(row). On a client
+// with no transaction open, BEGIN and text go to the server as one simple query (the values
+// inlined as literals with the client's escapeLiteral; one round trip instead of two, as a
+// consumer pays per message), and COMMIT follows then(); otherwise inTransaction (a savepoint
+// inside the caller's transaction). An error rolls everything back and comes out typed.
+async function transactionWith(client, text, values, then) {
+  if (transactionStatus(client) !== 'I' || typeof client.escapeLiteral !== 'function')
+    return inTransaction(client, async () => then((await query(client, text, values)).rows[0]));
+  checkUsable(client);
+  const unwatch = watchConnection(client);
+  try {
+    const inlined = text.replace(/\$(\d+)/g, (_, n) => {
+      const v = values[Number(n) - 1];
+      return v === null || v === undefined ? 'NULL' : client.escapeLiteral(String(v));
+    });
+    let out;
+    try {
+      const results = await client.query(`BEGIN; ${inlined}`);
+      out = await then((Array.isArray(results) ? results.at(-1) : results).rows[0]);
+    } catch (err) {
+      await rollbackQuietly(client);
+      throw translate(err, client);
+    }
+    await query(client, 'COMMIT');
+    return out;
+  } finally {
+    unwatch();
+  }
+}
+
 const reserveOptions = (o) => ({ lockTtl: o.lockTtl, retention: o.retention, wait: o.wait });
 
 // The one-transaction helper. reserve, work and complete in one transaction (a savepoint if
@@ -317,11 +347,14 @@ function positionParam(position) {
   throw new TypeError('position must be a bigint, a safe integer, or a UUID string');
 }
 
+function acceptQuery(consumer, partition, position) {
+  const [value, type] = positionParam(position);
+  return [`SELECT idempotency.accept($1, $2, $3::${type}) AS accepted`, [consumer, partition, value]];
+}
+
 // idempotency.accept: true if position is above the watermark (and moves it there).
 export async function accept(client, consumer, partition, position) {
-  const [value, type] = positionParam(position);
-  const { rows } = await query(client,
-    `SELECT idempotency.accept($1, $2, $3::${type}) AS accepted`, [consumer, partition, value]);
+  const { rows } = await query(client, ...acceptQuery(consumer, partition, position));
   return rows[0].accepted;
 }
 
@@ -341,8 +374,8 @@ const positionValue = (p) => (typeof p === 'string' && UUID.test(p)
 // position below the watermark (not equal to it) throws PositionBelowWatermarkError instead of
 // returning false, for partitions that must arrive in order.
 export async function applyOnce(client, consumer, partition, position, fn, { strict = false } = {}) {
-  return inTransaction(client, async () => {
-    if (!(await accept(client, consumer, partition, position))) {
+  return transactionWith(client, ...acceptQuery(consumer, partition, position), async (row) => {
+    if (!row.accepted) {
       if (strict) {
         const mark = await watermark(client, consumer, partition);
         if (mark !== null && positionValue(position) < mark)
@@ -361,17 +394,22 @@ export async function applyOnce(client, consumer, partition, position, fn, { str
 // completed in this transaction: apply the message in it), false for a redelivery.
 // KeyInProgressError (IK003) if another holder has the key after wait, KeyTooOldError (IK004)
 // for a UUIDv7 / ULID key older than retention; KeyEmptyError / KeyTooLongError before any query.
+const CLAIM_ONCE = 'SELECT idempotency.claim_once($1, $2, $3::interval, $4::interval) AS claimed';
+
+function withKey(err, scope, key) {
+  if ((err instanceof KeyInProgressError || err instanceof KeyTooOldError) && err.key === null)
+    Object.assign(err, { scope, key });
+  return err;
+}
+
 export async function claimOnce(client, scope, key, { retention = '24 hours', wait = '0' } = {}) {
   checkNames(scope, key);
   try {
-    const { rows } = await query(client,
-      'SELECT idempotency.claim_once($1, $2, $3::interval, $4::interval) AS claimed',
+    const { rows } = await query(client, CLAIM_ONCE,
       [scope, key, interval(retention), interval(wait)]);
     return rows[0].claimed;
   } catch (err) {
-    if (err instanceof KeyInProgressError || err instanceof KeyTooOldError)
-      Object.assign(err, { scope, key });
-    throw err;
+    throw withKey(err, scope, key);
   }
 }
 
@@ -381,12 +419,18 @@ export async function claimOnce(client, scope, key, { retention = '24 hours', wa
 // acknowledge the message after that. An error in work rolls the claim back with it (the
 // redelivery is applied); a connection that breaks rejects with ConnectionLostError (nothing
 // of the transaction was kept, unless it broke during COMMIT: the redelivery then gives false).
-export async function consumeOnce(client, scope, key, work, options = {}) {
-  return inTransaction(client, async () => {
-    if (!(await claimOnce(client, scope, key, options))) return false;
-    await work(client);
-    return true;
-  });
+export async function consumeOnce(client, scope, key, work,
+  { retention = '24 hours', wait = '0' } = {}) {
+  checkNames(scope, key);
+  try {
+    return await transactionWith(client, CLAIM_ONCE,
+      [scope, key, interval(retention), interval(wait)], async (row) => {
+        if (row.claimed) await work(client);
+        return row.claimed;
+      });
+  } catch (err) {
+    throw withKey(err, scope, key);
+  }
 }
 
 export async function nextKey(client, stream) {

@@ -60,6 +60,37 @@ def _guard(conn):
         raise lost from e
 
 
+def _transaction_with(conn, first_sql: str, params, then: Callable):
+    """One transaction whose first statement is first_sql (one value): returns then(value).
+    On an autocommit connection with no transaction open, BEGIN and first_sql go to the server
+    as one query (psycopg's client-side binding; one round trip instead of two, as a consumer
+    pays per message), and COMMIT follows then(); otherwise conn.transaction() (a savepoint
+    inside the caller's transaction). An exception rolls everything back; errors of the
+    statements come out typed, a broken connection as ConnectionLost."""
+    _check_usable(conn)
+    if not (conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE):
+        with _guard(conn), conn.transaction():
+            return then(execute(conn, first_sql, params).fetchone()[0])
+    with _guard(conn):
+        try:
+            try:
+                cur = psycopg.ClientCursor(conn)
+                cur.execute("BEGIN; " + first_sql, params)
+                cur.nextset()  # BEGIN's result has no rows; first_sql's comes next
+                value = cur.fetchone()[0]
+            except psycopg.Error as e:
+                raise (lost_connection(conn, e) or translate(e)) from e
+            out = then(value)
+        except BaseException:
+            if not (conn.broken or conn.closed) and \
+                    conn.info.transaction_status != TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        execute(conn, "COMMIT")
+        return out
+
+
 def execute(conn: psycopg.Connection, sql: str, params=()):
     """Runs one statement; psycopg errors come out as the typed exceptions of errors.py
     (ConnectionLost for a connection that broke)."""
@@ -296,15 +327,16 @@ def _run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=No
 
 # ---- streams, watermarks, outbox keys ----
 
+def _accept_query(consumer, partition, position):
+    if isinstance(position, int):
+        return "SELECT idempotency.accept(%s, %s, %s::bigint)", (consumer, partition, position)
+    return ("SELECT idempotency.accept(%s, %s, %s::uuid)",
+            (consumer, partition, uuid.UUID(str(position))))
+
+
 def accept(conn, consumer, partition, position) -> bool:
     """idempotency.accept with an int (bigint) or uuid.UUID / UUID string (128-bit) position."""
-    if isinstance(position, int):
-        cur = execute(conn, "SELECT idempotency.accept(%s, %s, %s::bigint)",
-                      (consumer, partition, position))
-    else:
-        cur = execute(conn, "SELECT idempotency.accept(%s, %s, %s::uuid)",
-                      (consumer, partition, uuid.UUID(str(position))))
-    return cur.fetchone()[0]
+    return execute(conn, *_accept_query(consumer, partition, position)).fetchone()[0]
 
 
 def watermark(conn, consumer, partition) -> Optional[int]:
@@ -325,16 +357,17 @@ def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=Fals
     strict=True: a position below the watermark (not equal to it) raises
     PositionBelowWatermark instead of returning false, for partitions that must arrive in
     order (an out-of-order message would otherwise be skipped without a word)."""
-    _check_usable(conn)
-    with _guard(conn), conn.transaction():
-        if not accept(conn, consumer, partition, position):
+    def then(accepted):
+        if not accepted:
             if strict:
                 mark = watermark(conn, consumer, partition)
                 if mark is not None and _position_int(position) < mark:
                     raise PositionBelowWatermark(consumer, partition, position, mark)
             return False
         fn(conn)
-    return True
+        return True
+
+    return _transaction_with(conn, *_accept_query(consumer, partition, position), then)
 
 
 # ---- a key per message: queue consumers ----
@@ -364,12 +397,20 @@ def consume_once(conn, scope, key, work: Callable, *, retention="24 hours", wait
     it (the redelivery is applied); KeyInProgress / KeyTooOld as claim_once; a connection that
     breaks comes out as ConnectionLost (nothing of the transaction was kept, unless it broke
     during COMMIT: the redelivery then answers false)."""
-    _check_usable(conn)
-    with _guard(conn), conn.transaction():
-        if not claim_once(conn, scope, key, retention=retention, wait=wait):
-            return False
-        work(conn)
-    return True
+    check_names(scope, key)
+
+    def then(claimed):
+        if claimed:
+            work(conn)
+        return claimed
+
+    try:
+        return _transaction_with(conn, CLAIM_ONCE_SQL,
+                                 (scope, key, _interval(retention), _interval(wait)), then)
+    except (KeyInProgress, KeyTooOld) as e:
+        if e.key is None:
+            e.scope, e.key = scope, key
+        raise
 
 
 def next_key(conn, stream) -> int:

@@ -90,9 +90,10 @@ def test_apply_once_and_execute_on_a_broken_connection(orders):
         execute(conn, "SELECT 1")
 
 
-def test_consume_once_backend_terminated_in_the_work(orders):
+@pytest.mark.parametrize("autocommit", [False, True])
+def test_consume_once_backend_terminated_in_the_work(orders, autocommit):
     key = str(uuid.uuid4())
-    conn = psycopg.connect(orders)
+    conn = psycopg.connect(orders, autocommit=autocommit)
 
     def work(c):
         insert(c, key)

@@ -403,6 +403,41 @@ def test_consume_once_of_a_key_another_consumer_holds(conn, conn2):
     assert pi.consume_once(conn2, "queue", key, lambda c: None) is True
 
 
+def test_consume_once_and_apply_once_on_an_autocommit_connection(dsn, conn2, orders):
+    # BEGIN goes out with the first statement (one round trip); the rest as on other connections
+    ac = psycopg.connect(dsn, autocommit=True)
+    idle = psycopg.pq.TransactionStatus.IDLE
+    key, ran = new_key(), []
+    work = lambda c: (c.execute("INSERT INTO orders (key) VALUES (%s)", (key,)), ran.append(1))  # noqa: E731
+    assert pi.consume_once(ac, "queue", key, work) is True
+    assert pi.consume_once(ac, "queue", key, work) is False
+    assert ran == [1] and count_orders(conn2, key) == 1 and ac.info.transaction_status == idle
+    key2 = new_key()
+    with pytest.raises(ZeroDivisionError):
+        pi.consume_once(ac, "queue", key2, lambda c: 1 / 0)
+    assert ac.info.transaction_status == idle and pi.lookup(ac, "queue", key2) is None
+    # another holder: KeyInProgress, the connection usable afterwards
+    with conn2.transaction():
+        pi.claim_once(conn2, "queue", key2)
+        with pytest.raises(pi.KeyInProgress) as e:
+            pi.consume_once(ac, "queue", key2, work)
+        assert e.value.key == key2 and ac.info.transaction_status == idle
+    assert pi.consume_once(ac, "queue", key2, work) is False
+    # inside the caller's transaction: a savepoint, as on other connections
+    key3 = new_key()
+    with ac.transaction():
+        assert pi.consume_once(ac, "queue", key3, lambda c: None) is True
+        raise psycopg.Rollback()
+    assert pi.consume_once(ac, "queue", key3, lambda c: None) is True
+    # apply_once takes the same path: strict refusal rolls back, the watermark stays
+    part = new_key()
+    assert pi.apply_once(ac, "c", part, 7, lambda c: None) is True
+    with pytest.raises(pi.PositionBelowWatermark):
+        pi.apply_once(ac, "c", part, 5, lambda c: None, strict=True)
+    assert ac.info.transaction_status == idle and pi.watermark(ac, "c", part) == 7
+    ac.close()
+
+
 def test_claim_once_too_old_and_typed_errors(conn):
     old = "01800000-0000-7000-8000-000000000000"  # a UUIDv7 from 2022
     with pytest.raises(pi.KeyTooOld) as e:
