@@ -10,7 +10,7 @@
 # ratios within a round, the order of the modes rotated each round. Method: bench/README.md,
 # "Message consumers". Writes bench/brokers.md.
 #
-#   bash bench/brokers.sh            full run (about 6 minutes on 2 cores)
+#   bash bench/brokers.sh            full run (2 to 6 minutes on 2 cores)
 #   bash bench/brokers.sh --smoke    a few seconds; its report goes under bench/out/ only
 #
 # Knobs (environment):
