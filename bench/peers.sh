@@ -9,7 +9,11 @@
 #   bash bench/peers.sh            full run; report in bench/peers/results.md + results.png
 #   bash bench/peers.sh --smoke    seconds; report under bench/out/peers-smoke/
 # Knobs: BENCH_ROUNDS (3), BENCH_SECONDS (8 per scenario), BENCH_STRATEGIES, BENCH_FAULT_KEYS
-# (300), BENCH_PORT (22020 with IDEM_PORT_OFFSET=2000: PostgreSQL; +1 Redis, +2 the service).
+# (300), BENCH_FAULT_SECONDS (120: the longest a fault run waits for its keys), BENCH_PHASES
+# (speed roundtrips faults), BENCH_SCENARIOS (new8 replay8 new32 mix8 burst8: a mode and a
+# number of connections; replay needs new before it), BENCH_NODE_ARGS (options of the service's node in the speed phase,
+# e.g. --cpu-prof --cpu-prof-dir=DIR), BENCH_PORT (22020 with IDEM_PORT_OFFSET=2000:
+# PostgreSQL; +1 Redis, +2 the service).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
@@ -20,10 +24,16 @@ ROUNDS=${BENCH_ROUNDS:-3}
 SECONDS_PER=${BENCH_SECONDS:-8}
 MAXREQ=${BENCH_MAX_REQUESTS:-200000}
 FAULT_KEYS=${BENCH_FAULT_KEYS:-300}
+FAULT_SECONDS=${BENCH_FAULT_SECONDS:-120}
+PHASES=" ${BENCH_PHASES:-speed roundtrips faults} "
+# shellcheck disable=SC2206 # a list of words
+SCENARIOS=(${BENCH_SCENARIOS:-new8 replay8 new32 mix8 burst8})
+# shellcheck disable=SC2206 # a list of words
+NODE_ARGS=(${BENCH_NODE_ARGS:-})
 # shellcheck disable=SC2206 # a list of words
 STRATEGIES=(${BENCH_STRATEGIES:-middleware external fortress accelerator hybrid powertools
   express-idempotency})
-if [[ $SMOKE == 1 ]]; then ROUNDS=1 SECONDS_PER=1 MAXREQ=40 FAULT_KEYS=12; fi
+if [[ $SMOKE == 1 ]]; then ROUNDS=1 SECONDS_PER=1 MAXREQ=40 FAULT_KEYS=12 FAULT_SECONDS=10; fi
 BASE=${BENCH_PORT:-$((20020 + ${IDEM_PORT_OFFSET:-0}))}
 PGPORT_B=$BASE REDIS_PORT=$((BASE + 1)) SVC_PORT=$((BASE + 2))
 OUT=$IDEM_ROOT/bench/out/$([[ $SMOKE == 1 ]] && echo peers-smoke || echo peers)
@@ -98,8 +108,11 @@ cpu_ticks() {
 }
 HZ=$(getconf CLK_TCK)
 
-svc_start() {
-  STRATEGY=$1 node "$PEERS/service.mjs" >"$OUT/service-$1.log" 2>&1 &
+svc_start() { # STRATEGY [node options...]
+  # emptied here, not by the child's redirection: that may come after the wait below has read
+  # the "listening" of the previous start
+  : >"$OUT/service-$1.log"
+  STRATEGY=$1 node "${@:2}" "$PEERS/service.mjs" >>"$OUT/service-$1.log" 2>&1 &
   SVC_PID=$!
   until grep -q listening "$OUT/service-$1.log" 2>/dev/null; do
     kill -0 "$SVC_PID" 2>/dev/null ||
@@ -107,47 +120,84 @@ svc_start() {
     sleep 0.05
   done
 }
-svc_stop() { kill -9 "$SVC_PID" 2>/dev/null; wait "$SVC_PID" 2>/dev/null || true; SVC_PID=; }
+# SIGTERM: the service exits on it (a --cpu-prof profile is written then).
+svc_stop() { kill "$SVC_PID" 2>/dev/null; wait "$SVC_PID" 2>/dev/null || true; SVC_PID=; }
 
 # --- speed ----------------------------------------------------------------------------------
 SPEED=$OUT/speed.tsv
-printf 'round\tstrategy\tscenario\trps\tp50\tp99\tp999\tcpu_ms\tok\trequests\n' >"$SPEED"
+printf 'round\tstrategy\tscenario\trps\tp50\tp99\tp999\tcpu_ms\tok\trequests\tkeys\tdoubled\n' \
+  >"$SPEED"
+# Keys of KEYFILE that got more than one order.
+doubled() { q -c 'CREATE TEMP TABLE sent (k text)' -c "\\copy sent FROM '$1'" \
+  -c 'SELECT count(*) FROM (SELECT k FROM bench_orders WHERE k IN (SELECT k FROM sent)
+      GROUP BY k HAVING count(*) > 1) d'; }
 scenario() { # ROUND STRATEGY NAME MODE CONNS
-  local t0 t1 line
+  local t0 t1 line keys
   cpu_ticks >"$OUT/ticks0"
   line=$(node "$PEERS/load.mjs" "http://127.0.0.1:$SVC_PORT" "$4" "$5" "$SECONDS_PER" "$MAXREQ" \
-    "$OUT/keys-$2")
+    "$OUT/keys-$2" "$OUT/sent")
   cpu_ticks >"$OUT/ticks1"
-  python3 - "$1" "$2" "$3" "$line" "$OUT/ticks0" "$OUT/ticks1" "$HZ" >>"$SPEED" <<'PY'
+  keys=$(grep -c . "$OUT/sent" || true)
+  python3 - "$1" "$2" "$3" "$line" "$OUT/ticks0" "$OUT/ticks1" "$HZ" "$keys" "$(doubled "$OUT/sent")" \
+    >>"$SPEED" <<'PY'
 import json, sys
-rnd, strat, name, line, before, after, hz = sys.argv[1:]
+rnd, strat, name, line, before, after, hz, keys, doubled = sys.argv[1:]
 r = json.loads(line)
 t0 = dict(map(int, l.split()) for l in open(before) if l.strip())
 ticks = sum(t - t0.get(pid, 0) for pid, t in
             (map(int, l.split()) for l in open(after) if l.strip()))
 cpu = int(ticks) * 1000 / int(hz) / max(r["requests"], 1)
 print(f'{rnd}\t{strat}\t{name}\t{r["rps"]:.1f}\t{r["p50"]:.2f}\t{r["p99"]:.2f}\t{r["p999"]:.2f}'
-      f'\t{cpu:.3f}\t{r["ok"]}\t{r["requests"]}')
+      f'\t{cpu:.3f}\t{r["ok"]}\t{r["requests"]}\t{keys}\t{doubled}')
 PY
 }
 REDIS_MODE=default redis_start
-load1() { cut -d' ' -f1 /proc/loadavg; }
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/load.txt"
 n=${#STRATEGIES[@]}
 for ((round = 1; round <= ROUNDS; round++)); do
+  [[ $PHASES == *" speed "* ]] || break
   for ((i = 0; i < n; i++)); do
     s=${STRATEGIES[$(((i + round - 1) % n))]}
     reset_state
-    svc_start "$s"
+    svc_start "$s" "${NODE_ARGS[@]}"
     log "round $round: $s"
-    scenario "$round" "$s" new8 new 8
-    scenario "$round" "$s" replay8 replay 8
-    scenario "$round" "$s" new32 new 32
-    scenario "$round" "$s" mix8 mix 8
-    scenario "$round" "$s" burst8 burst 8
+    for sc in "${SCENARIOS[@]}"; do # new8 -> mode new, 8 connections
+      scenario "$round" "$s" "$sc" "${sc%%[0-9]*}" "${sc##*[a-z]}"
+    done
     svc_stop
   done
 done
+
+# --- round trips: one request at a time, answers counted on the service's connections ------
+RTT=$OUT/roundtrips.tsv
+printf 'strategy\tscenario\trequests\tpostgresql\tredis\n' >"$RTT"
+counted() { # the counters of the service (BENCH_COUNT=1): "postgresql redis"
+  node -e 'const r = await (await fetch(process.argv[1])).json();
+    console.log(r.postgresql, r.redis);' --input-type=module "http://127.0.0.1:$SVC_PORT/__roundtrips"
+}
+count_rtt() { # STRATEGY SCENARIO MODE REQUESTS
+  local before after
+  before=$(counted)
+  node "$PEERS/load.mjs" "http://127.0.0.1:$SVC_PORT" "$3" 1 60 "$4" "$OUT/rtt-keys" >/dev/null
+  after=$(counted)
+  python3 -c 'import sys
+s, sc, n, b0, b1, a0, a1 = sys.argv[1:]
+n = int(n)
+print(f"{s}\t{sc}\t{n}\t{(int(a0) - int(b0)) / n:.2f}\t{(int(a1) - int(b1)) / n:.2f}")' \
+    "$1" "$2" "$4" $before $after >>"$RTT"
+}
+if [[ $PHASES == *" roundtrips "* ]]; then
+  for s in "${STRATEGIES[@]}"; do
+    reset_state
+    BENCH_COUNT=1 svc_start "$s"
+    log "round trips: $s"
+    # warm: the pool's and Redis's connections opened, statements prepared
+    node "$PEERS/load.mjs" "http://127.0.0.1:$SVC_PORT" new 1 60 20 >/dev/null
+    count_rtt "$s" new new $((SMOKE == 1 ? 10 : 200))
+    count_rtt "$s" replay replay $((SMOKE == 1 ? 10 : 200))
+    svc_stop
+  done
+fi
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
 
 # --- faults ---------------------------------------------------------------------------------
@@ -160,7 +210,8 @@ pg_restart="source '$IDEM_ROOT/scripts/lib.sh'; cluster_crash '$DATA';
 # a key after 10 s: it shows that every fault run works, not what it finds.
 MODES=(default aof)
 [[ $SMOKE == 1 ]] && MODES=(default)
-for mode in "${MODES[@]}"; do
+[[ $PHASES == *" faults "* ]] || MODES=()
+for mode in ${MODES[@]+"${MODES[@]}"}; do
   redis_stop
   rm -rf "$REDIS_DIR"
   REDIS_MODE=$mode redis_start
@@ -181,7 +232,7 @@ for mode in "${MODES[@]}"; do
       cmd=$pg_restart
       [[ $fault == redis ]] && cmd=$redis_restart
       log "faults ($mode Redis): $s, $fault"
-      line=$(STRATEGY=$s FAULT_CMD=$cmd FAULT_SECONDS=$((SMOKE == 1 ? 10 : 120)) \
+      line=$(STRATEGY=$s FAULT_CMD=$cmd FAULT_SECONDS=$FAULT_SECONDS \
         FAULT_MIN_KILLS=$((SMOKE == 1 ? 1 : 4)) \
         node "$PEERS/faults.mjs" "$fault" "$FAULT_KEYS" 8)
       if [[ $fault == redis ]]; then REDIS_PID=$(cat "$OUT/redis.pid"); fi

@@ -1,15 +1,16 @@
 // The load generator: keep-alive HTTP clients in a loop, bounded in time and count.
-//   node load.mjs URL MODE CONNECTIONS SECONDS MAX_REQUESTS [KEYFILE]
+//   node load.mjs URL MODE CONNECTIONS SECONDS MAX_REQUESTS [KEYFILE [SENTFILE]]
 // MODE new: a new key each request; replay: keys of KEYFILE (completed before) again and again;
 // mix: 80% new keys, 20% a key this run sent before (a retry); burst: one key from every
 // connection at once, again and again. Prints one JSON line: requests, ok (2xx), statuses,
 // seconds, throughput, p50 / p99 / p99.9 in ms. With KEYFILE and MODE new, writes the
-// completed keys there (for replay).
+// completed keys there (for replay). With SENTFILE, writes every key sent (once each), so that
+// the harness can count the orders each got.
 import { randomUUID } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 
-const [url, mode, conns, seconds, maxRequests, keyFile] = process.argv.slice(2);
+const [url, mode, conns, seconds, maxRequests, keyFile, sentFile] = process.argv.slice(2);
 const agent = new http.Agent({ keepAlive: true, maxSockets: Number(conns) });
 const target = new URL(url);
 const bodyOf = (key) => JSON.stringify({ item: `sku-${key.slice(0, 6)}`, qty: 1 });
@@ -63,6 +64,7 @@ const t0 = Date.now();
 if (mode === 'burst') {
   while (more()) {
     const key = randomUUID();
+    sent.push(key);
     await Promise.all(Array.from({ length: Number(conns) }, () => one(key)));
   }
 } else {
@@ -71,6 +73,7 @@ if (mode === 'burst') {
 const secs = (Date.now() - t0) / 1000;
 latencies.sort((a, b) => a - b);
 const pct = (p) => latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))] ?? 0;
+if (sentFile) writeFileSync(sentFile, `${[...new Set(sent)].join('\n')}\n`);
 if (keyFile && mode === 'new') writeFileSync(keyFile, `${[...new Set(done)].join('\n')}\n`);
 console.log(JSON.stringify({ requests: latencies.length, ok: done.length, statuses, seconds: secs,
   rps: latencies.length / secs, p50: pct(0.5), p99: pct(0.99), p999: pct(0.999) }));

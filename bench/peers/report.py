@@ -1,5 +1,6 @@
-"""bench/peers report: medians over the rounds of speed.tsv, ratios to the middleware, the fault
-table, and a PNG chart (gnuplot) of throughput and p99 per strategy for new keys at 8
+"""bench/peers report: medians over the rounds of speed.tsv, ratios to the middleware, the keys
+that got more than one order (per scenario, summed over the rounds), the round trips per
+request (roundtrips.tsv), the fault table, and a PNG chart (gnuplot) of throughput and p99 per strategy for new keys at 8
 connections.   python3 report.py OUT_DIR REPORT_DIR"""
 import csv
 import os
@@ -18,6 +19,8 @@ SCENARIOS = [("new8", "new keys, 8 conn."), ("new32", "new keys, 32 conn."),
 
 rows = list(csv.DictReader(open(os.path.join(out, "speed.tsv")), delimiter="\t"))
 strategies = [s for s in NAMES if any(r["strategy"] == s for r in rows)]
+if not rows:
+    strategies = []
 med = {}
 for s in strategies:
     for sc, _ in SCENARIOS:
@@ -25,17 +28,33 @@ for s in strategies:
         if rs:
             med[s, sc] = {k: statistics.median(float(r[k]) for r in rs)
                           for k in ("rps", "p50", "p99", "p999", "cpu_ms", "ok", "requests")}
+            med[s, sc]["keys"] = sum(int(r.get("keys") or 0) for r in rs)
+            med[s, sc]["doubled"] = sum(int(r.get("doubled") or 0) for r in rs)
 rounds = len({r["round"] for r in rows})
 load = open(os.path.join(out, "load.txt")).read().strip()
 lines = [f"# bench/peers: results of one run", "",
          f"Medians of {rounds} round(s), strategy order rotated each round; {load}.",
          "Ratios are to (1) within this run. CPU ms per request: service + PostgreSQL + Redis",
-         "processes (from /proc). ok: 2xx answers (a replay counts; 409 and 422 do not).", ""]
+         "processes (from /proc). ok: 2xx answers (a replay counts; 409 and 422 do not).",
+         "doubled: keys of the scenario (all rounds) that got more than one order.", ""]
+rtt_path = os.path.join(out, "roundtrips.tsv")
+rtt = list(csv.DictReader(open(rtt_path), delimiter="\t")) if os.path.exists(rtt_path) else []
+if rtt:
+    lines += ["## Round trips per request", "",
+              "Counted in the service (BENCH_COUNT=1), one request at a time: PostgreSQL's",
+              "ReadyForQuery messages and Redis's replies on the service's own connections.", "",
+              "| strategy | new: PostgreSQL | new: Redis | new: total | replay: PostgreSQL "
+              "| replay: Redis | replay: total |", "|---|---|---|---|---|---|---|"]
+    by = {(r["strategy"], r["scenario"]): (float(r["postgresql"]), float(r["redis"])) for r in rtt}
+    for s in [s for s in NAMES if (s, "new") in by]:
+        (np, nr), (rp, rr) = by[s, "new"], by.get((s, "replay"), (0, 0))
+        lines.append(f"| {NAMES[s]} | {np:g} | {nr:g} | {np + nr:g} | {rp:g} | {rr:g} | {rp + rr:g} |")
+    lines.append("")
 for sc, title in SCENARIOS:
     base = med.get(("middleware", sc), {}).get("rps")
     lines += [f"## {title}", "",
-              "| strategy | req/s | x (1) | p50 ms | p99 ms | p99.9 ms | CPU ms/req | ok / sent |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| strategy | req/s | x (1) | p50 ms | p99 ms | p99.9 ms | CPU ms/req | ok / sent "
+              "| doubled / keys |", "|---|---|---|---|---|---|---|---|---|"]
     for s in strategies:
         m = med.get((s, sc))
         if not m:
@@ -43,7 +62,7 @@ for sc, title in SCENARIOS:
         ratio = f"{m['rps'] / base:.2f}" if base else "-"
         lines.append(f"| {NAMES[s]} | {m['rps']:,.0f} | {ratio} | {m['p50']:.2f} "
                      f"| {m['p99']:.2f} | {m['p999']:.2f} | {m['cpu_ms']:.2f} "
-                     f"| {m['ok']:.0f} / {m['requests']:.0f} |")
+                     f"| {m['ok']:.0f} / {m['requests']:.0f} | {m['doubled']} / {m['keys']} |")
     lines.append("")
 
 faults = list(csv.DictReader(open(os.path.join(out, "faults.tsv")), delimiter="\t"))

@@ -115,6 +115,65 @@ export async function checkpoint(client, scope, key, recoveryPoint, attempt = nu
     [scope, key, recoveryPoint, attempt]);
 }
 
+// ---- several statements in one round trip ----
+// A transaction that opens, reserves, and later completes and commits costs five round trips
+// one statement at a time (BEGIN, reserve, the work, complete, COMMIT). pg sends a query
+// without values as a simple query, which may hold several statements; the server runs them in
+// order and stops at the first error (the rest are skipped, so a COMMIT after a failed
+// complete never runs and the transaction is left failed, to be rolled back). The values go
+// in as literals (sqlLiteral: quotes and backslashes escaped, the form pg's own escapeLiteral
+// writes), the fingerprint as hex through decode(). A text holding a NUL cannot be sent in a
+// query text: then, and for values of other types than expected, the statements go one by
+// one with parameters as before (and fail the same way).
+
+// A SQL string literal of text: 'it''s', or E'a\\b' when it holds a backslash.
+export function sqlLiteral(text) {
+  const s = String(text);
+  const quoted = `'${s.replaceAll("'", "''").replaceAll('\\', '\\\\')}'`;
+  return s.includes('\\') ? ` E${quoted}` : quoted;
+}
+
+const literalSafe = (...texts) =>
+  texts.every((t) => t === null || t === undefined || !String(t).includes('\0'));
+const textOrNull = (v) => (v === null || v === undefined ? 'NULL' : sqlLiteral(v));
+const reserveValues = (scope, key, requestHash, lockTtl, retention, wait) =>
+  `${textOrNull(scope)}, ${textOrNull(key)}, ` +
+  `${requestHash ? `decode('${Buffer.from(requestHash).toString('hex')}', 'hex')` : 'NULL::bytea'}, ` +
+  `${textOrNull(interval(lockTtl))}::interval, ${textOrNull(interval(retention))}::interval, ` +
+  `${textOrNull(interval(wait))}::interval`;
+
+// `before` (say 'BEGIN' or 'SAVEPOINT s') then reserve, in one round trip. If it fails, it is
+// unknown whether `before` ran: roll back as after a failed reserve.
+export async function reserveAfter(client, before, scope, key, requestHash = null,
+  { lockTtl = '5 minutes', retention = '24 hours', wait = '0' } = {}) {
+  checkNames(scope, key);
+  const hash = requestHash === undefined ? null : requestHash;
+  if (!literalSafe(scope, key, interval(lockTtl), interval(retention), interval(wait)) ||
+    (hash !== null && !Buffer.isBuffer(hash) && !(hash instanceof Uint8Array))) {
+    await query(client, before);
+    return reserve(client, scope, key, hash, { lockTtl, retention, wait });
+  }
+  const results = await query(client, `${before}; ${RESERVE.replace(
+    '$1, $2, $3, $4::interval, $5::interval, $6::interval',
+    reserveValues(scope, key, hash, lockTtl, retention, wait))}`);
+  return reservationOf(results[results.length - 1].rows[0]);
+}
+
+// complete then `after` (say 'COMMIT' or 'RELEASE SAVEPOINT s'), in one round trip. A failed
+// complete skips `after`: the transaction is left failed, for the caller to roll back.
+export async function completeThen(client, after, scope, key, statusCode, response,
+  attempt = null) {
+  const text = json(response);
+  if (!literalSafe(scope, key) || !Number.isInteger(statusCode) ||
+    !(attempt === null || attempt === undefined || Number.isInteger(attempt))) {
+    await complete(client, scope, key, statusCode, response, attempt);
+    await query(client, after);
+    return;
+  }
+  await query(client, `SELECT idempotency.complete(${textOrNull(scope)}, ${textOrNull(key)}, ` +
+    `${statusCode}, ${textOrNull(text)}::jsonb, ${attempt ?? 'NULL'}::integer); ${after}`);
+}
+
 // What the server knows of a key, or null.
 export async function lookup(client, scope, key) {
   const { rows } = await query(client, 'SELECT * FROM idempotency.lookup($1, $2)', [scope, key]);
@@ -169,17 +228,22 @@ async function rollbackQuietly(client, sql = 'ROLLBACK') {
   }
 }
 
-// Runs fn() in a transaction of its own, or in a savepoint if the caller has one open; the
-// connection is watched throughout (fn's own queries included).
-async function inTransaction(client, fn) {
+// Runs fn(close, open) in a transaction of its own, or in a savepoint if the caller has one
+// open; the connection is watched throughout (fn's own queries included). open and close are
+// the statements that start and end it (BEGIN / COMMIT, or SAVEPOINT / RELEASE SAVEPOINT); with
+// opens or closes, fn sends that one itself, with a statement of its own (reserveAfter,
+// completeThen).
+async function inTransaction(client, fn, { opens = false, closes = false } = {}) {
   checkUsable(client);
   const unwatch = watchConnection(client);
   try {
     const nested = transactionStatus(client) === 'T';
-    await query(client, nested ? 'SAVEPOINT idempotency_helper' : 'BEGIN');
+    const open = nested ? 'SAVEPOINT idempotency_helper' : 'BEGIN';
+    const close = nested ? 'RELEASE SAVEPOINT idempotency_helper' : 'COMMIT';
+    if (!opens) await query(client, open);
     let out;
     try {
-      out = await fn();
+      out = await fn(close, open);
     } catch (err) {
       if (nested) {
         await rollbackQuietly(client, 'ROLLBACK TO SAVEPOINT idempotency_helper');
@@ -189,7 +253,7 @@ async function inTransaction(client, fn) {
       }
       throw translate(err, client);
     }
-    await query(client, nested ? 'RELEASE SAVEPOINT idempotency_helper' : 'COMMIT');
+    if (!closes) await query(client, close);
     return out;
   } finally {
     unwatch();
@@ -233,18 +297,21 @@ const reserveOptions = (o) => ({ lockTtl: o.lockTtl, retention: o.retention, wai
 // { statusCode, response }, and completes with it; on 'replay' returns the stored result
 // without running work; in_progress / mismatch / too_old throw KeyInProgressError /
 // KeyMismatchError / KeyTooOldError. An error in work rolls the claim back with the work.
+// Round trips: BEGIN + reserve in one, the work's, complete + COMMIT in one.
 export async function runOnce(client, options, work) {
   const { scope, key, request, exclude } = options;
   const hash = requestHash(request, exclude);
-  return inTransaction(client, async () => {
-    const r = await reserve(client, scope, key, hash, reserveOptions(options));
-    if (r.outcome === 'replay')
+  return inTransaction(client, async (close, open) => {
+    const r = await reserveAfter(client, open, scope, key, hash, reserveOptions(options));
+    if (r.outcome === 'replay') {
+      await query(client, close);
       return { statusCode: r.statusCode, response: r.response, replayed: true, attempt: r.attempt };
+    }
     raiseFor(scope, key, r);
     const { statusCode, response } = resultOf(await work(client, r), 'runOnce work');
-    await complete(client, scope, key, statusCode, response, r.attempt);
+    await completeThen(client, close, scope, key, statusCode, response, r.attempt);
     return { statusCode, response, replayed: false, attempt: r.attempt };
-  });
+  }, { opens: true, closes: true });
 }
 
 // runOnce as a wrapper: idempotent(fn, { scope, key, request, ... }) returns
@@ -290,8 +357,9 @@ async function runExternalWatched(client, options, work) {
     });
   }
   const hash = requestHash(request, exclude);
-  const r = await inTransaction(client,
-    () => reserve(client, scope, key, hash, reserveOptions(options)));
+  // The claim commits on its own: one statement with no transaction open (status 'I') is one.
+  const r = status === 'I' ? await reserve(client, scope, key, hash, reserveOptions(options))
+    : await inTransaction(client, () => reserve(client, scope, key, hash, reserveOptions(options)));
   if (r.outcome === 'replay')
     return { statusCode: r.statusCode, response: r.response, replayed: true, attempt: r.attempt };
   raiseFor(scope, key, r);
@@ -322,12 +390,12 @@ async function runExternalWatched(client, options, work) {
     throw err;
   }
   try {
-    result = await inTransaction(client, async () => {
+    result = await inTransaction(client, async (close) => {
       const final = finish ? await finish(client, result) : undefined;
       const stored = final === undefined ? result : resultOf(final, 'runExternal finish');
-      await complete(client, scope, key, stored.statusCode, stored.response, r.attempt);
+      await completeThen(client, close, scope, key, stored.statusCode, stored.response, r.attempt);
       return stored;
-    });
+    }, { closes: true });
   } catch (err) {
     if (!(err instanceof StaleAttemptError)) await release(err);
     throw translate(err, client);

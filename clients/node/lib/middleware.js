@@ -6,7 +6,7 @@
 // req.idempotency.client for its queries, and the answer it sends is held back until that
 // transaction has committed.
 import { createHash } from 'node:crypto';
-import { checkNames, reserve, complete, requestHash, watchConnection } from './client.js';
+import { checkNames, completeThen, requestHash, reserveAfter, watchConnection } from './client.js';
 import {
   ConnectionLostError, IdempotencyError, InvalidJsonError, isConnectionLost, KeyEmptyError,
   KeyInProgressError, KeyMismatchError, KeyTooLongError, KeyTooOldError, OutcomeError,
@@ -207,8 +207,8 @@ export function idempotencyMiddleware(options) {
     }
     try {
       unwatch = watchConnection(client);
-      await client.query('BEGIN');
-      reservation = await reserve(client, scope, key, hash, { lockTtl, retention, wait });
+      // BEGIN and reserve in one round trip
+      reservation = await reserveAfter(client, 'BEGIN', scope, key, hash, { lockTtl, retention, wait });
     } catch (err) {
       if (isConnectionLost(err, client)) {
         releaseClient(err);
@@ -224,22 +224,29 @@ export function idempotencyMiddleware(options) {
     }
 
     if (reservation.outcome !== 'new') {
+      // The answer is read, and the transaction wrote nothing: it is sent now, and the
+      // transaction rolled back after (the connection goes back to the pool once it has).
       try {
-        await client.query('ROLLBACK');
-        releaseClient();
-      } catch (err) {
-        releaseClient(err); // the answer is read already: a broken connection does not matter
+        if (reservation.outcome === 'replay') {
+          const { statusCode, response } = reservation;
+          send(res, statusCode, response,
+            { 'Idempotent-Replayed': 'true', ...replayHeaders(statusCode, response) });
+        } else {
+          const Outcome = {
+            in_progress: KeyInProgressError, mismatch: KeyMismatchError, too_old: KeyTooOldError,
+          }[reservation.outcome];
+          const answer = answerFor(new Outcome(scope, key, reservation, reservation.outcome));
+          send(res, answer.status, answer.body, answer.headers);
+        }
+      } finally {
+        try {
+          await client.query('ROLLBACK');
+          releaseClient();
+        } catch (err) {
+          releaseClient(err); // a broken connection: the server rolls back on its own
+        }
       }
-      if (reservation.outcome === 'replay') {
-        const { statusCode, response } = reservation;
-        return send(res, statusCode, response,
-          { 'Idempotent-Replayed': 'true', ...replayHeaders(statusCode, response) });
-      }
-      const Outcome = {
-        in_progress: KeyInProgressError, mismatch: KeyMismatchError, too_old: KeyTooOldError,
-      }[reservation.outcome];
-      const answer = answerFor(new Outcome(scope, key, reservation, reservation.outcome));
-      return send(res, answer.status, answer.body, answer.headers);
+      return undefined;
     }
 
     // 'new': hold the answer back until the transaction has committed.
@@ -249,13 +256,16 @@ export function idempotencyMiddleware(options) {
     let ended = false;
     let released = false;
     const restore = () => Object.assign(res, original);
-    const finishTransaction = async (sql) => {
+    // Ends the transaction with end(): ROLLBACK, or complete + COMMIT (one round trip). If
+    // that fails, the transaction is rolled back (a failed complete skipped the COMMIT) and the
+    // connection released, with the error if it is broken.
+    const finishTransaction = async (end) => {
       if (released) return;
       released = true;
       try {
         if (isConnectionLost(null, client))
           throw new ConnectionLostError('the connection to the server was lost');
-        await client.query(sql);
+        await end();
         releaseClient();
       } catch (err) {
         if (!isConnectionLost(err, client)) await client.query('ROLLBACK').catch(() => {});
@@ -263,6 +273,7 @@ export function idempotencyMiddleware(options) {
         throw err;
       }
     };
+    const rollback = () => client.query('ROLLBACK');
     const chunkOf = (chunk, encoding) =>
       (typeof chunk === 'string' ? Buffer.from(chunk, typeof encoding === 'string' ? encoding : 'utf8')
         : Buffer.from(chunk));
@@ -302,17 +313,17 @@ export function idempotencyMiddleware(options) {
           } catch {
             response = text; // not JSON: stored, and replayed, as a JSON string
           }
-          await complete(client, scope, key, status, response, reservation.attempt);
-          await finishTransaction('COMMIT');
+          await finishTransaction(() => completeThen(client, 'COMMIT', scope, key, status,
+            response, reservation.attempt));
         } else {
-          await finishTransaction('ROLLBACK');
+          await finishTransaction(rollback);
         }
       })().then(() => {
         restore();
         if (head) res.writeHead(...head);
         res.end(body, callback);
       }, async (err) => {
-        if (!released) await finishTransaction('ROLLBACK').catch(() => {});
+        if (!released) await finishTransaction(rollback).catch(() => {});
         restore();
         console.error(`idempotency: the answer to key "${key}" was not stored: ${err.message}`);
         res.removeHeader('Content-Length');
@@ -334,7 +345,7 @@ export function idempotencyMiddleware(options) {
     } catch (err) {
       if (!ended) { // the handler failed before answering: nothing of it commits
         ended = true;
-        await finishTransaction('ROLLBACK').catch(() => {});
+        await finishTransaction(rollback).catch(() => {});
         restore();
         settle();
       }

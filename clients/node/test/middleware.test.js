@@ -42,6 +42,8 @@ before(async () => {
     const { rows } = await client.query(
       'INSERT INTO orders (k, item, code) VALUES ($1, $2, $3) RETURNING id', [key, body.item,
         body.code ?? null]);
+    if (req.query.forget === '1')
+      await client.query('SELECT idempotency.forget($1, $2)', [req.idempotency.scope, key]);
     if (req.query.answer === '503') return res.status(503).json({ error: 'try later' });
     if (req.query.throw === '1') throw new Error('handler failed');
     return res.status(201).location(`/orders/${rows[0].id}`)
@@ -188,6 +190,30 @@ test('the answer waits for the commit: a commit that fails turns 201 into 500', 
   assert.equal(await lookup(check, 'acct_1', key), null, 'the claim rolled back too');
 });
 
+test('a complete that fails turns 201 into 500: the COMMIT is skipped, nothing is stored', async () => {
+  const key = randomUUID();
+  // The handler forgets its own claim: complete then fails, and the COMMIT sent with it is
+  // skipped by the server.
+  const res = await post({ key, query: 'forget=1' });
+  assert.equal(res.status, 500);
+  assert.equal(res.headers.get('location'), null);
+  assert.equal(res.body.error, 'internal_error');
+  assert.deepEqual(await ordersOf(key), []);
+  assert.equal(await lookup(check, 'acct_1', key), null);
+  assert.equal((await post({ key })).status, 201, 'the retry starts afresh');
+});
+
+test('a key with quotes and backslashes: stored and replayed as it is', async () => {
+  const key = `it's\\${randomUUID()}'--`;
+  const first = await post({ key });
+  assert.equal(first.status, 201);
+  const replay = await post({ key });
+  assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+  assert.deepEqual(replay.body, first.body);
+  assert.equal((await lookup(check, 'acct_1', key)).state, 'completed');
+  assert.equal((await ordersOf(key)).length, 1);
+});
+
 test('503 + Retry-After when the database is unreachable; the app keeps serving', async () => {
   const down = new pg.Pool({ host: '127.0.0.1', port: 1, connectionTimeoutMillis: 2000 });
   const app = express();
@@ -252,6 +278,8 @@ test('plain node:http: the middleware composes with an async handler', async () 
     const replay = await send('/ok', key);
     assert.equal(replay.headers.get('idempotent-replayed'), 'true');
     assert.equal(await replay.text(), text);
+    // A replay is sent before its ROLLBACK: the middleware settles once that is over.
+    while (handled.length < 4) await new Promise((r) => { setImmediate(r); });
     assert.deepEqual(handled, ['ok', 'handler failed', 'ok', 'ok']); // the 400 is answered by the middleware
     assert.equal((await ordersOf(key)).length, 1);
   } finally {

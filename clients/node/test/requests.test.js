@@ -102,6 +102,71 @@ test('runOnce inside an open transaction uses a savepoint: the caller commits', 
   assert.equal(await count(k), 1);
 });
 
+// Counts the round trips of a client (each query() call is one: pg does not pipeline).
+function counting(client) {
+  const sent = [];
+  const original = client.query;
+  client.query = function counted(...args) {
+    sent.push(typeof args[0] === 'string' ? args[0] : args[0]?.text);
+    return original.apply(this, args);
+  };
+  return { sent, stop: () => { client.query = original; } };
+}
+
+test('runOnce: BEGIN + reserve in one round trip, complete + COMMIT in one', async () => {
+  const k = key();
+  const work = async (c) => ({ statusCode: 201, response: { id: await insert(c, k, {}) } });
+  let rt = counting(conn);
+  try {
+    assert.equal((await runOnce(conn, { scope: 's', key: k, request: { a: 1 } }, work)).replayed, false);
+  } finally { rt.stop(); }
+  assert.equal(rt.sent.length, 3, rt.sent.join('\n'));
+  assert.match(rt.sent[0], /^BEGIN; SELECT .*idempotency\.reserve\(/s);
+  assert.match(rt.sent[2], /^SELECT idempotency\.complete\(.*; COMMIT$/s);
+  rt = counting(conn);
+  try {
+    assert.equal((await runOnce(conn, { scope: 's', key: k, request: { a: 1 } }, work)).replayed, true);
+  } finally { rt.stop(); }
+  assert.deepEqual(rt.sent.slice(1), ['COMMIT']); // BEGIN + reserve, then COMMIT
+  assert.equal(await count(k), 1);
+  assert.equal(conn.getTransactionStatus(), 'I');
+});
+
+test('the statements sent as literals: a scope and key with quotes and backslashes', async () => {
+  for (const k of ["it's", 'back\\slash', "both\\'; SELECT 1; --", 'ünïcødé ✓']) {
+    const work = async (c) => ({ statusCode: 201, response: { k, id: await insert(c, k, {}) } });
+    const first = await runOnce(conn, { scope: "o'brien\\", key: k, request: { k } }, work);
+    assert.equal(first.replayed, false);
+    const again = await runOnce(conn, { scope: "o'brien\\", key: k, request: { k } }, work);
+    assert.equal(again.replayed, true);
+    assert.deepEqual(again.response, first.response);
+    assert.equal((await lookup(conn2, "o'brien\\", k)).state, 'completed');
+    await assert.rejects(runOnce(conn, { scope: "o'brien\\", key: k, request: { k: 2 } }, work),
+      KeyMismatchError);
+    assert.equal(await count(k), 1);
+  }
+});
+
+test('a key holding a NUL goes out with parameters, and fails as the server says', async () => {
+  const k = `nul\0key`;
+  await assert.rejects(runOnce(conn, { scope: 's', key: k }, () => assert.fail('the work ran')),
+    (err) => err instanceof IdempotencyError);
+  assert.equal(conn.getTransactionStatus(), 'I', 'rolled back');
+  assert.equal((await runOnce(conn, { scope: 's', key: key() }, () => [200, null])).replayed, false);
+});
+
+test('runOnce: a complete that fails skips the COMMIT: nothing of the work stays', async () => {
+  const k = key();
+  await assert.rejects(runOnce(conn, { scope: 's', key: k }, async (c) => {
+    await insert(c, k, {});
+    await c.query("SELECT idempotency.forget('s', $1)", [k]); // complete then has no claim
+    return [201, { ok: true }];
+  }), IdempotencyError);
+  assert.equal(conn.getTransactionStatus(), 'I');
+  assert.equal(await count(k), 0);
+  assert.equal(await lookup(conn2, 's', k), null);
+});
+
 test('runOnce: in_progress, mismatch and too_old are typed errors with an HTTP answer', async () => {
   const k = key();
   await conn2.query('BEGIN');
@@ -175,6 +240,29 @@ test('runExternal: the claim is committed before the call; complete is fenced', 
     () => assert.fail('a replay must not call out'));
   assert.equal(again.replayed, true);
 });
+
+test('runExternal: the claim is one statement (it commits on its own), the replay one round trip',
+  async () => {
+    const k = key();
+    const finish = async (client) => { await insert(client, k, {}); };
+    let rt = counting(conn);
+    try {
+      await runExternal(conn, { scope: 'acct', key: k, finish }, async () => [201, { ok: 1 }]);
+    } finally { rt.stop(); }
+    // reserve; BEGIN; the finish's INSERT; complete + COMMIT
+    assert.equal(rt.sent.length, 4, rt.sent.join('\n'));
+    assert.match(rt.sent[0], /idempotency\.reserve\(\$1/);
+    assert.equal(rt.sent[1], 'BEGIN');
+    assert.match(rt.sent[3], /^SELECT idempotency\.complete\(.*; COMMIT$/s);
+    rt = counting(conn);
+    try {
+      const again = await runExternal(conn, { scope: 'acct', key: k, finish },
+        () => assert.fail('a replay must not call out'));
+      assert.equal(again.replayed, true);
+    } finally { rt.stop(); }
+    assert.equal(rt.sent.length, 1);
+    assert.equal(await count(k), 1);
+  });
 
 test('runExternal: an error calls fail and rethrows; the retry is attempt 2 with the recovery point',
   async () => {
