@@ -100,9 +100,10 @@ export async function reserve(client, scope, key, requestHash = null,
   return reservationOf(rows[0]);
 }
 
+const COMPLETE = 'SELECT idempotency.complete($1, $2, $3::integer, $4::jsonb, $5::integer)';
+
 export async function complete(client, scope, key, statusCode, response, attempt = null) {
-  await query(client, 'SELECT idempotency.complete($1, $2, $3, $4::jsonb, $5)',
-    [scope, key, statusCode, json(response), attempt]);
+  await query(client, COMPLETE, [scope, key, statusCode, json(response), attempt]);
 }
 
 export async function fail(client, scope, key, error = null, attempt = null) {
@@ -121,41 +122,46 @@ export async function checkpoint(client, scope, key, recoveryPoint, attempt = nu
 // without values as a simple query, which may hold several statements; the server runs them in
 // order and stops at the first error (the rest are skipped, so a COMMIT after a failed
 // complete never runs and the transaction is left failed, to be rolled back). The values go
-// in as literals (sqlLiteral: quotes and backslashes escaped, the form pg's own escapeLiteral
-// writes), the fingerprint as hex through decode(). A text holding a NUL cannot be sent in a
-// query text: then, and for values of other types than expected, the statements go one by
-// one with parameters as before (and fail the same way).
+// in as literals (inlined). A text holding a NUL cannot be sent in a query text: then the
+// statements go one by one with parameters as before (and fail the same way).
 
 // A SQL string literal of text: 'it''s', or E'a\\b' when it holds a backslash.
-export function sqlLiteral(text) {
+function sqlLiteral(text) {
   const s = String(text);
   const quoted = `'${s.replaceAll("'", "''").replaceAll('\\', '\\\\')}'`;
   return s.includes('\\') ? ` E${quoted}` : quoted;
 }
 
-const literalSafe = (...texts) =>
-  texts.every((t) => t === null || t === undefined || !String(t).includes('\0'));
-const textOrNull = (v) => (v === null || v === undefined ? 'NULL' : sqlLiteral(v));
-const reserveValues = (scope, key, requestHash, lockTtl, retention, wait) =>
-  `${textOrNull(scope)}, ${textOrNull(key)}, ` +
-  `${requestHash ? `decode('${Buffer.from(requestHash).toString('hex')}', 'hex')` : 'NULL::bytea'}, ` +
-  `${textOrNull(interval(lockTtl))}::interval, ${textOrNull(interval(retention))}::interval, ` +
-  `${textOrNull(interval(wait))}::interval`;
+// A value as a literal: NULL, bytes through decode(hex), anything else as a string literal;
+// undefined for a text holding a NUL.
+function literal(v) {
+  if (v === null || v === undefined) return 'NULL';
+  if (Buffer.isBuffer(v) || v instanceof Uint8Array)
+    return `decode('${Buffer.from(v).toString('hex')}', 'hex')`;
+  const s = String(v);
+  return s.includes('\0') ? undefined : sqlLiteral(s);
+}
+
+// text with $1, $2, ... replaced by the literals of values, or null if one cannot be inlined.
+function inlined(text, values) {
+  const literals = values.map(literal);
+  if (literals.includes(undefined)) return null;
+  return text.replace(/\$(\d+)/g, (_, n) => literals[Number(n) - 1]);
+}
 
 // `before` (say 'BEGIN' or 'SAVEPOINT s') then reserve, in one round trip. If it fails, it is
 // unknown whether `before` ran: roll back as after a failed reserve.
 export async function reserveAfter(client, before, scope, key, requestHash = null,
   { lockTtl = '5 minutes', retention = '24 hours', wait = '0' } = {}) {
   checkNames(scope, key);
-  const hash = requestHash === undefined ? null : requestHash;
-  if (!literalSafe(scope, key, interval(lockTtl), interval(retention), interval(wait)) ||
-    (hash !== null && !Buffer.isBuffer(hash) && !(hash instanceof Uint8Array))) {
+  const values = [scope, key, requestHash ?? null, interval(lockTtl), interval(retention),
+    interval(wait)];
+  const text = inlined(RESERVE, values);
+  if (text === null) {
     await query(client, before);
-    return reserve(client, scope, key, hash, { lockTtl, retention, wait });
+    return reservationOf((await query(client, RESERVE, values)).rows[0]);
   }
-  const results = await query(client, `${before}; ${RESERVE.replace(
-    '$1, $2, $3, $4::interval, $5::interval, $6::interval',
-    reserveValues(scope, key, hash, lockTtl, retention, wait))}`);
+  const results = await query(client, `${before}; ${text}`);
   return reservationOf(results[results.length - 1].rows[0]);
 }
 
@@ -163,15 +169,14 @@ export async function reserveAfter(client, before, scope, key, requestHash = nul
 // complete skips `after`: the transaction is left failed, for the caller to roll back.
 export async function completeThen(client, after, scope, key, statusCode, response,
   attempt = null) {
-  const text = json(response);
-  if (!literalSafe(scope, key) || !Number.isInteger(statusCode) ||
-    !(attempt === null || attempt === undefined || Number.isInteger(attempt))) {
-    await complete(client, scope, key, statusCode, response, attempt);
+  const values = [scope, key, statusCode, json(response), attempt];
+  const text = inlined(COMPLETE, values);
+  if (text === null) {
+    await query(client, COMPLETE, values);
     await query(client, after);
     return;
   }
-  await query(client, `SELECT idempotency.complete(${textOrNull(scope)}, ${textOrNull(key)}, ` +
-    `${statusCode}, ${textOrNull(text)}::jsonb, ${attempt ?? 'NULL'}::integer); ${after}`);
+  await query(client, `${text}; ${after}`);
 }
 
 // What the server knows of a key, or null.
@@ -262,22 +267,19 @@ async function inTransaction(client, fn, { opens = false, closes = false } = {})
 
 // One transaction whose first statement is text (one row): resolves to then(row). On a client
 // with no transaction open, BEGIN and text go to the server as one simple query (the values
-// inlined as literals with the client's escapeLiteral; one round trip instead of two, as a
-// consumer pays per message), and COMMIT follows then(); otherwise inTransaction (a savepoint
-// inside the caller's transaction). An error rolls everything back and comes out typed.
+// inlined; one round trip instead of two, as a consumer pays per message), and COMMIT follows
+// then(); otherwise, or with a value that cannot be inlined, inTransaction (a savepoint inside
+// the caller's transaction). An error rolls everything back and comes out typed.
 async function transactionWith(client, text, values, then) {
-  if (transactionStatus(client) !== 'I' || typeof client.escapeLiteral !== 'function')
+  const statement = transactionStatus(client) === 'I' ? inlined(text, values) : null;
+  if (statement === null)
     return inTransaction(client, async () => then((await query(client, text, values)).rows[0]));
   checkUsable(client);
   const unwatch = watchConnection(client);
   try {
-    const inlined = text.replace(/\$(\d+)/g, (_, n) => {
-      const v = values[Number(n) - 1];
-      return v === null || v === undefined ? 'NULL' : client.escapeLiteral(String(v));
-    });
     let out;
     try {
-      const results = await client.query(`BEGIN; ${inlined}`);
+      const results = await client.query(`BEGIN; ${statement}`);
       out = await then((Array.isArray(results) ? results.at(-1) : results).rows[0]);
     } catch (err) {
       await rollbackQuietly(client);
