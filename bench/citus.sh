@@ -16,14 +16,16 @@
 # directly (one pgbench per worker, over the tenants whose shards it holds), with the CPU per
 # request spent by each cluster's processes (from /proc).
 # BENCH_CLIENTS (8) pgbench clients, BENCH_DURATION (10) s per run, BENCH_ROUNDS (2) rounds
-# with the order rotated (BENCH_VS_ROUNDS, 3, for the comparison); the median TPS per target
-# and workload is printed as markdown tables (bench/README.md, "Citus").
+# with the order rotated (BENCH_VS_ROUNDS, 3, for the comparison), BENCH_STORM_DURATION (10)
+# s per storm; the median TPS per target and workload is printed as markdown tables, then
+# each round's ratios (bench/README.md, "Citus").
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 CLIENTS=${BENCH_CLIENTS:-8}
 DURATION=${BENCH_DURATION:-10}
 ROUNDS=${BENCH_ROUNDS:-2}
 VS_ROUNDS=${BENCH_VS_ROUNDS:-3}
+STORM_DURATION=${BENCH_STORM_DURATION:-10}
 why=$(ensure_citus) || die "Citus is not available: $why"
 WORK=$(mktemp -d /tmp/idem-bench-citus.XXXXXX)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -237,7 +239,7 @@ done
 # The storms: 16 clients, 50 hot keys (5 per tenant); one business row per completed key.
 for target in coord workers; do
   for w in ext_storm hand_storm; do
-    CLIENTS=16 vs_run "$target" "$w" 10 >"$WORK/storm-$target-$w"
+    CLIENTS=16 vs_run "$target" "$w" "$STORM_DURATION" >"$WORK/storm-$target-$w"
     log "storm $target $w: $(cat "$WORK/storm-$target-$w")"
   done
 done
@@ -267,7 +269,34 @@ for target in coord workers; do
   vs_row "$target" hand_select hand_select "replay: unlocked SELECT"
   echo
 done
-echo "| storm (16 clients, 10 s, 50 hot keys) | TPS | coordinator CPU ms/request | workers CPU ms/request |"
+# Per round: the ratios of that round's runs (TPS, and CPU per request coordinator + workers).
+per_round() { # per_round TARGET WORKLOAD BASELINE tps|cpu: "r1, r2, ..." in round order
+  local -a a b ac aw bc bw
+  read -ra a <<<"${vs_tps[$1-$2]}"
+  read -ra b <<<"${vs_tps[$1-$3]}"
+  read -ra ac <<<"${vs_cpu_c[$1-$2]}"
+  read -ra aw <<<"${vs_cpu_w[$1-$2]}"
+  read -ra bc <<<"${vs_cpu_c[$1-$3]}"
+  read -ra bw <<<"${vs_cpu_w[$1-$3]}"
+  local i out=()
+  for i in "${!a[@]}"; do
+    if [[ $4 == tps ]]; then
+      out+=("$(ratio "${a[$i]}" "${b[$i]}")")
+    else
+      out+=("$(awk -v x="${ac[$i]}" -v y="${aw[$i]}" -v u="${bc[$i]}" -v v="${bw[$i]}" \
+        'BEGIN { printf "%.2f", (x + y) / (u + v) }')")
+    fi
+  done
+  (IFS=,; echo "${out[*]}" | sed 's/,/, /g')
+}
+echo "| per round | new: TPS the extension / hand-written | new: CPU per request, the extension / hand-written | replay: TPS the extension / unlocked SELECT | replay: CPU per request, the extension / unlocked SELECT |"
+echo "|---|---|---|---|---|"
+for target in coord workers; do
+  echo "| $target | $(per_round "$target" ext_new hand_new tps) | $(per_round "$target" ext_new hand_new cpu)" \
+    "| $(per_round "$target" ext_replay hand_select tps) | $(per_round "$target" ext_replay hand_select cpu) |"
+done
+echo
+echo "| storm (16 clients, $STORM_DURATION s, 50 hot keys) | TPS | coordinator CPU ms/request | workers CPU ms/request |"
 echo "|---|---|---|---|"
 for target in coord workers; do
   for w in ext_storm hand_storm; do

@@ -2,8 +2,9 @@
 # idempotency on a Citus cluster (a coordinator, two workers): distribute() and its errors,
 # one request = one single-shard transaction (no 2PC, the key row in the tenant's shard on its
 # worker, nothing in any shell table), every outcome of the key lifecycle through the
-# coordinator, two coordinator sessions on one key, maintain() on the distributed table, and
-# the documented behaviour of a request that writes another tenant's rows.
+# coordinator, two coordinator sessions on one key, maintain() on the distributed table, the
+# documented behaviour of a request that writes another tenant's rows, and a worker session
+# across shard moves.
 set -euo pipefail
 CITUS_NAME=citus-semantics CITUS_PORT=54460
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -254,4 +255,46 @@ for n in coord w1 w2; do
   expect "still no bytes in the shell tables on $n" "$(shell_bytes "$n")" "0"
 done
 expect "no prepared transaction left" "$(prepared_xacts)" "0"
+
+# --- a shard move: a backend sees the new placement ---------------------------------------------
+# The key calls remember, per backend, where the key table's shards are until Citus
+# invalidates that. One session on tenant-6's worker stays open while psql's \! moves the
+# shard away and back (on the coordinator): before the move the call runs there; after it
+# the session must refuse the call (not write into the old placement); after the move back
+# it must run it in the new shard relation. The calls are in a CTE, which Citus does not
+# delegate, so they run on the session's node.
+shard6=$(coord -c "SELECT get_shard_id_for_distribution_column('idempotency.keys', 'tenant-6')")
+if [[ $(node_of tenant-6) == w1 ]]; then
+  home=w1 home_port=$W1_PORT away_port=$W2_PORT
+else
+  home=w2 home_port=$W2_PORT away_port=$W1_PORT
+fi
+move_to() { # the psql meta-command that moves tenant-6's shard from one port to the other
+  echo "\\! '$PGBIN/psql' -X -qAt -v ON_ERROR_STOP=1 -h '$COORD_SOCK' -p $COORD_PORT -U postgres \
+-d postgres -c \"SELECT citus_move_shard_placement($shard6, '127.0.0.1', $1, '127.0.0.1', $2, \
+shard_transfer_mode => 'block_writes')\" >/dev/null || echo 'MOVE FAILED'"
+}
+cte() { echo "WITH r AS (SELECT * FROM idempotency.reserve('tenant-6', '$1')) SELECT outcome FROM r;"; }
+moves_err=$(mktemp)
+moves_out=$({
+  echo "\\set VERBOSITY sqlstate"
+  cte mv-1
+  move_to "$home_port" "$away_port"
+  cte mv-2
+  move_to "$away_port" "$home_port"
+  cte mv-3
+} | citus_node "$home" -qAt -v ON_ERROR_STOP=0 2>"$moves_err")
+expect "across the moves: new, refused, new" \
+  "$moves_out|$(grep -c 'ERROR:  0A000' "$moves_err")|$(grep -vc 'ERROR:  0A000' "$moves_err")" \
+  "new
+new|1|0"
+rm -f "$moves_err"
+expect "after the moves: the claims before and after in tenant-6's shard, none in between" \
+  "$(coord -c "SELECT string_agg(key || ' ' || state, ', ' ORDER BY key)
+               FROM idempotency.keys WHERE scope = 'tenant-6' AND key LIKE 'mv-%'")" \
+  "mv-1 processing, mv-3 processing"
+expect "after the moves: the rows on $home" \
+  "$(citus_node "$home" -qAt -c "SELECT count(*) FROM idempotency.keys_$shard6 WHERE key LIKE 'mv-%'")" "2"
+expect "after the moves: through the coordinator" \
+  "$(coord -c "SELECT outcome FROM idempotency.reserve('tenant-6', 'mv-1')")" "in_progress"
 echo "$CHECKS checks passed"

@@ -101,8 +101,11 @@ struct LocalGroup {
     Datum group = 0;
 } local_group;
 
+void forget_placements() noexcept;
+
 void forget_local_group(Datum, int, uint32) {
     local_group.known = false;
+    forget_placements();  // they are relative to the group
 }
 
 bool local_group_id(Datum *group) {
@@ -120,7 +123,7 @@ bool local_group_id(Datum *group) {
     return local_group.found;
 }
 
-// Whether pg_dist_placement places shard `shard` in this node's group.
+// Whether pg_dist_placement places shard `shard` in this node's group (a catalog scan).
 bool placed_here(int64 shard) {
     Datum group;
     if (!local_group_id(&group)) return false;
@@ -141,6 +144,48 @@ bool placed_here(int64 shard) {
     systable_endscan(scan);
     table_close(rel, AccessShareLock);
     return here;
+}
+
+// The shards of the key table looked up in this backend: shard id and the local relation of
+// that shard, or InvalidOid when it is placed on another node. What pg_dist_placement said,
+// until an invalidation that may change it: one of the key table's relcache entry (Citus's
+// triggers on pg_dist_placement and pg_dist_shard send it for every placement or shard of
+// the table), of a remembered shard relation or of all relations (forget_key_shards, called
+// by key_store.cpp's relcache callback: the few relcache callback slots are shared with
+// Citus), or a change of this node's group. local_key_shard accepts pending invalidation
+// messages before it reads this, as Citus's own metadata cache does before it routes a
+// query, so a placement change committed before the call is always seen.
+struct Placement {
+    int64 shard;
+    Oid relation;
+};
+constexpr int kPlacementSlots = 64;  // Citus's default is 32 shards per table
+struct Placements {
+    Oid table = InvalidOid;
+    int count = 0;
+    Placement entries[kPlacementSlots];
+} placements;
+
+void forget_placements() noexcept {
+    placements.count = 0;
+}
+
+// The local relation of shard `shard` of `table` (InvalidOid: on another node), from the
+// cache or from the catalogs.
+Oid placed_relation(Oid table, int64 shard) {
+    if (placements.table != table) placements = Placements{table, 0, {}};
+    for (int i = 0; i < placements.count; i++)
+        if (placements.entries[i].shard == shard) return placements.entries[i].relation;
+    Oid relation = InvalidOid;
+    if (placed_here(shard)) {
+        // Citus names a shard after its table and shard id, in the table's schema.
+        char name[NAMEDATALEN];
+        snprintf(name, sizeof(name), "%s_" INT64_FORMAT, get_rel_name(table), shard);
+        relation = get_relname_relid(name, get_rel_namespace(table));
+    }
+    if (placements.count == kPlacementSlots) placements.count = 0;
+    placements.entries[placements.count++] = Placement{shard, relation};
+    return relation;
 }
 
 // The last lookup, kept for the rest of the statement that made it (a call looks its scope
@@ -177,14 +222,9 @@ bool is_citus_worker() {
 Oid local_key_shard(Oid table, Datum scope) {
     const text *scope_text = DatumGetTextPP(scope);
     if (is_last_lookup(scope_text)) return last_shard.relation;
+    AcceptInvalidationMessages();  // placement changes committed by now
     int64 shard = shard_of(table, scope);
-    Oid relation = InvalidOid;
-    if (placed_here(shard)) {
-        // Citus names a shard after its table and shard id, in the table's schema.
-        char name[NAMEDATALEN];
-        snprintf(name, sizeof(name), "%s_" INT64_FORMAT, get_rel_name(table), shard);
-        relation = get_relname_relid(name, get_rel_namespace(table));
-    }
+    Oid relation = placed_relation(table, shard);
     size_t length = VARSIZE_ANY_EXHDR(scope_text);
     if (length <= sizeof(last_shard.scope)) {
         last_shard.transaction = compat::local_transaction_id();
@@ -194,6 +234,16 @@ Oid local_key_shard(Oid table, Datum scope) {
         last_shard.relation = relation;
     }
     return relation;
+}
+
+void forget_key_shards(Oid relation) noexcept {
+    bool known = !OidIsValid(relation) || relation == placements.table;
+    for (int i = 0; i < placements.count && !known; i++)
+        known = placements.entries[i].relation == relation;
+    if (known) {
+        forget_placements();
+        last_shard.transaction = InvalidLocalTransactionId;
+    }
 }
 
 void check_shard_is_local(Oid table, Datum scope) {

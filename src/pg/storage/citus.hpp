@@ -19,8 +19,13 @@ bool is_citus_worker();
 // The local relation of the shard of `table` (idempotency.keys, distributed by Citus) that
 // holds `scope`, or InvalidOid when that shard is placed on another node. Computed with
 // Citus's own shard lookup and pg_dist_placement, without SPI or Citus's planner; the answer
-// is reused within the statement.
+// is reused within the statement, and the placement of the shard until Citus invalidates it
+// (see forget_key_shards).
 Oid local_key_shard(Oid table, Datum scope);
+
+// Forgets the shards of the key table looked up so far when `relation` is the key table, one
+// of those shards, or InvalidOid (all relations); for a relcache invalidation callback.
+void forget_key_shards(Oid relation) noexcept;
 
 // Raises an error unless the shard of `table` that holds `scope` has a placement on this
 // node, so that the key's advisory lock is taken where its row lives.

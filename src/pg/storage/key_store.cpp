@@ -74,6 +74,7 @@ void forget_key_table(Datum, int, uint32) noexcept {
 
 void forget_key_table_relation(Datum, Oid relation) noexcept {
     if (!OidIsValid(relation) || relation == key_table.table) key_table = KeyTable{};
+    forget_key_shards(relation);
 }
 
 const KeyTable &current_key_table() noexcept {
