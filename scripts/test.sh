@@ -70,6 +70,21 @@ stop_burners() {
 
 count() { grep -cE "$1" "$2" || true; }
 
+# The clusters' TCP ports (54300-54599 plus IDEM_PORT_OFFSET) lie inside Linux's ephemeral
+# range: an outgoing connection of any process may hold one just as a cluster starts on it
+# ("Address already in use"). As root they are reserved, so the kernel never hands them to a
+# client; the setting lasts until reboot.
+reserve_cluster_ports() {
+  local file=/proc/sys/net/ipv4/ip_local_reserved_ports current
+  local range="$((54300 + ${IDEM_PORT_OFFSET:-0}))-$((54599 + ${IDEM_PORT_OFFSET:-0}))"
+  is_root && [[ -w $file ]] || return 0
+  current=$(<"$file")
+  [[ ",$current," == *",$range,"* ]] && return 0
+  if echo "${current:+$current,}$range" >"$file" 2>/dev/null; then
+    log "reserved ports $range for the test clusters (net.ipv4.ip_local_reserved_ports)"
+  fi
+}
+
 run_unit() { run_ctest unit build; }
 
 # run_ctest SUITE BUILD-DIR [CMAKE-ARGS...]: the core and its GoogleTest tests, built in
@@ -461,6 +476,7 @@ if ! ensure_packages; then
   exit 1
 fi
 
+reserve_cluster_ports
 start_burners
 trap stop_burners EXIT
 wanted unit && timed run_unit
