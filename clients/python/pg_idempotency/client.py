@@ -9,7 +9,7 @@ import uuid
 from typing import Any, Callable, Optional
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
 from .errors import (KeyInProgress, KeyMismatch, KeyTooOld, PositionBelowWatermark,
@@ -60,13 +60,49 @@ def _guard(conn):
         raise lost from e
 
 
+def _literal(value) -> Optional[str]:
+    """A str, int or UUID as an SQL literal (E'' quoting: right whatever
+    standard_conforming_strings says), or None for a text holding a NUL."""
+    if isinstance(value, uuid.UUID):
+        return f"'{value}'"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    text = str(value)
+    if "\0" in text:
+        return None
+    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _begin_with(conn, first_sql: str, params) -> Optional[bool]:
+    """Sends BEGIN and first_sql (one boolean) as one simple query through libpq itself and
+    returns the boolean, or None (nothing sent) if a value cannot be inlined. psycopg's own
+    path for that query costs the client about as much CPU as the server spends on it; a
+    consumer pays it per message (bench/brokers.sh). libpq blocks here, for no longer than the
+    statement runs (claim_once's `wait` at most)."""
+    literals = [_literal(v) for v in params]
+    if None in literals or conn.pgconn.pipeline_status:
+        return None
+    try:
+        query = ("BEGIN; " + first_sql % tuple(literals)).encode(conn.info.encoding)
+    except (UnicodeEncodeError, LookupError):
+        return None  # psycopg's path says what is wrong with the value
+    with conn.lock:
+        result = conn.pgconn.exec_(query)  # OperationalError if it could not be sent
+    if result.status == ExecStatus.TUPLES_OK:
+        return result.get_value(0, 0) == b"t"
+    if conn.pgconn.status == ConnStatus.BAD:  # as psycopg reports it: OperationalError
+        message = result.error_message.decode(conn.info.encoding, "replace").strip()
+        raise psycopg.OperationalError(message or "the connection to the server was lost")
+    raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+
+
 def _transaction_with(conn, first_sql: str, params, then: Callable):
-    """One transaction whose first statement is first_sql (one value): returns then(value).
+    """One transaction whose first statement is first_sql (one boolean): returns then(value).
     On an autocommit connection with no transaction open, BEGIN and first_sql go to the server
-    as one query (psycopg's client-side binding; one round trip instead of two, as a consumer
-    pays per message), and COMMIT follows then(); otherwise conn.transaction() (a savepoint
-    inside the caller's transaction). An exception rolls everything back; errors of the
-    statements come out typed, a broken connection as ConnectionLost."""
+    as one query (one round trip instead of two, as a consumer pays per message: _begin_with),
+    and COMMIT follows then(); otherwise conn.transaction() (a savepoint inside the caller's
+    transaction). An exception rolls everything back; errors of the statements come out typed,
+    a broken connection as ConnectionLost."""
     _check_usable(conn)
     if not (conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE):
         with _guard(conn), conn.transaction():
@@ -74,10 +110,12 @@ def _transaction_with(conn, first_sql: str, params, then: Callable):
     with _guard(conn):
         try:
             try:
-                cur = psycopg.ClientCursor(conn)
-                cur.execute("BEGIN; " + first_sql, params)
-                cur.nextset()  # BEGIN's result has no rows; first_sql's comes next
-                value = cur.fetchone()[0]
+                value = _begin_with(conn, first_sql, params)
+                if value is None:
+                    cur = psycopg.ClientCursor(conn)
+                    cur.execute("BEGIN; " + first_sql, params)
+                    cur.nextset()  # BEGIN's result has no rows; first_sql's comes next
+                    value = cur.fetchone()[0]
             except psycopg.Error as e:
                 raise (lost_connection(conn, e) or translate(e)) from e
             out = then(value)
@@ -87,7 +125,10 @@ def _transaction_with(conn, first_sql: str, params, then: Callable):
                 with contextlib.suppress(psycopg.Error):
                     conn.execute("ROLLBACK")
             raise
-        execute(conn, "COMMIT")
+        try:
+            conn.commit()  # psycopg's command path: no cursor
+        except psycopg.Error as e:
+            raise (lost_connection(conn, e) or translate(e)) from e
         return out
 
 

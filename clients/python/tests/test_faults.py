@@ -78,11 +78,15 @@ def test_run_external_backend_terminated_during_the_external_call(orders):
     assert orders_of(orders, key) == []
 
 
-def test_apply_once_and_execute_on_a_broken_connection(orders):
-    conn = psycopg.connect(orders)
+@pytest.mark.parametrize("autocommit", [False, True])
+def test_apply_once_and_execute_on_a_broken_connection(orders, autocommit):
+    # autocommit: BEGIN and accept go out as one query through libpq (client._begin_with)
+    conn = psycopg.connect(orders, autocommit=autocommit)
     terminate(orders, conn)
     with pytest.raises(ConnectionLost):
         apply_once(conn, "faults", "p0", 1, lambda c: insert(c, "never"))
+    with pytest.raises(ConnectionLost):
+        consume_once(conn, "faults-queue", str(uuid.uuid4()), lambda c: insert(c, "never"))
     with pytest.raises(ConnectionLost):
         execute(conn, "SELECT 1")
     conn.close()
