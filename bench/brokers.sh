@@ -10,11 +10,13 @@
 # ratios within a round, the order of the modes rotated each round. Method: bench/README.md,
 # "Message consumers". Writes bench/brokers.md.
 #
-#   bash bench/brokers.sh            full run (2 to 6 minutes on 2 cores)
+#   bash bench/brokers.sh            full run (4 to 8 minutes on 2 cores)
 #   bash bench/brokers.sh --smoke    a few seconds; its report goes under bench/out/ only
 #
 # Knobs (environment):
-#   BENCH_ROUNDS=5   BENCH_COUNT=1000 (messages per consumer run)   BENCH_BATCH=50
+#   BENCH_ROUNDS=5   BENCH_COUNT=5000 (messages per consumer run: runs of 2 to 4 s; with 1000,
+#                    the first messages of a new process and backend weighed on the ratio)
+#                    BENCH_BATCH=50
 #   BENCH_SYNC=on    synchronous_commit of the cluster: on, as the pattern needs (an ack after
 #                    a commit that a crash can still undo loses the message); off shows the
 #                    CPU-bound case
@@ -30,7 +32,7 @@ BENCH=$IDEM_ROOT/bench
 
 SMOKE=0
 [[ ${1:-} == --smoke ]] && SMOKE=1
-ROUNDS=${BENCH_ROUNDS:-5} COUNT=${BENCH_COUNT:-1000} BATCH=${BENCH_BATCH:-50}
+ROUNDS=${BENCH_ROUNDS:-5} COUNT=${BENCH_COUNT:-5000} BATCH=${BENCH_BATCH:-50}
 [[ $SMOKE == 1 ]] && ROUNDS=1 COUNT=40 BATCH=10
 SYNC=${BENCH_SYNC:-on}
 # --smoke on ports of its own: the brokers suite runs it while a full run may be going.
