@@ -233,6 +233,26 @@ async function rollbackQuietly(client, sql = 'ROLLBACK') {
   }
 }
 
+// Sends the statement that ends a work's transaction or savepoint. A work that caught a server
+// error and returned leaves the transaction failed: COMMIT would answer ROLLBACK without an
+// error and the caller acknowledge a message that was never applied, so that is
+// TransactionAbortedError; so is a failed transaction seen before sending (checkUsable) or
+// reported by RELEASE SAVEPOINT (25P02), and undo() then rolls it back.
+async function endWork(client, sql, undo) {
+  let done;
+  try {
+    done = await query(client, sql);
+  } catch (err) {
+    if (err instanceof TransactionAbortedError) await undo();
+    throw err;
+  }
+  if (done?.command === 'ROLLBACK') {
+    throw new TransactionAbortedError(
+      'the work returned inside a failed transaction: nothing of it was committed',
+      { hint: "let the work's database error propagate, or roll back to a savepoint of its own" });
+  }
+}
+
 // Runs fn(close, open) in a transaction of its own, or in a savepoint if the caller has one
 // open; the connection is watched throughout (fn's own queries included). open and close are
 // the statements that start and end it (BEGIN / COMMIT, or SAVEPOINT / RELEASE SAVEPOINT); with
@@ -245,20 +265,23 @@ async function inTransaction(client, fn, { opens = false, closes = false } = {})
     const nested = transactionStatus(client) === 'T';
     const open = nested ? 'SAVEPOINT idempotency_helper' : 'BEGIN';
     const close = nested ? 'RELEASE SAVEPOINT idempotency_helper' : 'COMMIT';
-    if (!opens) await query(client, open);
-    let out;
-    try {
-      out = await fn(close, open);
-    } catch (err) {
+    const undo = async () => {
       if (nested) {
         await rollbackQuietly(client, 'ROLLBACK TO SAVEPOINT idempotency_helper');
         await rollbackQuietly(client, 'RELEASE SAVEPOINT idempotency_helper');
       } else {
         await rollbackQuietly(client);
       }
+    };
+    if (!opens) await query(client, open);
+    let out;
+    try {
+      out = await fn(close, open);
+    } catch (err) {
+      await undo();
       throw translate(err, client);
     }
-    if (!closes) await query(client, close);
+    if (!closes) await endWork(client, close, undo);
     return out;
   } finally {
     unwatch();
@@ -285,7 +308,7 @@ async function transactionWith(client, text, values, then) {
       await rollbackQuietly(client);
       throw translate(err, client);
     }
-    await query(client, 'COMMIT');
+    await endWork(client, 'COMMIT', () => rollbackQuietly(client));
     return out;
   } finally {
     unwatch();
@@ -487,7 +510,8 @@ export async function claimOnce(client, scope, key, { retention = '24 hours', wa
 // redelivery (the key is completed: acknowledge the message without running work). A savepoint
 // if the caller has a transaction open, else a transaction committed before this resolves:
 // acknowledge the message after that. An error in work rolls the claim back with it (the
-// redelivery is applied); a connection that breaks rejects with ConnectionLostError (nothing
+// redelivery is applied), and so does a work that resolves inside a failed transaction
+// (TransactionAbortedError); a connection that breaks rejects with ConnectionLostError (nothing
 // of the transaction was kept, unless it broke during COMMIT: the redelivery then gives false).
 export async function consumeOnce(client, scope, key, work,
   { retention = '24 hours', wait = '0' } = {}) {

@@ -482,6 +482,35 @@ test('consumeOnce applies each message once; an error in the work frees the key'
   await assert.rejects(consumeOnce(conn, 'queue', '', work), KeyEmptyError);
 });
 
+test('a work that swallows a server error: TransactionAbortedError, not true over a rollback', async () => {
+  // COMMIT of a failed transaction rolls back without an error: a consumer told true would
+  // acknowledge a message that was never applied.
+  const swallow = async (c) => {
+    await insert(c, 'never', {});
+    await c.query('SELECT 1/0').catch(() => {});
+  };
+  const aborted = (err) => {
+    assert.ok(err instanceof TransactionAbortedError, `${err.name}: ${err.message}`);
+    assert.equal(err.code, '25P02');
+    return true;
+  };
+  const k = key();
+  await assert.rejects(consumeOnce(conn, 'queue', k, swallow), aborted);
+  assert.equal(conn.getTransactionStatus(), 'I');
+  assert.equal(await lookup(conn, 'queue', k), null);
+  assert.equal(await count('never'), 0);
+  assert.equal(await consumeOnce(conn, 'queue', k, () => {}), true); // the redelivery applies
+  await assert.rejects(applyOnce(conn, 'c-swallow', key(), 1n, swallow), aborted);
+  // inside the caller's transaction: its savepoint rolled back, the transaction usable
+  const k2 = key();
+  await conn.query('BEGIN');
+  await assert.rejects(consumeOnce(conn, 'queue', k2, swallow), aborted);
+  assert.equal(conn.getTransactionStatus(), 'T');
+  assert.equal(await consumeOnce(conn, 'queue', k2, () => {}), true);
+  await conn.query('COMMIT');
+  assert.equal(await claimOnce(conn, 'queue', k2), false);
+});
+
 test('consumeOnce of a key another consumer holds: KeyInProgressError, or a wait', async () => {
   const k = key();
   await conn.query('BEGIN');

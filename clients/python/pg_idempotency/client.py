@@ -96,6 +96,16 @@ def _begin_with(conn, first_sql: str, params) -> Optional[bool]:
     raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
 
 
+def _check_work_left_usable(conn):
+    """A work that caught a server error and returned leaves the transaction failed: its COMMIT
+    would roll everything back without an error, and the caller would acknowledge a message
+    that was never applied."""
+    if conn.info.transaction_status == TransactionStatus.INERROR:
+        raise TransactionAborted(
+            "the work returned inside a failed transaction: nothing of it is committed",
+            hint="let the work's database error propagate, or roll back to a savepoint of its own")
+
+
 def _transaction_with(conn, first_sql: str, params, then: Callable):
     """One transaction whose first statement is first_sql (one boolean): returns then(value).
     On an autocommit connection with no transaction open, BEGIN and first_sql go to the server
@@ -106,7 +116,9 @@ def _transaction_with(conn, first_sql: str, params, then: Callable):
     _check_usable(conn)
     if not (conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE):
         with _guard(conn), conn.transaction():
-            return then(execute(conn, first_sql, params).fetchone()[0])
+            out = then(execute(conn, first_sql, params).fetchone()[0])
+            _check_work_left_usable(conn)
+            return out
     with _guard(conn):
         try:
             try:
@@ -119,6 +131,7 @@ def _transaction_with(conn, first_sql: str, params, then: Callable):
             except psycopg.Error as e:
                 raise (lost_connection(conn, e) or translate(e)) from e
             out = then(value)
+            _check_work_left_usable(conn)
         except BaseException:
             if not (conn.broken or conn.closed) and \
                     conn.info.transaction_status != TransactionStatus.IDLE:
@@ -435,7 +448,8 @@ def consume_once(conn, scope, key, work: Callable, *, retention="24 hours", wait
     a redelivery (a key already completed: acknowledge the message without running work). The
     transaction is the caller's savepoint if one is open, else its own, committed before this
     returns: acknowledge the message after that. An exception in work rolls the claim back with
-    it (the redelivery is applied); KeyInProgress / KeyTooOld as claim_once; a connection that
+    it (the redelivery is applied), and so does a work that returns inside a failed transaction
+    (TransactionAborted); KeyInProgress / KeyTooOld as claim_once; a connection that
     breaks comes out as ConnectionLost (nothing of the transaction was kept, unless it broke
     during COMMIT: the redelivery then answers false)."""
     check_names(scope, key)

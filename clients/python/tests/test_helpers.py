@@ -456,6 +456,39 @@ def test_consume_once_and_apply_once_on_an_autocommit_connection(dsn, conn2, ord
     ac.close()
 
 
+@pytest.mark.parametrize("autocommit", [False, True])
+def test_work_that_swallows_a_server_error_gets_transaction_aborted(dsn, orders, autocommit):
+    # COMMIT of a failed transaction rolls back without an error: a consumer told True would
+    # acknowledge a message that was never applied.
+    c = psycopg.connect(dsn, autocommit=autocommit)
+
+    def swallow(conn):
+        conn.execute("INSERT INTO orders (key) VALUES ('never')")
+        try:
+            conn.execute("SELECT 1/0")
+        except psycopg.DataError:
+            pass
+
+    key = new_key()
+    with pytest.raises(pi.TransactionAborted) as e:
+        pi.consume_once(c, "queue", key, swallow)
+    assert e.value.sqlstate == "25P02" and e.value.hint
+    assert c.info.transaction_status != psycopg.pq.TransactionStatus.INERROR
+    assert pi.lookup(c, "queue", key) is None and count_orders(c, "never") == 0
+    assert pi.consume_once(c, "queue", key, lambda conn: None) is True  # the redelivery
+    with pytest.raises(pi.TransactionAborted):
+        pi.apply_once(c, "c-swallow", new_key(), 1, swallow)
+    c.rollback()
+    # inside the caller's transaction: its savepoint rolled back, the transaction usable
+    key2 = new_key()
+    with c.transaction():
+        with pytest.raises(pi.TransactionAborted):
+            pi.consume_once(c, "queue", key2, swallow)
+        assert pi.consume_once(c, "queue", key2, lambda conn: None) is True
+    assert pi.claim_once(c, "queue", key2) is False
+    c.close()
+
+
 def test_claim_once_too_old_and_typed_errors(conn):
     old = "01800000-0000-7000-8000-000000000000"  # a UUIDv7 from 2022
     with pytest.raises(pi.KeyTooOld) as e:
