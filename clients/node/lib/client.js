@@ -162,7 +162,7 @@ export async function reserveAfter(client, before, scope, key, requestHash = nul
     return reservationOf((await query(client, RESERVE, values)).rows[0]);
   }
   const results = await query(client, `${before}; ${text}`);
-  return reservationOf(results[results.length - 1].rows[0]);
+  return reservationOf(results.at(-1).rows[0]); // BEGIN's result, then reserve's
 }
 
 // complete then `after` (say 'COMMIT' or 'RELEASE SAVEPOINT s'), in one round trip. A failed
@@ -303,7 +303,7 @@ async function transactionWith(client, text, values, then) {
     let out;
     try {
       const results = await client.query(`BEGIN; ${statement}`);
-      out = await then((Array.isArray(results) ? results.at(-1) : results).rows[0]);
+      out = await then(results.at(-1).rows[0]); // BEGIN's result, then the statement's
     } catch (err) {
       await rollbackQuietly(client);
       throw translate(err, client);

@@ -429,6 +429,12 @@ def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=Fals
 CLAIM_ONCE_SQL = "SELECT idempotency.claim_once(%s, %s, %s::interval, %s::interval)"
 
 
+def _name_key(e, scope, key):
+    """IK003 / IK004 come from the server without the key they are about: name it."""
+    if e.key is None:
+        e.scope, e.key = scope, key
+
+
 def claim_once(conn, scope, key, *, retention="24 hours", wait="0") -> bool:
     """idempotency.claim_once in the caller's transaction: true the first time (the key is now
     completed in this transaction: apply the message in it), false for a redelivery.
@@ -438,7 +444,7 @@ def claim_once(conn, scope, key, *, retention="24 hours", wait="0") -> bool:
     try:
         cur = execute(conn, CLAIM_ONCE_SQL, (scope, key, _interval(retention), _interval(wait)))
     except (KeyInProgress, KeyTooOld) as e:
-        e.scope, e.key = scope, key
+        _name_key(e, scope, key)
         raise
     return cur.fetchone()[0]
 
@@ -463,8 +469,7 @@ def consume_once(conn, scope, key, work: Callable, *, retention="24 hours", wait
         return _transaction_with(conn, CLAIM_ONCE_SQL,
                                  (scope, key, _interval(retention), _interval(wait)), then)
     except (KeyInProgress, KeyTooOld) as e:
-        if e.key is None:
-            e.scope, e.key = scope, key
+        _name_key(e, scope, key)
         raise
 
 
