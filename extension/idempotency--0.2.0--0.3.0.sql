@@ -288,3 +288,25 @@ REVOKE ALL ON FUNCTION idempotency.claim_once(text, text, interval, interval) FR
 -- (Citus functions are not made distributed inside ALTER EXTENSION): docs/citus.md says the
 -- one call to run after the update; until then claim_once through the coordinator is refused
 -- (the scope's shard is not local), never run on the wrong node.
+
+
+-- === issue 23: a replay in one round trip ===
+-- reserve_begin is reserve that, outside a transaction block, opens one when the key is new
+-- (as BEGIN would), so the work and complete + COMMIT follow in it; any other outcome leaves
+-- no transaction open, so a replay needs no ROLLBACK. Inside a transaction block it is
+-- reserve. Outside one it must be a SELECT of its own (not called from a procedure or a DO
+-- block: 25000).
+CREATE FUNCTION idempotency.reserve_begin(
+    scope text,
+    key text,
+    request_hash bytea DEFAULT NULL,
+    lock_ttl interval DEFAULT '5 minutes',
+    retention interval DEFAULT '24 hours',
+    wait interval DEFAULT '0')
+RETURNS idempotency.reservation
+AS 'MODULE_PATHNAME', 'idem_reserve_begin' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Like reserve: only roles granted EXECUTE (docs/operations.md, "Roles and privileges").
+REVOKE ALL ON FUNCTION
+    idempotency.reserve_begin(text, text, bytea, interval, interval, interval)
+FROM PUBLIC;

@@ -6,7 +6,7 @@
 \pset pager off
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS idempotency;
-SELECT plan(47);
+SELECT plan(53);
 
 SELECT has_schema('idempotency');
 SELECT has_extension('idempotency');
@@ -25,6 +25,10 @@ SELECT col_type_is('idempotency', 'reservation', 'expires_at', 'timestamp with t
 -- functions: argument types, return types, languages (C++ bodies, not PL/pgSQL)
 SELECT has_function('idempotency', 'reserve', ARRAY['text', 'text', 'bytea', 'interval', 'interval', 'interval']);
 SELECT function_returns('idempotency', 'reserve', ARRAY['text', 'text', 'bytea', 'interval', 'interval', 'interval'], 'idempotency.reservation');
+SELECT has_function('idempotency', 'reserve_begin', ARRAY['text', 'text', 'bytea', 'interval', 'interval', 'interval']);
+SELECT function_returns('idempotency', 'reserve_begin', ARRAY['text', 'text', 'bytea', 'interval', 'interval', 'interval'], 'idempotency.reservation');
+SELECT function_lang_is('idempotency', 'reserve_begin', ARRAY['text', 'text', 'bytea', 'interval', 'interval', 'interval'], 'c');
+SELECT volatility_is('idempotency', 'reserve_begin', ARRAY['text', 'text', 'bytea', 'interval', 'interval', 'interval'], 'volatile');
 SELECT has_function('idempotency', 'complete', ARRAY['text', 'text', 'integer', 'jsonb', 'integer']);
 SELECT function_returns('idempotency', 'complete', ARRAY['text', 'text', 'integer', 'jsonb', 'integer'], 'void');
 SELECT has_function('idempotency', 'fail', ARRAY['text', 'text', 'jsonb', 'integer']);
@@ -54,6 +58,10 @@ SELECT is(
     (SELECT pg_get_function_arguments('idempotency.reserve(text, text, bytea, interval, interval, interval)'::regprocedure)),
     'scope text, key text, request_hash bytea DEFAULT NULL::bytea, lock_ttl interval DEFAULT ''00:05:00''::interval, retention interval DEFAULT ''24:00:00''::interval, wait interval DEFAULT ''00:00:00''::interval',
     'reserve arguments and defaults');
+SELECT is(
+    (SELECT pg_get_function_arguments('idempotency.reserve_begin(text, text, bytea, interval, interval, interval)'::regprocedure)),
+    'scope text, key text, request_hash bytea DEFAULT NULL::bytea, lock_ttl interval DEFAULT ''00:05:00''::interval, retention interval DEFAULT ''24:00:00''::interval, wait interval DEFAULT ''00:00:00''::interval',
+    'reserve_begin arguments and defaults, as reserve');
 SELECT is(
     (SELECT pg_get_function_arguments('idempotency.complete(text, text, integer, jsonb, integer)'::regprocedure)),
     'scope text, key text, status_code integer, response jsonb, attempt integer DEFAULT NULL::integer',
@@ -85,6 +93,8 @@ SELECT ok(NOT has_table_privilege('public', 'idempotency.keys', 'SELECT, INSERT,
           'PUBLIC has no access to idempotency.keys');
 SELECT ok(NOT has_function_privilege('public', 'idempotency.reserve(text, text, bytea, interval, interval, interval)', 'EXECUTE'),
           'PUBLIC may not execute reserve');
+SELECT ok(NOT has_function_privilege('public', 'idempotency.reserve_begin(text, text, bytea, interval, interval, interval)', 'EXECUTE'),
+          'PUBLIC may not execute reserve_begin');
 SELECT ok(NOT has_function_privilege('public', 'idempotency.claim_once(text, text, interval, interval)', 'EXECUTE'),
           'PUBLIC may not execute claim_once');
 SELECT ok(has_function_privilege('public', 'idempotency.fingerprint(jsonb, text[])', 'EXECUTE'),

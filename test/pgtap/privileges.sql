@@ -8,7 +8,7 @@
 \pset pager off
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS idempotency;
-SELECT plan(81);
+SELECT plan(83);
 
 -- Roles as README documents them (names unique to this test; rolled back at the end).
 CREATE ROLE idem_priv_app NOLOGIN;
@@ -19,6 +19,7 @@ CREATE ROLE idem_priv_evil NOLOGIN;
 GRANT USAGE ON SCHEMA idempotency TO idem_priv_app;
 GRANT EXECUTE ON FUNCTION
     idempotency.reserve(text, text, bytea, interval, interval, interval),
+    idempotency.reserve_begin(text, text, bytea, interval, interval, interval),
     idempotency.complete(text, text, integer, jsonb, integer),
     idempotency.fail(text, text, jsonb, integer),
     idempotency.checkpoint(text, text, text, integer),
@@ -128,6 +129,8 @@ SELECT is(idem_priv.as_app($$SELECT outcome || '/' || status_code || '/' || resp
     'replay/201/{"n": 1}', 'hostile path: reserve replays the stored response');
 SELECT is(idem_priv.as_app($$SELECT 'done' FROM idempotency.complete('priv', 'h1', 201, '{"n": 2}')$$, :'hostile'),
     'ERROR IK002', 'hostile path: a different result is still refused (jsonb equality not hijacked)');
+SELECT is(idem_priv.as_app($$SELECT outcome || '/' || status_code FROM idempotency.reserve_begin('priv', 'h1')$$, :'hostile'),
+    'replay/201', 'hostile path: reserve_begin replays the stored response');
 SELECT is(idem_priv.as_app($$SELECT outcome::text FROM idempotency.reserve('priv', 'h1', '\x01'::bytea)$$, :'hostile'),
     'replay', 'hostile path: no request hash stored, none compared');
 SELECT is(idem_priv.as_app($$SELECT outcome || '/' || attempt FROM idempotency.reserve('priv', 'h2', '\x02'::bytea)$$, :'hostile'),
@@ -228,6 +231,8 @@ SELECT is(idem_priv.as_ops($$SELECT state || '/' || status_code FROM idempotency
     'completed/200', 'operator: lookup');
 SELECT is(idem_priv.as_ops($$SELECT outcome::text FROM idempotency.reserve('priv', 'o1')$$), 'ERROR 42501',
     'operator: reserve is denied');
+SELECT is(idem_priv.as_ops($$SELECT outcome::text FROM idempotency.reserve_begin('priv', 'o1')$$), 'ERROR 42501',
+    'operator: reserve_begin is denied');
 SELECT is(idem_priv.as_ops($$SELECT idempotency.claim_once('priv', 'o1')::text$$), 'ERROR 42501',
     'operator: claim_once is denied');
 SELECT is(idem_priv.as_ops($$SELECT 'done' FROM idempotency.complete('priv', 'n1', 200, '[]')$$), 'ERROR 42501',

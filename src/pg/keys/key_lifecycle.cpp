@@ -22,6 +22,7 @@ extern "C" {
 #include "libpq/libpq.h"
 #include "libpq/libpq-be.h"
 #include "storage/proc.h"
+#include "tcop/pquery.h"
 #include "tcop/tcopprot.h"
 #include "tcop/utility.h"
 #include "utils/inval.h"
@@ -410,10 +411,8 @@ void check_request_times(ReserveRequest *req) {
     req->wait = Min(req->wait, END_TIMESTAMP - now);
 }
 
-}  // namespace
-
-IDEM_FUNCTION(idem_reserve) {
-    PreventCommandIfReadOnly("idempotency.reserve()");
+// reserve's arguments: (scope, key, request_hash, lock_ttl, retention, wait).
+Reservation reserve_from_args(FunctionCallInfo fcinfo) {
     ReserveRequest req;
     req.scope = name_arg(fcinfo, 0, "scope");
     req.key = name_arg(fcinfo, 1, "key");
@@ -427,7 +426,43 @@ IDEM_FUNCTION(idem_reserve) {
     Reservation reservation = reserve_key(req);
     count_reserve(int(reservation.outcome));
     close_storage(storage);
-    return reservation_datum(fcinfo, reservation);
+    return reservation;
+}
+
+// Whether the statement running this call may be turned into a transaction block: a SELECT
+// sent by the client, not a procedure or DO block (or a function one of them calls), whose
+// own COMMIT or ROLLBACK the block would swallow.
+bool may_open_transaction_block() {
+    return ActivePortal != nullptr && ActivePortal->commandTag == CMDTAG_SELECT &&
+           !SPI_inside_nonatomic_context();
+}
+
+}  // namespace
+
+IDEM_FUNCTION(idem_reserve) {
+    PreventCommandIfReadOnly("idempotency.reserve()");
+    return reservation_datum(fcinfo, reserve_from_args(fcinfo));
+}
+
+// reserve_begin: reserve, and outside a transaction block the outcome 'new' opens one, as
+// BEGIN would: the work and complete + COMMIT follow in it. Any other outcome leaves no
+// transaction open, so a replay costs its caller one round trip and no ROLLBACK. Inside a
+// transaction block (or a multi-statement query's implicit one) it is reserve.
+IDEM_FUNCTION(idem_reserve_begin) {
+    PreventCommandIfReadOnly("idempotency.reserve_begin()");
+    bool opens = !IsTransactionBlock();
+    if (opens && !may_open_transaction_block()) {
+        throw SqlError(ERRCODE_INVALID_TRANSACTION_STATE,
+                       "idempotency.reserve_begin cannot open a transaction block here",
+                       "Outside a transaction block it must be called by a SELECT of its own, "
+                       "not from a procedure or a DO block.",
+                       "Call idempotency.reserve inside the transaction instead.");
+    }
+    Reservation reservation = reserve_from_args(fcinfo);
+    Datum result = reservation_datum(fcinfo, reservation);
+    if (opens && reservation.outcome == Outcome::New)
+        call_postgres([]() noexcept { BeginTransactionBlock(); });
+    return result;
 }
 
 // claim_once(scope, key, retention, wait): reserve and complete in one statement, for a
