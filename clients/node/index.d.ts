@@ -14,8 +14,16 @@ export type {
 export interface QueryResultLike<R = any> {
   rows: R[];
 }
+/** A query as pg takes it: name makes it a prepared statement, types its row parsers. */
+export interface QueryConfigLike {
+  text: string;
+  values?: unknown[];
+  name?: string;
+  types?: { getTypeParser(oid: number, format?: string): (text: string) => unknown };
+}
 export interface Queryable {
   query(text: string, values?: unknown[]): Promise<QueryResultLike>;
+  query(config: QueryConfigLike): Promise<QueryResultLike>;
   /** 'I' idle, 'T' in a transaction, 'E' in a failed one (pg 8.14 and later). */
   getTransactionStatus?(): string | null;
 }
@@ -187,6 +195,13 @@ export function query(client: Queryable, text: string, values?: unknown[]): Prom
 export function requestHash(request: Body | null | undefined, exclude?: ExcludePaths): Buffer | null;
 export function reserve(client: Queryable, scope: string, key: string,
   requestHash?: Buffer | null, options?: ReserveOptions): Promise<Reservation>;
+/**
+ * idempotency.reserve_begin on a client with no transaction open: the outcome 'new' leaves a
+ * transaction open (complete + COMMIT follow in it), any other leaves none. prepare: as a
+ * prepared statement.
+ */
+export function reserveBegin(client: Queryable, scope: string, key: string,
+  requestHash?: Buffer | null, options?: ReserveOptions & { prepare?: boolean }): Promise<Reservation>;
 export function complete(client: Queryable, scope: string, key: string, statusCode: number,
   response: unknown, attempt?: number | null): Promise<void>;
 export function fail(client: Queryable, scope: string, key: string, error?: unknown,
@@ -335,6 +350,8 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
   replayHeaders?: (statusCode: number, response: any) => Record<string, string>;
   /** The largest body the middleware reads itself, in bytes (413 above); default 1 MiB. */
   limit?: number;
+  /** false: reserve_begin with inlined values, never a prepared statement (default true). */
+  prepare?: boolean;
 }
 export function idempotencyMiddleware<Req extends IncomingMessage = IncomingMessage>(
   options: MiddlewareOptions<Req>):

@@ -7,7 +7,7 @@ export {
 export {
   accept, applyOnce, checkpoint, claimOnce, complete, consumeOnce, emit, fail, forget, formatLsn,
   idempotent, lookup, lsnKey, lsnKeyParts, nextKey, parseLsn, query, requestHash, reserve,
-  runExternal, runOnce, watermark,
+  reserveBegin, runExternal, runOnce, watermark,
 } from './lib/client.js';
 export {
   backoffDelay, IdempotentAction, idempotentFetch, IdempotentFetchError, isRetryableStatus,

@@ -10,7 +10,7 @@ import { fingerprint } from './fingerprint.js';
 
 // 'I' idle, 'T' in a transaction, 'E' in a failed transaction; undefined if pg cannot tell
 // (pg before 8.14, or no query run yet).
-function transactionStatus(client) {
+export function transactionStatus(client) {
   return typeof client.getTransactionStatus === 'function'
     ? client.getTransactionStatus() ?? undefined : undefined;
 }
@@ -43,11 +43,14 @@ export function watchConnection(client) {
 
 // Runs one statement; pg errors come out as the typed errors of errors.js (ConnectionLostError
 // when the connection is gone).
-export async function query(client, text, values = []) {
+// types: pg's per-query type parsers (TEXT_ROWS: every value as its text); name: a prepared
+// statement's (pg parses it once per connection).
+export async function query(client, text, values = [], types = undefined, name = undefined) {
   checkUsable(client);
   const unwatch = watchConnection(client);
   try {
-    return await client.query(text, values);
+    return await (types === undefined && name === undefined ? client.query(text, values)
+      : client.query({ name, text, values, types }));
   } catch (err) {
     throw translate(err, client);
   } finally {
@@ -63,18 +66,49 @@ export function requestHash(request, exclude) {
   return request === undefined || request === null ? null : fingerprint(request, { exclude });
 }
 
-function reservationOf(row) {
-  return {
-    outcome: row.outcome,
-    statusCode: row.status_code,
-    response: row.response,
-    attempt: row.attempt,
-    recoveryPoint: row.recovery_point,
-    firstSeenAt: row.first_seen_at,
-    lockedUntil: row.locked_until,
-    expiresAt: row.expires_at,
-  };
+// Every value of a row as the server's text: reserve's row is converted by Reservation.
+const TEXT_ROWS = { getTypeParser: () => (text) => text };
+const TIMESTAMPTZ = 1184;
+
+// reserve's row. The three timestamps become Dates (with the client's own parser) when first
+// read: the middleware never reads them, and three Dates cost a replay more than its JSON.
+class Reservation {
+  #row;
+  #toDate;
+  #dates = {};
+
+  constructor(row, client) {
+    const number = (v) => (v === null ? null : Number(v));
+    this.outcome = row.outcome;
+    this.statusCode = number(row.status_code);
+    this.response = row.response === null ? null : JSON.parse(row.response);
+    this.attempt = number(row.attempt);
+    this.recoveryPoint = row.recovery_point;
+    this.#row = row;
+    this.#toDate = client?.getTypeParser?.(TIMESTAMPTZ, 'text') ?? ((text) => new Date(text));
+  }
+
+  #date(column) {
+    if (!(column in this.#dates)) {
+      const text = this.#row[column];
+      this.#dates[column] = text === null ? null : this.#toDate(text);
+    }
+    return this.#dates[column];
+  }
+
+  get firstSeenAt() { return this.#date('first_seen_at'); }
+
+  get lockedUntil() { return this.#date('locked_until'); }
+
+  get expiresAt() { return this.#date('expires_at'); }
+
+  toJSON() {
+    return { ...this, firstSeenAt: this.firstSeenAt, lockedUntil: this.lockedUntil,
+      expiresAt: this.expiresAt };
+  }
 }
+
+const reservationOf = (row, client) => new Reservation(row, client);
 
 const RESERVE = `SELECT r.outcome::text AS outcome, r.status_code, r.response, r.attempt,
     r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at
@@ -96,8 +130,8 @@ export async function reserve(client, scope, key, requestHash = null,
   { lockTtl = '5 minutes', retention = '24 hours', wait = '0' } = {}) {
   checkNames(scope, key);
   const { rows } = await query(client, RESERVE,
-    [scope, key, requestHash, interval(lockTtl), interval(retention), interval(wait)]);
-  return reservationOf(rows[0]);
+    [scope, key, requestHash, interval(lockTtl), interval(retention), interval(wait)], TEXT_ROWS);
+  return reservationOf(rows[0], client);
 }
 
 const COMPLETE = 'SELECT idempotency.complete($1, $2, $3::integer, $4::jsonb, $5::integer)';
@@ -159,11 +193,43 @@ export async function reserveAfter(client, before, scope, key, requestHash = nul
   const text = inlined(RESERVE, values);
   if (text === null) {
     await query(client, before);
-    return reservationOf((await query(client, RESERVE, values)).rows[0]);
+    return reservationOf((await query(client, RESERVE, values, TEXT_ROWS)).rows[0], client);
   }
-  const results = await query(client, `${before}; ${text}`);
-  return reservationOf(results.at(-1).rows[0]); // BEGIN's result, then reserve's
+  const results = await query(client, `${before}; ${text}`, [], TEXT_ROWS);
+  return reservationOf(results.at(-1).rows[0], client); // BEGIN's result, then reserve's
 }
+
+const RESERVE_BEGIN = RESERVE.replace('idempotency.reserve(', 'idempotency.reserve_begin(');
+
+const RESERVE_BEGIN_NAME = 'idempotency_reserve_begin_v1';
+
+// idempotency.reserve_begin, for a client with no transaction open: one statement. The outcome
+// 'new' leaves a transaction open (the server opened it, as BEGIN would); any other leaves
+// none, so a replay needs no ROLLBACK. A server before 0.3.0 (42883), a role without EXECUTE
+// on it (42501) or keys distributed by Citus (0A000) refuse it: see reserveBeginRefused.
+// prepare: as a prepared statement (parsed and planned once per connection); a pooler that
+// does not keep them answers 26000 (preparedStatementLost), then call it with prepare false.
+export async function reserveBegin(client, scope, key, requestHash = null,
+  { lockTtl = '5 minutes', retention = '24 hours', wait = '0', prepare = false } = {}) {
+  checkNames(scope, key);
+  const values = [scope, key, requestHash ?? null, interval(lockTtl), interval(retention),
+    interval(wait)];
+  const text = prepare ? null : inlined(RESERVE_BEGIN, values);
+  const { rows } = text === null
+    ? await query(client, RESERVE_BEGIN, values, TEXT_ROWS, prepare ? RESERVE_BEGIN_NAME : undefined)
+    : await query(client, text, [], TEXT_ROWS);
+  return reservationOf(rows[0], client);
+}
+
+// Whether err is a prepared statement of this package that the server does not have (a
+// pooler that moved the client to another server connection, or a DISCARD ALL).
+export const preparedStatementLost = (err) =>
+  err?.code === '26000' && err.message.includes(RESERVE_BEGIN_NAME);
+
+// Whether err is reserve_begin refused as a whole (see reserveBegin): BEGIN + reserve do the
+// same in two statements.
+export const reserveBeginRefused = (err) =>
+  ['42883', '42501', '0A000'].includes(err?.code) && /reserve_begin|shard/.test(err.message);
 
 // complete then `after` (say 'COMMIT' or 'RELEASE SAVEPOINT s'), in one round trip. A failed
 // complete skips `after`: the transaction is left failed, for the caller to roll back.

@@ -6,7 +6,10 @@
 // req.idempotency.client for its queries, and the answer it sends is held back until that
 // transaction has committed.
 import { createHash } from 'node:crypto';
-import { checkNames, completeThen, requestHash, reserveAfter, watchConnection } from './client.js';
+import {
+  checkNames, completeThen, preparedStatementLost, requestHash, reserveAfter, reserveBegin,
+  reserveBeginRefused, transactionStatus, watchConnection,
+} from './client.js';
 import {
   ConnectionLostError, IdempotencyError, InvalidJsonError, isConnectionLost, KeyEmptyError,
   KeyInProgressError, KeyMismatchError, KeyTooLongError, KeyTooOldError, OutcomeError,
@@ -148,6 +151,8 @@ async function defaultRequestHash(req, exclude, limit) {
 //   store       statusCode => whether to store the answer; default: below 500 (a 5xx rolls the
 //               claim back with the handler's writes, and the retry starts afresh)
 //   replayHeaders (statusCode, response) => extra headers of a replay (e.g. Location)
+//   prepare     false: send reserve_begin with inlined values, not as a prepared statement
+//               (default true; a pooler that loses it switches to false by itself)
 // The middleware's promise settles when the answer has been sent. A database or network that
 // goes away answers 503 + Retry-After (the connection is released with the error, so the pool
 // drops it); other errors of its own go to next(err). The connection is watched from checkout
@@ -164,6 +169,34 @@ export function idempotencyMiddleware(options) {
     : (req) => defaultRequestHash(req, exclude, limit);
   const store = options.store ?? ((status) => status < 500);
   const replayHeaders = options.replayHeaders ?? (() => ({}));
+  // reserve_begin, prepared, until the server refuses it (see reserveBegin): then unprepared,
+  // or BEGIN + reserve in one round trip
+  let useReserveBegin = true;
+  let prepare = options.prepare ?? true;
+  const reserveOpening = async (client, scope, key, hash) => {
+    const opts = { lockTtl, retention, wait };
+    while (useReserveBegin) {
+      try {
+        return await reserveBegin(client, scope, key, hash, { ...opts, prepare });
+      } catch (err) {
+        if (prepare && preparedStatementLost(err)) prepare = false;
+        else if (reserveBeginRefused(err)) useReserveBegin = false;
+        else throw err;
+      }
+    }
+    return reserveAfter(client, 'BEGIN', scope, key, hash, opts);
+  };
+  // Nothing to roll back on a connection the server reports idle (reserve_begin opened no
+  // transaction, or failed before it could); otherwise ROLLBACK, then release.
+  const endReservation = async (client, releaseClient) => {
+    if (transactionStatus(client) === 'I') return releaseClient();
+    try {
+      await client.query('ROLLBACK');
+      return releaseClient();
+    } catch (err) {
+      return releaseClient(err); // a broken connection: the server rolls back on its own
+    }
+  };
 
   return async function idempotency(req, res, next) {
     let scope;
@@ -207,25 +240,20 @@ export function idempotencyMiddleware(options) {
     }
     try {
       unwatch = watchConnection(client);
-      // BEGIN and reserve in one round trip
-      reservation = await reserveAfter(client, 'BEGIN', scope, key, hash, { lockTtl, retention, wait });
+      // one round trip: a transaction open after the outcome 'new' only
+      reservation = await reserveOpening(client, scope, key, hash);
     } catch (err) {
       if (isConnectionLost(err, client)) {
         releaseClient(err);
         return unavailable(err);
       }
-      try {
-        await client.query('ROLLBACK');
-        releaseClient();
-      } catch (rollbackErr) {
-        releaseClient(rollbackErr);
-      }
+      await endReservation(client, releaseClient);
       return databaseUnreachable(err) ? unavailable(err) : next(err);
     }
 
     if (reservation.outcome !== 'new') {
-      // The answer is read, and the transaction wrote nothing: it is sent now, and the
-      // transaction rolled back after (the connection goes back to the pool once it has).
+      // The answer is read, and nothing was written: it is sent now, and the transaction (if
+      // BEGIN + reserve opened one) rolled back after; the connection then goes back.
       try {
         if (reservation.outcome === 'replay') {
           const { statusCode, response } = reservation;
@@ -239,12 +267,7 @@ export function idempotencyMiddleware(options) {
           send(res, answer.status, answer.body, answer.headers);
         }
       } finally {
-        try {
-          await client.query('ROLLBACK');
-          releaseClient();
-        } catch (err) {
-          releaseClient(err); // a broken connection: the server rolls back on its own
-        }
+        await endReservation(client, releaseClient);
       }
       return undefined;
     }

@@ -2,7 +2,7 @@
 // the tests use it. Each @ts-expect-error line must stay an error, or tsc fails.
 import {
   accept, answerFor, applyOnce, claimOnce, consumeOnce, fingerprint, idempotencyMiddleware, idempotent, IdempotencyError,
-  KeyInProgressError, lsnKeyParts, OutboxConsumer, type Queryable, runExternal, runOnce,
+  KeyInProgressError, lsnKeyParts, OutboxConsumer, type Queryable, reserveBegin, runExternal, runOnce,
   StaleAttemptError, watermark,
 } from '@idempotency/client';
 import {
@@ -72,8 +72,11 @@ export async function usage(): Promise<void> {
   }
 
   const mw = idempotencyMiddleware({ pool, scope: (req) => String(req.headers['x-account']),
-    exclude: ['sent_at'], lockTtl: 30 });
+    exclude: ['sent_at'], lockTtl: 30, prepare: false });
   void mw;
+  const opened = await reserveBegin(client, 'acct', 'k', fingerprint({ item: 'x' }), { prepare: true });
+  const expires: Date | null = opened.expiresAt;
+  void expires;
   void [h, replayed, status, w, commitLsn];
 }
 

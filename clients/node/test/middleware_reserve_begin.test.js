@@ -1,0 +1,166 @@
+// The Idempotency-Key middleware on reserve_begin (issue 23): a replay, a 409 or a 422 in one
+// statement, a prepared statement the server lost, and the fallback to BEGIN + reserve on a
+// server that refuses reserve_begin. Not in the Citus run (test/citus/clients.sh): there the
+// coordinator refuses reserve_begin, and middleware.test.js runs on that fallback.
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import http from 'node:http';
+import { after, before, test } from 'node:test';
+import pg from 'pg';
+import { idempotencyMiddleware } from '../index.js';
+import { connect, databases } from './db.js';
+
+let database;
+let check;
+
+const ordersOf = async (k) =>
+  (await check.query('SELECT id FROM orders WHERE k = $1 ORDER BY id', [k])).rows.map((r) => r.id);
+
+before(async () => {
+  ({ source: database } = await databases('mw_reserve_begin'));
+  check = await connect(database);
+  await check.query('CREATE TABLE orders (id serial PRIMARY KEY, k text, item text)');
+});
+after(async () => {
+  await check?.end();
+});
+
+// A plain node:http server on the middleware over a pool whose clients record the statements
+// they send, in order.
+async function recordingServer({ max = 2, prepare } = {}) {
+  const statements = [];
+  const recorded = new pg.Pool({ database, max });
+  recorded.on('connect', (client) => {
+    const send = client.query.bind(client);
+    client.query = (text, ...rest) => {
+      statements.push(typeof text === 'string' ? text
+        : `${text.name ? `[${text.name}] ` : ''}${text.text}`);
+      return send(text, ...rest);
+    };
+  });
+  const mw = idempotencyMiddleware({ pool: recorded, scope: 'recorded', prepare });
+  const srv = http.createServer(async (req, res) => {
+    await mw(req, res, async () => {
+      const { rows } = await req.idempotency.client.query(
+        'INSERT INTO orders (k, item) VALUES ($1, $2) RETURNING id', [req.idempotency.key, 'r']);
+      res.writeHead(201, { 'Content-Type': 'application/json' }).end(`{"id":${rows[0].id}}`);
+    });
+  });
+  await new Promise((r) => { srv.listen(0, '127.0.0.1', r); });
+  const url = `http://127.0.0.1:${srv.address().port}`;
+  const send = async (key, body = '{"n": 1}') => {
+    statements.length = 0;
+    const res = await fetch(url, { method: 'POST', body,
+      headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' } });
+    return { status: res.status, replayed: res.headers.get('idempotent-replayed'),
+      body: await res.json(), statements: [...statements] };
+  };
+  const idle = async () => (await check.query(`SELECT count(*)::int AS n FROM pg_stat_activity
+    WHERE datname = current_database() AND application_name = '' AND state <> 'idle'
+      AND pid <> pg_backend_pid()`)).rows[0].n;
+  const close = async () => {
+    await new Promise((r) => { srv.close(r); });
+    await recorded.end();
+  };
+  return { send, idle, close, pool: recorded };
+}
+
+test('one statement a request for a replay, a 422 and a 409: reserve_begin, no BEGIN, no ROLLBACK', async () => {
+  const s = await recordingServer();
+  try {
+    const key = randomUUID();
+    const first = await s.send(key);
+    assert.equal(first.status, 201);
+    assert.equal(first.statements.length, 3, first.statements.join(' | '));
+    // prepared: parsed once per connection
+    assert.match(first.statements[0],
+      /^\[idempotency_reserve_begin_v1\] SELECT .* FROM idempotency\.reserve_begin\(\$1/s);
+    assert.doesNotMatch(first.statements[0], /BEGIN;/);
+    assert.match(first.statements[2], /idempotency\.complete\(.*; COMMIT$/s);
+
+    const replay = await s.send(key);
+    assert.equal(replay.status, 201);
+    assert.equal(replay.replayed, 'true');
+    assert.deepEqual(replay.body, first.body);
+    assert.equal(replay.statements.length, 1, replay.statements.join(' | '));
+    const mismatch = await s.send(key, '{"n": 2}');
+    assert.equal(mismatch.status, 422);
+    assert.equal(mismatch.statements.length, 1, mismatch.statements.join(' | '));
+
+    // a key held by an open transaction: 409, and this request leaves nothing open either
+    const held = await connect(database);
+    try {
+      const busy = randomUUID();
+      await held.query("SELECT * FROM idempotency.reserve_begin('recorded', $1)", [busy]);
+      const conflict = await s.send(busy);
+      assert.equal(conflict.status, 409);
+      assert.equal(conflict.statements.length, 1, conflict.statements.join(' | '));
+      await held.query('ROLLBACK');
+    } finally {
+      await held.end();
+    }
+    assert.equal(await s.idle(), 0, 'no connection of the pool is left in a transaction');
+    assert.deepEqual(await ordersOf(key), [first.body.id]);
+  } finally {
+    await s.close();
+  }
+});
+
+test('a server that refuses reserve_begin (before 0.3.0): BEGIN + reserve, and ROLLBACK after a replay', async () => {
+  const fn = 'idempotency.reserve_begin(text, text, bytea, interval, interval, interval)';
+  await check.query(`ALTER FUNCTION ${fn} RENAME TO reserve_begin_hidden`);
+  const s = await recordingServer();
+  try {
+    const key = randomUUID();
+    const first = await s.send(key);
+    assert.equal(first.status, 201);
+    // the refused reserve_begin, then BEGIN + reserve, the insert, complete + COMMIT
+    assert.equal(first.statements.length, 4, first.statements.join(' | '));
+    assert.match(first.statements[1], /^BEGIN; SELECT .* FROM idempotency\.reserve\(/s);
+    const replay = await s.send(key);
+    assert.equal(replay.status, 201);
+    assert.equal(replay.replayed, 'true');
+    assert.match(replay.statements[0], /^BEGIN; /);
+    assert.equal(replay.statements.at(-1), 'ROLLBACK');
+    assert.equal(await s.idle(), 0);
+  } finally {
+    await check.query(`ALTER FUNCTION idempotency.reserve_begin_hidden(text, text, bytea,
+      interval, interval, interval) RENAME TO reserve_begin`);
+    await s.close();
+  }
+});
+
+test('a prepared reserve_begin the server lost (a pooler, DISCARD ALL): unprepared from then on', async () => {
+  const s = await recordingServer({ max: 1 });
+  try {
+    const first = await s.send(randomUUID());
+    assert.equal(first.status, 201);
+    const c = await s.pool.connect(); // the pool's one connection, which prepared it
+    await c.query('DEALLOCATE idempotency_reserve_begin_v1');
+    c.release();
+    const key = randomUUID();
+    const second = await s.send(key);
+    assert.equal(second.status, 201);
+    // the lost statement (26000), then reserve_begin inlined, the insert, complete + COMMIT
+    assert.equal(second.statements.length, 4, second.statements.join(' | '));
+    assert.match(second.statements[1], /FROM idempotency\.reserve_begin\('recorded', /);
+    const replay = await s.send(key);
+    assert.equal(replay.replayed, 'true');
+    assert.equal(replay.statements.length, 1);
+    assert.equal(await s.idle(), 0);
+  } finally {
+    await s.close();
+  }
+});
+
+test('prepare: false sends reserve_begin with its values inlined, never a prepared statement', async () => {
+  const s = await recordingServer({ prepare: false });
+  try {
+    const first = await s.send(randomUUID());
+    assert.equal(first.status, 201);
+    assert.match(first.statements[0], /^SELECT .* FROM idempotency\.reserve_begin\('recorded', /s);
+    assert.equal(first.statements.filter((t) => t.startsWith('[')).length, 0);
+  } finally {
+    await s.close();
+  }
+});
