@@ -18,7 +18,9 @@
 #     connection): when the wait ends with the key free, reserve finds the client gone and
 #     ends the session instead of claiming, so no claim is left (without that check the
 #     orphan's autocommitted claim stayed processing until lock_ttl). The server runs without
-#     client_connection_check_interval, which would end the backend at once.
+#     client_connection_check_interval, which would end the backend at once;
+#  6. the Node middleware with 16 clients on 8 server connections: its prepared reserve_begin
+#     meets 26000 / 42P05, it switches to inlined values, and every request is answered.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/pgbouncer 54481
@@ -223,6 +225,50 @@ q -q -c "DROP EXTENSION idempotency CASCADE" -c "CREATE EXTENSION idempotency" 2
 expect "reserve on the same backend after the extension came back" \
   "$(pq one -F ' ' -c "SELECT outcome, attempt FROM idempotency.reserve('tc', 'after')")" "new 1"
 expect "lookup there" "$(pq one -F ' ' -c "SELECT state, attempt FROM idempotency.lookup('tc', 'after')")" "processing 1"
+
+echo "--- 6. the Node middleware: its prepared reserve_begin across pooled server connections"
+# 16 pg clients on pool postgres's 8 server connections: a client's prepared statement is on
+# one server connection and not the next (26000), or another client's is there first (42P05).
+# The middleware must answer every request and switch to inlined values; one order per key.
+"$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/clients/node" >/dev/null
+q -q -c "CREATE TABLE mw_orders (k text NOT NULL)"
+cat >"$WORK/middleware.mjs" <<'JS'
+import { createRequire } from 'node:module';
+import http from 'node:http';
+const [root, host, port] = process.argv.slice(2);
+const pg = createRequire(`${root}/clients/node/package.json`)('pg');
+const { idempotencyMiddleware } = await import(`${root}/clients/node/index.js`);
+const pool = new pg.Pool({ host, port: Number(port), user: 'postgres', database: 'postgres', max: 16 });
+pool.on('error', () => {});
+const mw = idempotencyMiddleware({ pool, scope: 'pgb' });
+const server = http.createServer((req, res) => mw(req, res, async () => {
+  await req.idempotency.client.query('INSERT INTO mw_orders VALUES ($1)', [req.idempotency.key]);
+  res.writeHead(201, { 'Content-Type': 'application/json' }).end('{"ok":true}');
+}));
+await new Promise((r) => { server.listen(0, '127.0.0.1', r); });
+const url = `http://127.0.0.1:${server.address().port}/`;
+const answers = {};
+const post = async (key) => {
+  const res = await fetch(url, { method: 'POST', body: '{"n": 1}',
+    headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' } });
+  const what = `${res.status}${res.headers.get('idempotent-replayed') ? ' replay' : ''}`;
+  answers[what] = (answers[what] ?? 0) + 1;
+  await res.arrayBuffer();
+};
+const keys = Array.from({ length: 160 }, (_, i) => `k-${i}`);
+for (const round of [keys, keys]) { // new keys, then each once more
+  for (let i = 0; i < round.length; i += 16) await Promise.all(round.slice(i, i + 16).map(post));
+}
+console.log(Object.entries(answers).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}:${v}`).join(' '));
+server.close();
+await pool.end();
+JS
+answers=$(timeout 120 node "$WORK/middleware.mjs" "$IDEM_ROOT" "$PGB_SOCK" "$PGB_PORT" 2>"$WORK/middleware.err") ||
+  fail "the middleware through pgbouncer: $(tail -n 5 "$WORK/middleware.err")"
+expect "every request answered: 160 new, 160 replays" "$answers" "201:160 201 replay:160"
+expect "one order per key" \
+  "$(q -c "SELECT count(*) || '/' || count(DISTINCT k) FROM mw_orders")" "160/160"
+expect "every key completed" "$(q -c "SELECT count(*) FILTER (WHERE state = 'completed') || '/' || count(*) FROM idempotency.keys WHERE scope = 'pgb'")" "160/160"
 
 echo "$CHECKS checks passed"
 echo "PASS"

@@ -207,8 +207,8 @@ const RESERVE_BEGIN_NAME = 'idempotency_reserve_begin_v1';
 // 'new' leaves a transaction open (the server opened it, as BEGIN would); any other leaves
 // none, so a replay needs no ROLLBACK. A server before 0.3.0 (42883), a role without EXECUTE
 // on it (42501) or keys distributed by Citus (0A000) refuse it: see reserveBeginRefused.
-// prepare: as a prepared statement (parsed and planned once per connection); a pooler that
-// does not keep them answers 26000 (preparedStatementLost), then call it with prepare false.
+// prepare: as a prepared statement (parsed and planned once per connection); behind a pooler
+// that does not keep them apart, see preparedStatementUnusable, then call it unprepared.
 export async function reserveBegin(client, scope, key, requestHash = null,
   { lockTtl = '5 minutes', retention = '24 hours', wait = '0', prepare = false } = {}) {
   checkNames(scope, key);
@@ -221,10 +221,11 @@ export async function reserveBegin(client, scope, key, requestHash = null,
   return reservationOf(rows[0], client);
 }
 
-// Whether err is a prepared statement of this package that the server does not have (a
-// pooler that moved the client to another server connection, or a DISCARD ALL).
-export const preparedStatementLost = (err) =>
-  err?.code === '26000' && err.message.includes(RESERVE_BEGIN_NAME);
+// Whether err says that the server connection's prepared statements are not the client's: one
+// it lacks (26000: a pooler moved the client to another server connection, or DISCARD ALL),
+// or one that another client of the pooler made there first (42P05).
+export const preparedStatementUnusable = (err) =>
+  ['26000', '42P05'].includes(err?.code) && err.message.includes(RESERVE_BEGIN_NAME);
 
 // Whether err is reserve_begin refused as a whole (see reserveBegin): BEGIN + reserve do the
 // same in two statements.

@@ -7,8 +7,8 @@
 // transaction has committed.
 import { createHash } from 'node:crypto';
 import {
-  checkNames, completeThen, preparedStatementLost, requestHash, reserveAfter, reserveBegin,
-  reserveBeginRefused, transactionStatus, watchConnection,
+  checkNames, completeThen, preparedStatementUnusable, requestHash, reserveAfter,
+  reserveBegin, reserveBeginRefused, transactionStatus, watchConnection,
 } from './client.js';
 import {
   ConnectionLostError, IdempotencyError, InvalidJsonError, isConnectionLost, KeyEmptyError,
@@ -152,7 +152,8 @@ async function defaultRequestHash(req, exclude, limit) {
 //               claim back with the handler's writes, and the retry starts afresh)
 //   replayHeaders (statusCode, response) => extra headers of a replay (e.g. Location)
 //   prepare     false: send reserve_begin with inlined values, not as a prepared statement
-//               (default true; a pooler that loses it switches to false by itself)
+//               (default true; behind a pooler that mixes up prepared statements, the first
+//               26000 or 42P05 switches it to false)
 // The middleware's promise settles when the answer has been sent. A database or network that
 // goes away answers 503 + Retry-After (the connection is released with the error, so the pool
 // drops it); other errors of its own go to next(err). The connection is watched from checkout
@@ -179,7 +180,7 @@ export function idempotencyMiddleware(options) {
       try {
         return await reserveBegin(client, scope, key, hash, { ...opts, prepare });
       } catch (err) {
-        if (prepare && preparedStatementLost(err)) prepare = false;
+        if (prepare && preparedStatementUnusable(err)) prepare = false;
         else if (reserveBeginRefused(err)) useReserveBegin = false;
         else throw err;
       }

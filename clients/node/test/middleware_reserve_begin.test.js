@@ -153,6 +153,28 @@ test('a prepared reserve_begin the server lost (a pooler, DISCARD ALL): unprepar
   }
 });
 
+test('a prepared statement of that name already on the server connection (a pooler shares it): unprepared from then on', async () => {
+  const s = await recordingServer({ max: 1 });
+  try {
+    // what another client of a transaction-mode pooler leaves on the shared server connection
+    const c = await s.pool.connect();
+    await c.query('PREPARE idempotency_reserve_begin_v1 AS SELECT 1');
+    c.release();
+    const key = randomUUID();
+    const first = await s.send(key);
+    assert.equal(first.status, 201);
+    // the refused Parse (42P05), then reserve_begin inlined, the insert, complete + COMMIT
+    assert.equal(first.statements.length, 4, first.statements.join(' | '));
+    assert.match(first.statements[1], /FROM idempotency\.reserve_begin\('recorded', /);
+    const replay = await s.send(key);
+    assert.equal(replay.replayed, 'true');
+    assert.equal(replay.statements.length, 1);
+    assert.deepEqual(await ordersOf(key), [first.body.id]);
+  } finally {
+    await s.close();
+  }
+});
+
 test('prepare: false sends reserve_begin with its values inlined, never a prepared statement', async () => {
   const s = await recordingServer({ prepare: false });
   try {
