@@ -72,26 +72,28 @@ const TIMESTAMPTZ = 1184;
 
 // reserve's row. The three timestamps become Dates (with the client's own parser) when first
 // read: the middleware never reads them, and three Dates cost a replay more than its JSON.
+const number = (v) => (v === null ? null : Number(v));
+
 class Reservation {
   #row;
-  #toDate;
+  #client;
   #dates = {};
 
   constructor(row, client) {
-    const number = (v) => (v === null ? null : Number(v));
     this.outcome = row.outcome;
     this.statusCode = number(row.status_code);
     this.response = row.response === null ? null : JSON.parse(row.response);
     this.attempt = number(row.attempt);
     this.recoveryPoint = row.recovery_point;
     this.#row = row;
-    this.#toDate = client?.getTypeParser?.(TIMESTAMPTZ, 'text') ?? ((text) => new Date(text));
+    this.#client = client;
   }
 
   #date(column) {
     if (!(column in this.#dates)) {
       const text = this.#row[column];
-      this.#dates[column] = text === null ? null : this.#toDate(text);
+      const toDate = this.#client?.getTypeParser?.(TIMESTAMPTZ, 'text') ?? ((t) => new Date(t));
+      this.#dates[column] = text === null ? null : toDate(text);
     }
     return this.#dates[column];
   }
@@ -125,12 +127,19 @@ export function checkNames(scope, key) {
   }
 }
 
-// idempotency.reserve. requestHash: a Buffer (see fingerprint) or null.
-export async function reserve(client, scope, key, requestHash = null,
+// The values of reserve's ($1 to $6) and reserve_begin's parameters, once scope and key pass
+// checkNames.
+function reserveValues(scope, key, requestHash,
   { lockTtl = '5 minutes', retention = '24 hours', wait = '0' } = {}) {
   checkNames(scope, key);
-  const { rows } = await query(client, RESERVE,
-    [scope, key, requestHash, interval(lockTtl), interval(retention), interval(wait)], TEXT_ROWS);
+  return [scope, key, requestHash ?? null, interval(lockTtl), interval(retention),
+    interval(wait)];
+}
+
+// idempotency.reserve. requestHash: a Buffer (see fingerprint) or null.
+export async function reserve(client, scope, key, requestHash = null, options = {}) {
+  const values = reserveValues(scope, key, requestHash, options);
+  const { rows } = await query(client, RESERVE, values, TEXT_ROWS);
   return reservationOf(rows[0], client);
 }
 
@@ -186,10 +195,8 @@ function inlined(text, values) {
 // `before` (say 'BEGIN' or 'SAVEPOINT s') then reserve, in one round trip. If it fails, it is
 // unknown whether `before` ran: roll back as after a failed reserve.
 export async function reserveAfter(client, before, scope, key, requestHash = null,
-  { lockTtl = '5 minutes', retention = '24 hours', wait = '0' } = {}) {
-  checkNames(scope, key);
-  const values = [scope, key, requestHash ?? null, interval(lockTtl), interval(retention),
-    interval(wait)];
+  options = {}) {
+  const values = reserveValues(scope, key, requestHash, options);
   const text = inlined(RESERVE, values);
   if (text === null) {
     await query(client, before);
@@ -209,11 +216,9 @@ const RESERVE_BEGIN_NAME = 'idempotency_reserve_begin_v1';
 // on it (42501) or keys distributed by Citus (0A000) refuse it: see reserveBeginRefused.
 // prepare: as a prepared statement (parsed and planned once per connection); behind a pooler
 // that does not keep them apart, see preparedStatementUnusable, then call it unprepared.
-export async function reserveBegin(client, scope, key, requestHash = null,
-  { lockTtl = '5 minutes', retention = '24 hours', wait = '0', prepare = false } = {}) {
-  checkNames(scope, key);
-  const values = [scope, key, requestHash ?? null, interval(lockTtl), interval(retention),
-    interval(wait)];
+export async function reserveBegin(client, scope, key, requestHash = null, options = {}) {
+  const { prepare = false } = options;
+  const values = reserveValues(scope, key, requestHash, options);
   const text = prepare ? null : inlined(RESERVE_BEGIN, values);
   const { rows } = text === null
     ? await query(client, RESERVE_BEGIN, values, TEXT_ROWS, prepare ? RESERVE_BEGIN_NAME : undefined)

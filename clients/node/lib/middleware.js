@@ -173,14 +173,13 @@ export function idempotencyMiddleware(options) {
   // reserve_begin, prepared, until the server refuses it (see reserveBegin): then unprepared,
   // or BEGIN + reserve in one round trip
   let useReserveBegin = true;
-  let prepare = options.prepare ?? true;
+  const opts = { lockTtl, retention, wait, prepare: options.prepare ?? true };
   const reserveOpening = async (client, scope, key, hash) => {
-    const opts = { lockTtl, retention, wait };
     while (useReserveBegin) {
       try {
-        return await reserveBegin(client, scope, key, hash, { ...opts, prepare });
+        return await reserveBegin(client, scope, key, hash, opts);
       } catch (err) {
-        if (prepare && preparedStatementUnusable(err)) prepare = false;
+        if (opts.prepare && preparedStatementUnusable(err)) opts.prepare = false;
         else if (reserveBeginRefused(err)) useReserveBegin = false;
         else throw err;
       }

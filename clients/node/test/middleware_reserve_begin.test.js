@@ -142,6 +142,21 @@ test('a server that refuses reserve_begin (before 0.3.0): BEGIN + reserve, and R
   }
 });
 
+// A new key and its replay once the middleware has met a prepared statement it cannot use
+// (26000 or 42P05): that statement, then reserve_begin inlined, the insert, complete + COMMIT;
+// the replay in one statement. Returns the first answer.
+async function switchesToInlined(s) {
+  const key = randomUUID();
+  const first = await s.send(key);
+  assert.equal(first.status, 201);
+  assert.equal(first.statements.length, 4, first.statements.join(' | '));
+  assert.match(first.statements[1], /FROM idempotency\.reserve_begin\('recorded', /);
+  const replay = await s.send(key);
+  assert.equal(replay.replayed, 'true');
+  assert.equal(replay.statements.length, 1);
+  return { key, first };
+}
+
 test('a prepared reserve_begin the server lost (a pooler, DISCARD ALL): unprepared from then on', async () => {
   const s = await recordingServer({ max: 1 });
   try {
@@ -150,15 +165,7 @@ test('a prepared reserve_begin the server lost (a pooler, DISCARD ALL): unprepar
     const c = await s.pool.connect(); // the pool's one connection, which prepared it
     await c.query('DEALLOCATE idempotency_reserve_begin_v1');
     c.release();
-    const key = randomUUID();
-    const second = await s.send(key);
-    assert.equal(second.status, 201);
-    // the lost statement (26000), then reserve_begin inlined, the insert, complete + COMMIT
-    assert.equal(second.statements.length, 4, second.statements.join(' | '));
-    assert.match(second.statements[1], /FROM idempotency\.reserve_begin\('recorded', /);
-    const replay = await s.send(key);
-    assert.equal(replay.replayed, 'true');
-    assert.equal(replay.statements.length, 1);
+    await switchesToInlined(s); // the lost statement: 26000
     assert.equal(await s.busy(), 0);
   } finally {
     await s.close();
@@ -172,15 +179,7 @@ test('a prepared statement of that name already on the server connection (a pool
     const c = await s.pool.connect();
     await c.query('PREPARE idempotency_reserve_begin_v1 AS SELECT 1');
     c.release();
-    const key = randomUUID();
-    const first = await s.send(key);
-    assert.equal(first.status, 201);
-    // the refused Parse (42P05), then reserve_begin inlined, the insert, complete + COMMIT
-    assert.equal(first.statements.length, 4, first.statements.join(' | '));
-    assert.match(first.statements[1], /FROM idempotency\.reserve_begin\('recorded', /);
-    const replay = await s.send(key);
-    assert.equal(replay.replayed, 'true');
-    assert.equal(replay.statements.length, 1);
+    const { key, first } = await switchesToInlined(s); // the refused Parse: 42P05
     assert.deepEqual(await ordersOf(key), [first.body.id]);
   } finally {
     await s.close();
