@@ -179,7 +179,9 @@ export function idempotencyMiddleware(options) {
       try {
         return await reserveBegin(client, scope, key, hash, opts);
       } catch (err) {
-        if (opts.prepare && preparedStatementUnusable(err)) opts.prepare = false;
+        // other requests' statements, sent before the first such error came back, meet it
+        // too: each of them retries unprepared
+        if (preparedStatementUnusable(err)) opts.prepare = false;
         else if (reserveBeginRefused(err)) useReserveBegin = false;
         else throw err;
       }

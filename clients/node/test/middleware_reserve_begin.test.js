@@ -27,9 +27,22 @@ after(async () => {
 
 // A plain node:http server on the middleware over a pool whose clients record the statements
 // they send, in order.
-async function recordingServer({ max = 2, prepare } = {}) {
+// together: the first that many checkouts wait for each other, so that their requests send
+// their first statement in the same turn.
+async function recordingServer({ max = 2, prepare, together = 0 } = {}) {
   const statements = [];
   const recorded = new pg.Pool({ database, max });
+  const waiting = [];
+  const checkout = async () => {
+    const client = await recorded.connect();
+    if (waiting.length < together) {
+      await new Promise((resolve) => {
+        waiting.push(resolve);
+        if (waiting.length === together) waiting.forEach((go) => go());
+      });
+    }
+    return client;
+  };
   recorded.on('connect', (client) => {
     const send = client.query.bind(client);
     client.query = (text, ...rest) => {
@@ -38,7 +51,7 @@ async function recordingServer({ max = 2, prepare } = {}) {
       return send(text, ...rest);
     };
   });
-  const mw = idempotencyMiddleware({ pool: recorded, scope: 'recorded', prepare });
+  const mw = idempotencyMiddleware({ pool: { connect: checkout }, scope: 'recorded', prepare });
   const srv = http.createServer(async (req, res) => {
     await mw(req, res, async () => {
       const { rows } = await req.idempotency.client.query(
@@ -181,6 +194,22 @@ test('a prepared statement of that name already on the server connection (a pool
     c.release();
     const { key, first } = await switchesToInlined(s); // the refused Parse: 42P05
     assert.deepEqual(await ordersOf(key), [first.body.id]);
+  } finally {
+    await s.close();
+  }
+});
+
+test('requests whose prepared statements all meet 42P05 at once: each retries unprepared', async () => {
+  const s = await recordingServer({ max: 2, together: 2 });
+  try {
+    // both pool connections hold the name, as server connections a pooler shares would
+    const held = await Promise.all([s.pool.connect(), s.pool.connect()]);
+    for (const c of held) await c.query('PREPARE idempotency_reserve_begin_v1 AS SELECT 1');
+    held.forEach((c) => c.release());
+    const keys = [randomUUID(), randomUUID()];
+    const answers = await Promise.all(keys.map((k) => s.send(k)));
+    assert.deepEqual(answers.map((a) => a.status), [201, 201]);
+    for (const [i, k] of keys.entries()) assert.deepEqual(await ordersOf(k), [answers[i].body.id]);
   } finally {
     await s.close();
   }
