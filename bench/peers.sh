@@ -10,10 +10,11 @@
 #   bash bench/peers.sh --smoke    seconds; report under bench/out/peers-smoke/
 # Knobs: BENCH_ROUNDS (3), BENCH_SECONDS (8 per scenario), BENCH_STRATEGIES, BENCH_FAULT_KEYS
 # (300), BENCH_FAULT_SECONDS (120: the longest a fault run waits for its keys), BENCH_PHASES
-# (speed roundtrips faults), BENCH_SCENARIOS (new8 replay8 new32 mix8 burst8: a mode and a
-# number of connections; replay needs new before it), BENCH_NODE_ARGS (options of the service's node in the speed phase,
-# e.g. --cpu-prof --cpu-prof-dir=DIR), BENCH_PORT (22020 with IDEM_PORT_OFFSET=2000:
-# PostgreSQL; +1 Redis, +2 the service).
+# (speed loop roundtrips faults; loop: the work of (1), (3), (4) and of the insert alone,
+# without HTTP: loop.mjs), BENCH_SCENARIOS (new8 replay8 new32 mix8 burst8: a mode and a
+# number of connections; replay needs new before it), BENCH_NODE_ARGS (options of the
+# service's node in the speed phase, e.g. --cpu-prof --cpu-prof-dir=DIR), BENCH_PORT (22020
+# with IDEM_PORT_OFFSET=2000: PostgreSQL; +1 Redis, +2 the service).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
@@ -25,7 +26,7 @@ SECONDS_PER=${BENCH_SECONDS:-8}
 MAXREQ=${BENCH_MAX_REQUESTS:-200000}
 FAULT_KEYS=${BENCH_FAULT_KEYS:-300}
 FAULT_SECONDS=${BENCH_FAULT_SECONDS:-120}
-PHASES=" ${BENCH_PHASES:-speed roundtrips faults} "
+PHASES=" ${BENCH_PHASES:-speed loop roundtrips faults} "
 # shellcheck disable=SC2206 # a list of words
 SCENARIOS=(${BENCH_SCENARIOS:-new8 replay8 new32 mix8 burst8})
 # shellcheck disable=SC2206 # a list of words
@@ -165,6 +166,32 @@ for ((round = 1; round <= ROUNDS; round++)); do
       scenario "$round" "$s" "$sc" "${sc%%[0-9]*}" "${sc##*[a-z]}"
     done
     svc_stop
+  done
+done
+
+# --- without HTTP: each strategy's own work in a loop (loop.mjs), the same rotation -------
+LOOP=$OUT/loop.tsv
+printf 'round\tstrategy\tmode\trps\tclient_us\tpostgresql_us\tredis_us\n' >"$LOOP"
+LOOP_STRATEGIES=()
+for s in middleware fortress accelerator; do
+  [[ " ${STRATEGIES[*]} " == *" $s "* ]] && LOOP_STRATEGIES+=("$s")
+done
+LOOP_STRATEGIES+=(insert)
+for ((round = 1; round <= ROUNDS; round++)); do
+  [[ $PHASES == *" loop "* ]] || break
+  for ((i = 0; i < ${#LOOP_STRATEGIES[@]}; i++)); do
+    s=${LOOP_STRATEGIES[$(((i + round - 1) % ${#LOOP_STRATEGIES[@]}))]}
+    reset_state
+    log "round $round without HTTP: $s"
+    for mode in new replay; do
+      [[ $s == insert && $mode == replay ]] && continue # no idempotency, no replays
+      line=$(LOOP_POSTMASTER=$(head -1 "$DATA/postmaster.pid") LOOP_REDIS=$REDIS_PID \
+        node "$PEERS/loop.mjs" "$s" "$mode" 8 "$SECONDS_PER" "$OUT/loop-keys")
+      python3 -c 'import json, sys
+r = json.loads(sys.argv[4])
+print("\t".join(sys.argv[1:4] + [f"{r[k]:.1f}" for k in
+      ("rps", "client_us", "postgresql_us", "redis_us")]))' "$round" "$s" "$mode" "$line" >>"$LOOP"
+    done
   done
 done
 

@@ -1,6 +1,6 @@
 """bench/peers report: medians over the rounds of speed.tsv, ratios to the middleware, the keys
 that got more than one order (per scenario, summed over the rounds), the round trips per
-request (roundtrips.tsv), the fault table, and a PNG chart (gnuplot) of throughput and p99 per strategy for new keys at 8
+request (roundtrips.tsv), the loops without HTTP (loop.tsv), the fault table, and a PNG chart (gnuplot) of throughput and p99 per strategy for new keys at 8
 connections.   python3 report.py OUT_DIR REPORT_DIR"""
 import csv
 import os
@@ -50,6 +50,31 @@ if rtt:
         (np, nr), (rp, rr) = by[s, "new"], by.get((s, "replay"), (0, 0))
         lines.append(f"| {NAMES[s]} | {np:g} | {nr:g} | {np + nr:g} | {rp:g} | {rr:g} | {rp + rr:g} |")
     lines.append("")
+loop_path = os.path.join(out, "loop.tsv")
+loop = list(csv.DictReader(open(loop_path), delimiter="\t")) if os.path.exists(loop_path) else []
+LOOP_NAMES = {**NAMES, "insert": "the insert alone (no idempotency)"}
+if loop:
+    lines += ["## Without HTTP", "",
+              "Each strategy's own work (bench/peers/loop.mjs: the statements and commands the",
+              "service sends, without Express and the load generator), 8 workers in one Node",
+              "process, medians over the rounds. CPU us per request: that process, PostgreSQL,",
+              "Redis.", ""]
+    for mode, title in (("new", "new keys"), ("replay", "replays")):
+        lm = {}
+        for s in LOOP_NAMES:
+            rs = [r for r in loop if r["strategy"] == s and r["mode"] == mode]
+            if rs:
+                lm[s] = {k: statistics.median(float(r[k]) for r in rs)
+                         for k in ("rps", "client_us", "postgresql_us", "redis_us")}
+        base = lm.get("middleware", {}).get("rps")
+        lines += [f"### {title}", "", "| strategy | req/s | x (1) | client us | PostgreSQL us "
+                  "| Redis us | total us |", "|---|---|---|---|---|---|---|"]
+        for s, m in lm.items():
+            ratio = f"{m['rps'] / base:.2f}" if base else "-"
+            total = m["client_us"] + m["postgresql_us"] + m["redis_us"]
+            lines.append(f"| {LOOP_NAMES[s]} | {m['rps']:,.0f} | {ratio} | {m['client_us']:.0f} "
+                         f"| {m['postgresql_us']:.0f} | {m['redis_us']:.0f} | {total:.0f} |")
+        lines.append("")
 for sc, title in SCENARIOS:
     base = med.get(("middleware", sc), {}).get("rps")
     lines += [f"## {title}", "",

@@ -2,14 +2,13 @@
 // work inserts one row into bench_orders and answers 201 { id }. STRATEGY picks the
 // idempotency layer (see bench/peers.sh); each is written as its own documentation shows.
 // Environment: STRATEGY, PORT, PG* (the cluster), REDIS_URL. Prints "listening" when ready.
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import net from 'node:net';
 import express from 'express';
-import pg from 'pg';
-import { createClient } from '@redis/client';
 import { idempotencyMiddleware, runExternal, parseIdempotencyKey, answerFor, isConnectionLost }
   from '../../clients/node/index.js';
+import { accelerate, fortressTx, insertOrder, LOCK_MS, newPool, redis, sha, TTL } from './work.mjs';
 
 const STRATEGY = process.env.STRATEGY;
 
@@ -81,26 +80,12 @@ if (process.env.BENCH_COUNT === '1') {
   };
 }
 
-const pool = new pg.Pool({ max: Number(process.env.PG_POOL ?? 16) });
-pool.on('error', () => {});
+const pool = newPool();
 const app = express();
 app.get('/__roundtrips', (req, res) => { res.json(roundTrips); });
-const TTL = 86400; // seconds a result is kept
-const LOCK_MS = 30000; // how long a Redis lock lives if its holder dies
 
-const insertOrder = async (db, key, body) => (await db.query(
-  'INSERT INTO bench_orders (k, item, qty) VALUES ($1, $2, $3) RETURNING id',
-  [key, body.item, body.qty])).rows[0].id;
-const sha = (buf) => createHash('sha256').update(buf).digest('hex');
 const keyOf = (req) => req.get('idempotency-key');
 const rawJson = express.json({ verify: (req, res, buf) => { req.rawBody = buf; } });
-
-async function redis() {
-  const client = createClient({ url: process.env.REDIS_URL });
-  client.on('error', () => {}); // reconnects on its own; commands fail meanwhile
-  await client.connect();
-  return client;
-}
 
 // (1) the project's middleware: claim, work and answer in one transaction.
 function middleware() {
@@ -135,78 +120,22 @@ function external() {
 }
 
 // (3) the fortress: a key table in PostgreSQL, insert-on-conflict, SELECT ... FOR UPDATE, the
-// status and the response in the row, all in the business transaction.
-async function fortressTx(key, hash, body) {
-  const db = await pool.connect();
-  try {
-    await db.query('BEGIN');
-    const ins = await db.query(`INSERT INTO bench_idem (k, request_hash, status)
-      VALUES ($1, $2, 'processing') ON CONFLICT (k) DO NOTHING`, [key, hash]);
-    if (ins.rowCount === 0) {
-      const { rows } = await db.query(`SELECT status, request_hash, status_code, response
-        FROM bench_idem WHERE k = $1 FOR UPDATE`, [key]);
-      await db.query('ROLLBACK');
-      db.release();
-      const row = rows[0];
-      if (!row) return { status: 409, body: { error: 'retry' } };
-      if (row.request_hash !== hash) return { status: 422, body: { error: 'key reused' } };
-      if (row.status !== 'completed') return { status: 409, body: { error: 'in progress' } };
-      return { status: row.status_code, body: row.response, replay: true };
-    }
-    const id = await insertOrder(db, key, body);
-    const response = { id };
-    await db.query(`UPDATE bench_idem SET status = 'completed', status_code = 201,
-      response = $2 WHERE k = $1`, [key, response]);
-    await db.query('COMMIT');
-    db.release();
-    return { status: 201, body: response };
-  } catch (err) {
-    db.release(err); // dropped: the server rolls back
-    throw err;
-  }
-}
-
+// status and the response in the row, all in the business transaction (fortressTx, work.mjs).
 function fortress() {
   app.post('/orders', rawJson, async (req, res) => {
-    const r = await fortressTx(keyOf(req), sha(req.rawBody), req.body);
+    const r = await fortressTx(pool, keyOf(req), sha(req.rawBody), req.body);
     res.status(r.status).json(r.body);
   });
 }
 
 // (4) Redis SET NX + Lua: one script checks for a stored result or takes the lock; the work
-// writes to PostgreSQL; a second script stores the result and drops the lock (if still ours).
-const TAKE = `local r = redis.call('GET', KEYS[2])
-if r then return 'R' .. r end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 'L' end
-return 'B'`;
-const FINISH = `redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return 1`;
+// writes to PostgreSQL; a second script stores the result and drops the lock (if still ours)
+// (accelerate, work.mjs).
 async function accelerator() {
   const r = await redis();
   app.post('/orders', rawJson, async (req, res) => {
-    const key = keyOf(req);
-    const hash = sha(req.rawBody);
-    const token = randomUUID();
-    const got = await r.eval(TAKE, { keys: [`lock:${key}`, `result:${key}`],
-      arguments: [token, String(LOCK_MS)] });
-    if (got[0] === 'R') {
-      const stored = JSON.parse(got.slice(1));
-      if (stored.hash !== hash) return res.status(422).json({ error: 'key reused' });
-      return res.status(stored.status).json(stored.body);
-    }
-    if (got === 'B') return res.status(409).json({ error: 'in progress' });
-    let id;
-    try {
-      id = await insertOrder(pool, key, req.body);
-    } catch (err) {
-      await r.del(`lock:${key}`).catch(() => {});
-      throw err;
-    }
-    const body = { id };
-    await r.eval(FINISH, { keys: [`lock:${key}`, `result:${key}`],
-      arguments: [token, JSON.stringify({ hash, status: 201, body }), String(TTL)] });
-    return res.status(201).json(body);
+    const out = await accelerate(r, pool, keyOf(req), sha(req.rawBody), req.body);
+    return res.status(out.status).json(out.body);
   });
 }
 
@@ -227,7 +156,7 @@ async function hybrid() {
     if (!(await r.set(`lock:${key}`, token, { NX: true, PX: LOCK_MS })))
       return res.status(409).json({ error: 'in progress' });
     try {
-      const out = await fortressTx(key, hash, req.body);
+      const out = await fortressTx(pool, key, hash, req.body);
       if (out.status < 300) {
         await r.set(`result:${key}`, JSON.stringify({ hash, status: out.status, body: out.body }),
           { EX: TTL });
