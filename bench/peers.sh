@@ -185,7 +185,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
     log "round $round without HTTP: $s"
     for mode in new replay; do
       [[ $s == insert && $mode == replay ]] && continue # no idempotency, no replays
-      line=$(LOOP_POSTMASTER=$(head -1 "$DATA/postmaster.pid") LOOP_REDIS=$REDIS_PID \
+      line=$(LOOP_POSTMASTER=$(head -1 "$DATA/postmaster.pid") LOOP_REDIS=$REDIS_PID LOOP_HZ=$HZ \
         node "$PEERS/loop.mjs" "$s" "$mode" 8 "$SECONDS_PER" "$OUT/loop-keys")
       python3 -c 'import json, sys
 r = json.loads(sys.argv[4])

@@ -3,7 +3,8 @@
 // same for every strategy) hides: the cost of the idempotency layer itself.
 //   node loop.mjs STRATEGY MODE CONNS SECONDS KEYFILE
 // Environment: PG*, REDIS_URL; LOOP_POSTMASTER, LOOP_REDIS: the pids whose CPU (the
-// postmaster's with its children's, Redis's) is counted per request too.
+// postmaster's with its children's, Redis's) is counted per request too; LOOP_HZ: the clock
+// ticks per second of /proc (getconf CLK_TCK).
 // STRATEGY: middleware ((1)'s statements), fortress, accelerator, or insert (the business
 // write alone: no idempotency). MODE new: a new key each time, the completed keys written to
 // KEYFILE; replay: the keys of KEYFILE again and again. Prints one JSON line: requests,
@@ -18,7 +19,7 @@ import {
 const [strategy, mode, conns, seconds, keyFile] = process.argv.slice(2);
 const POSTMASTER = Number(process.env.LOOP_POSTMASTER ?? 0);
 const REDIS = Number(process.env.LOOP_REDIS ?? 0);
-const TICK_US = 1e6 / 100; // Linux's USER_HZ
+const TICK_US = 1e6 / Number(process.env.LOOP_HZ ?? 100);
 
 // CPU ticks (user + system) of the postmaster and its children, and of Redis, from /proc.
 function ticks() {
