@@ -26,9 +26,11 @@ import logging
 from typing import Any, Optional
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from .client import COMPLETE_SQL, RESERVE_SQL, reservation_of, reserve_params
+from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, RESERVE_SQL, reservation_of,
+                     reserve_begin_refused, reserve_begin_usable, reserve_params)
 from .errors import KeyInProgress, KeyMismatch, KeyTooOld, translate
 from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
                   RequestInfo, answer_for, connector, encode_json, options_from,
@@ -91,6 +93,13 @@ async def _rollback(conn):
         pass
 
 
+async def _restore_autocommit(conn, autocommit: bool):
+    """Gives the connection back as it came: reserve_begin turned autocommit on."""
+    if conn.autocommit != autocommit and not conn.closed and not conn.broken and \
+            conn.info.transaction_status == TransactionStatus.IDLE:
+        await conn.set_autocommit(autocommit)
+
+
 class IdempotencyMiddleware:
     """ASGI middleware. Options (keywords):
       pool        a psycopg_pool.AsyncConnectionPool, or
@@ -112,6 +121,7 @@ class IdempotencyMiddleware:
         self.app = app
         self.connect = connector(pool, conninfo, connect, _one_connection)
         self.options = options_from(scope, **options)
+        self.reserve_begin = True  # until the server refuses it (reserve_begin_refused)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or not self.options.applies_to(scope["method"],
@@ -152,25 +162,48 @@ class IdempotencyMiddleware:
 
         try:
             async with self.connect() as conn:
-                await self._handle(conn, scope, replay_receive, send, id_scope, key, params)
+                autocommit = conn.autocommit
+                try:
+                    await self._handle(conn, scope, replay_receive, send, id_scope, key, params)
+                finally:
+                    await _restore_autocommit(conn, autocommit)
         except psycopg.OperationalError as e:
             # Not reached once an answer went out: _handle answers every database error
             # after the connection was made itself.
             log.error("idempotency: the database is unreachable: %s", e)
             await _send_answer(send, DATABASE_UNAVAILABLE)
 
+    async def _reserve(self, conn, params):
+        """reserve_begin where the connection allows it (one round trip, a transaction open
+        after 'new' only), with autocommit on for the request so that psycopg sends no BEGIN
+        of its own; otherwise BEGIN (psycopg's, or ours on an autocommit connection) + reserve."""
+        if self.reserve_begin and reserve_begin_usable(conn):
+            autocommit = conn.autocommit
+            await conn.set_autocommit(True)
+            try:
+                cur = await conn.execute(RESERVE_BEGIN_SQL, params)
+                return reservation_of(await cur.fetchone())
+            except psycopg.Error as e:
+                if not reserve_begin_refused(e):
+                    raise
+                self.reserve_begin = False
+            await conn.set_autocommit(autocommit)  # refused in autocommit: nothing is open
+        if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+            await conn.execute("BEGIN")  # the claim, the work and the answer: one transaction
+        cur = await conn.execute(RESERVE_SQL, params)
+        return reservation_of(await cur.fetchone())
+
     async def _handle(self, conn, scope, receive, send, id_scope, key, params):
         opts = self.options
         try:
-            cur = await conn.execute(RESERVE_SQL, params)
-            reservation = reservation_of(await cur.fetchone())
+            reservation = await self._reserve(conn, params)
         except psycopg.Error as e:
             await _rollback(conn)
             if isinstance(e, psycopg.OperationalError):
                 raise
             raise translate(e) from e
         if reservation.outcome != "new":
-            await _rollback(conn)
+            await _rollback(conn)  # nothing open after reserve_begin: no round trip
             if reservation.outcome == "replay":
                 extra = {"Idempotent-Replayed": "true",
                          **opts.replay_headers(reservation.status_code, reservation.response)}
@@ -210,10 +243,8 @@ class IdempotencyMiddleware:
         status, body = start["status"], b"".join(chunks)
         try:
             if opts.store(status):
-                await conn.execute(COMPLETE_SQL, (id_scope, key, status,
-                                                  Jsonb(stored_response(body)),
-                                                  reservation.attempt))
-                await conn.commit()
+                await psycopg.AsyncClientCursor(conn).execute(COMPLETE_COMMIT_SQL, (
+                    id_scope, key, status, Jsonb(stored_response(body)), reservation.attempt))
             else:
                 await conn.rollback()
         except Exception as e:

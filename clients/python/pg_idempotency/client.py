@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import functools
+import re
 import uuid
 from typing import Any, Callable, Optional
 
@@ -171,6 +172,30 @@ def request_hash(body, exclude=()):
 RESERVE_SQL = ("SELECT * FROM idempotency.reserve(%s, %s, %s, %s::interval, %s::interval, "
                "%s::interval)")
 COMPLETE_SQL = "SELECT idempotency.complete(%s, %s, %s, %s, %s)"
+
+# reserve_begin (0.3.0): reserve, and the outcome 'new' opens the transaction itself, as BEGIN
+# would; any other outcome leaves none open. A retry costs one round trip, a new key one fewer.
+RESERVE_BEGIN_SQL = RESERVE_SQL.replace("idempotency.reserve(", "idempotency.reserve_begin(")
+# complete and COMMIT in one simple query (a psycopg.ClientCursor): one round trip. A failed
+# complete skips the COMMIT and leaves the transaction failed, for the caller to roll back.
+COMPLETE_COMMIT_SQL = COMPLETE_SQL + "; COMMIT"
+
+
+def reserve_begin_usable(conn) -> bool:
+    """Whether reserve_begin may open conn's transaction: none is open, conn is not in pipeline
+    mode, and it sets no isolation level, read-only or deferrable mode (psycopg would send
+    those with its own BEGIN; the server's opens a transaction with its defaults)."""
+    return (conn.info.transaction_status == TransactionStatus.IDLE and
+            conn.isolation_level is None and conn.read_only is None and
+            conn.deferrable is None and not conn.pgconn.pipeline_status)
+
+
+def reserve_begin_refused(e) -> bool:
+    """Whether the server refused reserve_begin as a whole: one before 0.3.0 (42883), a role
+    without EXECUTE on it (42501), keys distributed by Citus (0A000). BEGIN + reserve do the
+    same in two statements."""
+    return getattr(e, "sqlstate", None) in ("42883", "42501", "0A000") and \
+        re.search(r"reserve_begin|shard", str(e)) is not None
 
 
 def reserve_params(scope, key, request_hash, lock_ttl, retention, wait):

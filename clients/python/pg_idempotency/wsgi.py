@@ -24,8 +24,11 @@ import logging
 from http import HTTPStatus
 
 import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.types.json import Jsonb
 
-from .client import complete, reserve
+from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, execute, reservation_of, reserve,
+                     reserve_begin_refused, reserve_begin_usable, reserve_params)
 from .errors import KeyInProgress, KeyMismatch, KeyTooOld, check_names
 from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
                   RequestInfo, answer_for, connector, options_from, stored_response)
@@ -68,6 +71,13 @@ def _rollback(conn):
         pass
 
 
+def _restore_autocommit(conn, autocommit: bool):
+    """Gives the connection back as it came: reserve_begin turned autocommit on."""
+    if conn.autocommit != autocommit and not conn.closed and not conn.broken and \
+            conn.info.transaction_status == TransactionStatus.IDLE:
+        conn.autocommit = autocommit
+
+
 def _headers_of(environ) -> dict:
     headers = {k[5:].replace("_", "-").lower(): v for k, v in environ.items()
                if k.startswith("HTTP_")}
@@ -103,6 +113,7 @@ class IdempotencyMiddleware:
         self.app = app
         self.connect = connector(pool, conninfo, connect, _one_connection)
         self.options = options_from(scope, **options)
+        self.reserve_begin = True  # until the server refuses it (reserve_begin_refused)
 
     def __call__(self, environ, start_response):
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
@@ -125,20 +136,46 @@ class IdempotencyMiddleware:
             return _answer(start_response, answer)
         try:
             with self.connect() as conn:
-                return self._handle(conn, environ, start_response, id_scope, key, request_hash)
+                autocommit = conn.autocommit
+                try:
+                    return self._handle(conn, environ, start_response, id_scope, key,
+                                        request_hash)
+                finally:
+                    _restore_autocommit(conn, autocommit)
         except psycopg.OperationalError as e:
             log.error("idempotency: the database is unreachable: %s", e)
             return _answer(start_response, DATABASE_UNAVAILABLE)
 
+    def _reserve(self, conn, id_scope, key, request_hash):
+        """reserve_begin where the connection allows it (one round trip, a transaction open
+        after 'new' only), with autocommit on for the request so that psycopg sends no BEGIN
+        of its own; otherwise BEGIN (psycopg's, or ours on an autocommit connection) + reserve."""
+        opts = self.options.reserve_options()
+        if self.reserve_begin and reserve_begin_usable(conn):
+            autocommit = conn.autocommit
+            conn.autocommit = True
+            try:
+                return reservation_of(execute(
+                    conn, RESERVE_BEGIN_SQL, reserve_params(id_scope, key, request_hash, **opts)
+                ).fetchone())
+            except Exception as e:
+                if not reserve_begin_refused(e):
+                    raise
+                self.reserve_begin = False
+            conn.autocommit = autocommit  # refused in autocommit: no transaction is open
+        if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+            execute(conn, "BEGIN")  # the claim, the work and the answer: one transaction
+        return reserve(conn, id_scope, key, request_hash, **opts)
+
     def _handle(self, conn, environ, start_response, id_scope, key, request_hash):
         opts = self.options
         try:
-            reservation = reserve(conn, id_scope, key, request_hash, **opts.reserve_options())
+            reservation = self._reserve(conn, id_scope, key, request_hash)
         except BaseException:
             _rollback(conn)
             raise
         if reservation.outcome != "new":
-            _rollback(conn)
+            _rollback(conn)  # nothing open after reserve_begin: no round trip
             if reservation.outcome == "replay":
                 extra = {"Idempotent-Replayed": "true",
                          **opts.replay_headers(reservation.status_code, reservation.response)}
@@ -169,8 +206,8 @@ class IdempotencyMiddleware:
         status = int(held["status"].split(" ", 1)[0])
         try:
             if opts.store(status):
-                complete(conn, id_scope, key, status, stored_response(body), reservation.attempt)
-                conn.commit()
+                psycopg.ClientCursor(conn).execute(COMPLETE_COMMIT_SQL, (
+                    id_scope, key, status, Jsonb(stored_response(body)), reservation.attempt))
             else:
                 conn.rollback()
         except Exception as e:
