@@ -3,7 +3,8 @@
 # (pg_idempotency.run_once) and of the Node client (runOnce of @idempotency/client) against
 # the bare SQL calls they make (BEGIN; reserve; the business INSERT; complete; COMMIT) over
 # the same connection, as a ratio within one run; and the share of a request spent computing
-# the fingerprint client-side, for a 1 KB and a 100 KB JSON body (bench/clients/bodies.py).
+# the fingerprint client-side, for a 1 KB and a 100 KB JSON body (bench/clients/bodies.py);
+# and the Python WSGI middleware claiming with reserve_begin against BEGIN + reserve.
 # Method: bench/clients/py_overhead.py and node_overhead.mjs, and bench/README.md, "Client
 # overhead". Prints a table and writes bench/clients.md.
 #
@@ -92,6 +93,14 @@ for lang in $LANGS; do
   esac
   results+=("$OUT/$lang.json")
 done
+# The WSGI middleware: reserve_begin against BEGIN + reserve (bench/clients/py_middleware.py).
+middleware=()
+if [[ " $LANGS " == *" python "* ]]; then
+  log "python middleware: $ROUNDS rounds of $REQUESTS new keys and replays per variant"
+  "$PYTHON" "$BENCH/clients/py_middleware.py" --rounds "$ROUNDS" --requests "$REQUESTS" \
+    --out "$OUT/middleware.json"
+  middleware=(--middleware "$OUT/middleware.json")
+fi
 
 # --- report -----------------------------------------------------------------------------------
 {
@@ -107,5 +116,5 @@ done
     "$REQUESTS_100K with the 100 KB body"
 } >"$OUT/machine.tsv"
 "$PYTHON" "$BENCH/clients/report.py" --machine "$OUT/machine.tsv" \
-  --markdown "$REPORT_DIR/clients.md" \
+  --markdown "$REPORT_DIR/clients.md" "${middleware[@]}" \
   "${results[@]}"

@@ -6,7 +6,8 @@ In a round, the variants compared take turns request by request; a ratio or a sh
 within each round and the median over rounds is shown with the lowest and highest round;
 microseconds are medians over rounds of each round's median request.
 
-    report.py --machine machine.tsv --markdown clients.md python.json [node.json]
+    report.py --machine machine.tsv --markdown clients.md [--middleware middleware.json]
+              python.json [node.json]
 """
 import argparse
 import json
@@ -57,6 +58,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--machine", required=True)
     ap.add_argument("--markdown", required=True)
+    ap.add_argument("--middleware")
     ap.add_argument("results", nargs="+")
     args = ap.parse_args()
 
@@ -97,6 +99,26 @@ def main():
     if server:
         out += ["", "server-side idempotency.fingerprint(text::jsonb) per call: "
                 f"{us(server['1k'])} us (1 KB), {us(server['100k'])} us (100 KB)"]
+    middleware_header = ["request", "BEGIN + reserve us", "reserve_begin us",
+                         "reserve_begin / BEGIN + reserve", "client CPU us (each)",
+                         "server CPU us (each)"]
+    middleware = []
+    if args.middleware:
+        with open(args.middleware) as f:
+            mw = json.load(f)
+        for phase, title in (("new", "new key"), ("replay", "replay")):
+            rows = mw["rounds"]
+            old = [r[f"begin_reserve_{phase}"] for r in rows]
+            new = [r[f"reserve_begin_{phase}"] for r in rows]
+
+            def cpu(kind):
+                return " / ".join(us(med([r[f"{v}_{phase}_{kind}_cpu"] for r in rows]))
+                                  for v in ("begin_reserve", "reserve_begin"))
+            middleware.append([title, us(med(old)), us(med(new)),
+                               spread([n / o for n, o in zip(new, old)], ratio),
+                               cpu("client"), cpu("server")])
+        out += ["", "Python WSGI middleware: reserve_begin against BEGIN + reserve", ""]
+        out += text_table(middleware_header, middleware)
     print("\n".join(out))
 
     md = ["# Client overhead per request", "",
@@ -123,6 +145,20 @@ def main():
         md += ["", "For comparison, the server: `idempotency.fingerprint(text::jsonb)` (the "
                f"text parsed too) takes {us(server['1k'])} us per call for the 1 KB body and "
                f"{us(server['100k'])} us for the 100 KB body."]
+    if middleware:
+        md += ["", "## The Python WSGI middleware: reserve_begin against BEGIN + reserve", "",
+               "`pg_idempotency.wsgi.IdempotencyMiddleware` around a WSGI app whose handler "
+               "makes the same business INSERT, called directly (no HTTP server), each variant "
+               "on a pool of one connection: as a role with `EXECUTE` on `reserve_begin` (the "
+               "server opens the transaction for a new key; a replay is one round trip) and as "
+               "one without (the middleware falls back to psycopg's `BEGIN`, `reserve`, and a "
+               "`ROLLBACK` after a replay). Both end with `complete` + `COMMIT` in one query. "
+               f"Per round and variant {mw['requests']:,} new keys, then a replay of each; the "
+               "variants take turns request by request. Microseconds: median over rounds of the "
+               "round's median request; the ratio within each round, median (lowest to highest "
+               "round); CPU per request (BEGIN + reserve / reserve_begin): this process, and "
+               "the variant's own backend from /proc (10 ms ticks).", ""]
+        md += md_table(middleware_header, middleware)
     md += ["", "## Every round (medians, us)", ""]
     for run in runs:
         keys = list(run["rounds"][0])

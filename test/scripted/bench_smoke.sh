@@ -2,7 +2,8 @@
 # Keeps the benchmark commands working: bench/run.sh --smoke (a few seconds, its own cluster,
 # report under bench/out/smoke/) must run every workload and print every target line;
 # bench/clients.sh --smoke must measure both clients with both bodies (its own checks: each
-# client's fingerprint equals the server's, every key is new and completed).
+# client's fingerprint equals the server's, every key is new and completed) and the Python
+# middleware both ways.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=$(BENCH_BUILD=0 bash bench/run.sh --smoke 2>&1) || { echo "$out"; exit 1; }
@@ -20,6 +21,12 @@ for client in python node; do
   # one row per body in each of the two tables
   [[ $(grep -cE "^\| $client \| [0-9,]+ B \|" "$report") -eq 4 ]] ||
     { echo "$out"; echo "clients.md: expected 4 rows of $client"; exit 1; }
+done
+# the Python WSGI middleware, both ways of claiming (its own checks: the fallback variant never
+# ran reserve_begin, every replay was one, every key is completed once)
+for request in "new key" replay; do
+  [[ $(grep -cE "^\| $request \| [0-9.,]+ \| [0-9.,]+ \| [0-9.]+ \| [0-9.,]+ / [0-9.,]+ \|" \
+    "$report") -eq 1 ]] || { echo "$out"; echo "clients.md: expected 1 middleware row: $request"; exit 1; }
 done
 
 # bench/peers.sh --smoke (issue 23): every strategy in every speed table (with the count of keys
