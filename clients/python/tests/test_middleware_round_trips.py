@@ -61,7 +61,7 @@ def options():
     return dict(scope="acct_rt", lock_ttl="30 seconds")
 
 
-def flask_client(closers, dsn, wire, seen, isolation=None, **connect_args):
+def flask_client(_closers, dsn, wire, seen, isolation=None, **connect_args):
     import flask
     from pg_idempotency.wsgi import IdempotencyMiddleware
 
@@ -88,8 +88,7 @@ def flask_client(closers, dsn, wire, seen, isolation=None, **connect_args):
         return flask.jsonify({"id": order_id}), 201
 
     app.wsgi_app = IdempotencyMiddleware(app.wsgi_app, connect=connect, **options())
-    client = app.test_client()
-    closers.append(lambda: None)
+    client = app.test_client()  # nothing to close
 
     def post(key, item="widget"):
         r = client.post("/orders", data=json.dumps({"item": item}),
@@ -197,7 +196,7 @@ def test_autocommit_connection_comes_back_autocommit(framework, rt_table, client
 def test_isolation_level_of_the_connection_is_kept(framework, rt_table, client_of):
     wire, seen = Wire(), []
     post = client_of(framework, rt_table, wire, seen,
-                                 isolation=psycopg.IsolationLevel.REPEATABLE_READ)
+                     isolation=psycopg.IsolationLevel.REPEATABLE_READ)
     key = str(uuid.uuid4())
     assert post(key)[0] == 201
     statements, _ = wire.last()
