@@ -26,11 +26,11 @@ import logging
 from typing import Any, Optional
 
 import psycopg
-from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, RESERVE_SQL, reservation_of,
-                     reserve_begin_refused, reserve_begin_usable, reserve_params)
+from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, RESERVE_SQL, autocommit_to_restore,
+                     begin_needed, reservation_of, reserve_begin_refused, reserve_begin_usable,
+                     reserve_params)
 from .errors import KeyInProgress, KeyMismatch, KeyTooOld, translate
 from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
                   RequestInfo, answer_for, connector, encode_json, options_from,
@@ -95,8 +95,7 @@ async def _rollback(conn):
 
 async def _restore_autocommit(conn, autocommit: bool):
     """Gives the connection back as it came: reserve_begin turned autocommit on."""
-    if conn.autocommit != autocommit and not conn.closed and not conn.broken and \
-            conn.info.transaction_status == TransactionStatus.IDLE:
+    if autocommit_to_restore(conn, autocommit):
         await conn.set_autocommit(autocommit)
 
 
@@ -188,7 +187,7 @@ class IdempotencyMiddleware:
                     raise
                 self.reserve_begin = False
             await conn.set_autocommit(autocommit)  # refused in autocommit: nothing is open
-        if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        if begin_needed(conn):
             await conn.execute("BEGIN")  # the claim, the work and the answer: one transaction
         cur = await conn.execute(RESERVE_SQL, params)
         return reservation_of(await cur.fetchone())

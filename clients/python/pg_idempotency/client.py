@@ -190,6 +190,19 @@ def reserve_begin_usable(conn) -> bool:
             conn.deferrable is None and not conn.pgconn.pipeline_status)
 
 
+def autocommit_to_restore(conn, autocommit: bool) -> bool:
+    """Whether conn's autocommit is no longer `autocommit` (reserve_begin turned it on) and
+    can be set back now: the connection works and has no transaction open."""
+    return conn.autocommit != autocommit and not conn.closed and not conn.broken and \
+        conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def begin_needed(conn) -> bool:
+    """Whether reserve on conn needs a BEGIN of the caller's: an autocommit connection with no
+    transaction open would commit the claim by itself, apart from the work."""
+    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+
+
 def reserve_begin_refused(e) -> bool:
     """Whether the server refused reserve_begin as a whole: one before 0.3.0 (42883), a role
     without EXECUTE on it (42501), keys distributed by Citus (0A000). BEGIN + reserve do the

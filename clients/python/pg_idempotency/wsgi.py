@@ -24,11 +24,11 @@ import logging
 from http import HTTPStatus
 
 import psycopg
-from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, execute, reservation_of, reserve,
-                     reserve_begin_refused, reserve_begin_usable, reserve_params)
+from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, autocommit_to_restore,
+                     begin_needed, execute, reservation_of, reserve, reserve_begin_refused,
+                     reserve_begin_usable, reserve_params)
 from .errors import KeyInProgress, KeyMismatch, KeyTooOld, check_names
 from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
                   RequestInfo, answer_for, connector, options_from, stored_response)
@@ -73,8 +73,7 @@ def _rollback(conn):
 
 def _restore_autocommit(conn, autocommit: bool):
     """Gives the connection back as it came: reserve_begin turned autocommit on."""
-    if conn.autocommit != autocommit and not conn.closed and not conn.broken and \
-            conn.info.transaction_status == TransactionStatus.IDLE:
+    if autocommit_to_restore(conn, autocommit):
         conn.autocommit = autocommit
 
 
@@ -163,7 +162,7 @@ class IdempotencyMiddleware:
                     raise
                 self.reserve_begin = False
             conn.autocommit = autocommit  # refused in autocommit: no transaction is open
-        if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        if begin_needed(conn):
             execute(conn, "BEGIN")  # the claim, the work and the answer: one transaction
         return reserve(conn, id_scope, key, request_hash, **opts)
 
