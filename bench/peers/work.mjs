@@ -104,7 +104,7 @@ export async function middlewareStatements(pool, key, rawBody, body) {
       return { status: r.statusCode ?? 409, body: r.response, replay: r.outcome === 'replay' };
     }
     const answer = { id: await insertOrder(client, key, body) };
-    await completeThen(client, 'COMMIT', 'bench', key, 201, answer, r.attempt);
+    await completeThen(client, 'COMMIT', 'bench', key, 201, answer, r.attempt, { prepare: true });
     client.release();
     return { status: 201, body: answer };
   } catch (err) {

@@ -58,6 +58,102 @@ export async function query(client, text, values = [], types = undefined, name =
   }
 }
 
+// ---- statements whose columns are known ----
+// pg's Query describes its portal on every execution and builds a result with a parser per
+// column. A caller that knows the columns needs neither: Statements sends, for each statement,
+// its Parse (a named one only if this connection has not parsed it), then Bind and Execute
+// (none for a statement without values: parsed only), then one Sync, in one write, and settles
+// with the rows of each executed statement as arrays of text (null for NULL). It is a pg
+// "submittable" (client.query(submittable), as pg-cursor is).
+const param = (v) => (v === null || v === undefined ? null
+  : v instanceof Uint8Array ? Buffer.from(v.buffer, v.byteOffset, v.byteLength) : String(v));
+
+const parsed = (connection, { name, text }) => connection.parsedStatements[name] === text;
+
+class Statements {
+  constructor(statements) {
+    this.statements = statements;
+    this.rows = statements.filter((s) => s.values !== undefined).map(() => []);
+    this.current = 0;
+    this.result = new Promise((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+  }
+
+  submit(connection) {
+    const parsing = []; // the Parse messages sent, in order: the named ones, or null
+    const { stream } = connection;
+    stream.cork?.();
+    try {
+      for (const statement of this.statements) {
+        const { name = '', text, values } = statement;
+        if (name === '' || !parsed(connection, statement)) {
+          connection.parse({ name, text, types: [] });
+          parsing.push(name === '' ? null : statement);
+        }
+        if (values === undefined) continue;
+        connection.bind({ statement: name, values: values.map(param) });
+        connection.execute({ portal: '', rows: 0 });
+      }
+      connection.sync();
+    } finally {
+      stream.uncork?.();
+    }
+    // pg records a ParseComplete under a Query's one name; these are recorded here, each when
+    // its ParseComplete comes (a later statement may fail: the named ones parsed stay)
+    if (parsing.some((s) => s !== null)) {
+      const onParsed = () => {
+        const statement = parsing.shift();
+        if (statement) connection.parsedStatements[statement.name] = statement.text;
+      };
+      connection.on('parseComplete', onParsed);
+      this.result.finally(() => connection.removeListener('parseComplete', onParsed))
+        .catch(() => {});
+    }
+  }
+
+  handleRowDescription() {}
+
+  handleDataRow(msg) { this.rows[this.current].push(msg.fields); }
+
+  handleCommandComplete() { this.current += 1; }
+
+  handleEmptyQuery() { this.current += 1; }
+
+  handlePortalSuspended() {}
+
+  handleCopyInResponse(connection) { connection.sendCopyFail('unexpected COPY'); }
+
+  handleCopyData() {}
+
+  // pg calls it for an ErrorResponse (then forgets the query: ReadyForQuery does not reach it)
+  // and for a connection that fails or ends
+  handleError(err) { this.reject(err); }
+
+  handleReadyForQuery() { this.resolve(this.rows); }
+}
+
+// Whether client is node-postgres's own (it has the protocol connection Statements writes to);
+// pg-native and other look-alikes are not.
+const writesProtocol = (client) => typeof client?.connection?.parsedStatements === 'object';
+
+// Runs statements ([{ name?, text, values? }]) in one round trip with Statements; pg errors
+// come out as the typed errors of errors.js, as query's do.
+async function queryStatements(client, statements) {
+  checkUsable(client);
+  const unwatch = watchConnection(client);
+  try {
+    const submitted = new Statements(statements);
+    client.query(submitted);
+    return await submitted.result;
+  } catch (err) {
+    throw translate(err, client);
+  } finally {
+    unwatch();
+  }
+}
+
 const interval = (v) => (typeof v === 'number' ? `${v} seconds` : v);
 const json = (v) => (v === undefined ? null : JSON.stringify(v));
 
@@ -111,6 +207,12 @@ class Reservation {
 }
 
 const reservationOf = (row, client) => new Reservation(row, client);
+
+// reserve's columns, in RESERVE's order: a row of Statements as the object Reservation reads
+const RESERVATION_COLUMNS = ['outcome', 'status_code', 'response', 'attempt', 'recovery_point',
+  'first_seen_at', 'locked_until', 'expires_at'];
+const reservationOfFields = (fields, client) =>
+  reservationOf(Object.fromEntries(RESERVATION_COLUMNS.map((c, i) => [c, fields[i]])), client);
 
 const RESERVE = `SELECT r.outcome::text AS outcome, r.status_code, r.response, r.attempt,
     r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at
@@ -209,6 +311,8 @@ export async function reserveAfter(client, before, scope, key, requestHash = nul
 const RESERVE_BEGIN = RESERVE.replace('idempotency.reserve(', 'idempotency.reserve_begin(');
 
 const RESERVE_BEGIN_NAME = 'idempotency_reserve_begin_v1';
+const COMPLETE_NAME = 'idempotency_complete_v1';
+const PREPARED_COMPLETE = { name: COMPLETE_NAME, text: COMPLETE };
 
 // idempotency.reserve_begin, for a client with no transaction open: one statement. The outcome
 // 'new' leaves a transaction open (the server opened it, as BEGIN would); any other leaves
@@ -219,6 +323,13 @@ const RESERVE_BEGIN_NAME = 'idempotency_reserve_begin_v1';
 export async function reserveBegin(client, scope, key, requestHash = null, options = {}) {
   const { prepare = false } = options;
   const values = reserveValues(scope, key, requestHash, options);
+  if (prepare && writesProtocol(client)) {
+    // complete's prepared statement is parsed with reserve_begin's, never inside the
+    // transaction: a server connection has both or neither (see completeThen)
+    const [rows] = await queryStatements(client, [PREPARED_COMPLETE,
+      { name: RESERVE_BEGIN_NAME, text: RESERVE_BEGIN, values }]);
+    return reservationOfFields(rows[0], client);
+  }
   const text = prepare ? null : inlined(RESERVE_BEGIN, values);
   const { rows } = text === null
     ? await query(client, RESERVE_BEGIN, values, TEXT_ROWS, prepare ? RESERVE_BEGIN_NAME : undefined)
@@ -229,8 +340,8 @@ export async function reserveBegin(client, scope, key, requestHash = null, optio
 // Whether err says that the server connection's prepared statements are not the client's: one
 // it lacks (26000: a pooler moved the client to another server connection, or DISCARD ALL),
 // or one that another client of the pooler made there first (42P05).
-export const preparedStatementUnusable = (err) =>
-  ['26000', '42P05'].includes(err?.code) && err.message.includes(RESERVE_BEGIN_NAME);
+export const preparedStatementUnusable = (err) => ['26000', '42P05'].includes(err?.code) &&
+  [RESERVE_BEGIN_NAME, COMPLETE_NAME].some((name) => err.message.includes(name));
 
 // Whether err is reserve_begin refused as a whole (see reserveBegin): BEGIN + reserve do the
 // same in two statements.
@@ -239,9 +350,19 @@ export const reserveBeginRefused = (err) =>
 
 // complete then `after` (say 'COMMIT' or 'RELEASE SAVEPOINT s'), in one round trip. A failed
 // complete skips `after`: the transaction is left failed, for the caller to roll back.
+// prepare: complete's prepared statement, if reserveBegin parsed it on this connection
+// (otherwise parsed afresh: a named Parse could fail, 42P05, and with it the transaction).
 export async function completeThen(client, after, scope, key, statusCode, response,
-  attempt = null) {
+  attempt = null, { prepare = false } = {}) {
   const values = [scope, key, statusCode, json(response), attempt];
+  if (writesProtocol(client)) {
+    const named = prepare && parsed(client.connection, PREPARED_COMPLETE);
+    await queryStatements(client, [
+      named ? { ...PREPARED_COMPLETE, values } : { text: COMPLETE, values },
+      { text: after, values: [] },
+    ]);
+    return;
+  }
   const text = inlined(COMPLETE, values);
   if (text === null) {
     await query(client, COMPLETE, values);

@@ -174,10 +174,13 @@ export function idempotencyMiddleware(options) {
   // or BEGIN + reserve in one round trip
   let useReserveBegin = true;
   const opts = { lockTtl, retention, wait, prepare: options.prepare ?? true };
+  // The claim, and whether it was reserve_begin's prepared statement (then complete's is
+  // prepared on the same server connection: see reserveBegin).
   const reserveOpening = async (client, scope, key, hash) => {
     while (useReserveBegin) {
       try {
-        return await reserveBegin(client, scope, key, hash, opts);
+        const { prepare } = opts;
+        return [await reserveBegin(client, scope, key, hash, opts), prepare];
       } catch (err) {
         // other requests' statements, sent before the first such error came back, meet it
         // too: each of them retries unprepared
@@ -186,7 +189,7 @@ export function idempotencyMiddleware(options) {
         else throw err;
       }
     }
-    return reserveAfter(client, 'BEGIN', scope, key, hash, opts);
+    return [await reserveAfter(client, 'BEGIN', scope, key, hash, opts), false];
   };
   // Nothing to roll back on a connection the server reports idle (reserve_begin opened no
   // transaction, or failed before it could); otherwise ROLLBACK, then release.
@@ -235,6 +238,7 @@ export function idempotencyMiddleware(options) {
       return send(res, answer.status, answer.body, answer.headers);
     };
     let reservation;
+    let prepared;
     try {
       client = await pool.connect();
     } catch (err) {
@@ -243,7 +247,7 @@ export function idempotencyMiddleware(options) {
     try {
       unwatch = watchConnection(client);
       // one round trip: a transaction open after the outcome 'new' only
-      reservation = await reserveOpening(client, scope, key, hash);
+      [reservation, prepared] = await reserveOpening(client, scope, key, hash);
     } catch (err) {
       if (isConnectionLost(err, client)) {
         releaseClient(err);
@@ -339,7 +343,7 @@ export function idempotencyMiddleware(options) {
             response = text; // not JSON: stored, and replayed, as a JSON string
           }
           await finishTransaction(() => completeThen(client, 'COMMIT', scope, key, status,
-            response, reservation.attempt));
+            response, reservation.attempt, { prepare: prepared && opts.prepare }));
         } else {
           await finishTransaction(rollback);
         }
@@ -348,6 +352,7 @@ export function idempotencyMiddleware(options) {
         if (head) res.writeHead(...head);
         res.end(body, callback);
       }, async (err) => {
+        if (preparedStatementUnusable(err)) opts.prepare = false; // the next claims' too
         if (!released) await finishTransaction(rollback).catch(() => {});
         restore();
         console.error(`idempotency: the answer to key "${key}" was not stored: ${err.message}`);

@@ -39,3 +39,13 @@ export async function databases(name) {
 }
 
 export const vectorsPath = new URL('../../../test/vectors/fingerprint.jsonl', import.meta.url);
+
+// What one client.query call sends, as text: a query's text ('[name] ' before a prepared
+// statement's), or the client's several statements in one round trip (lib/client.js's
+// Statements), joined by '; ' ('(parse only)' after one that is parsed and not run).
+export function sentText(query) {
+  if (typeof query === 'string') return query;
+  const one = ({ name, text, values }, parseOnly = false) =>
+    `${name ? `[${name}] ` : ''}${text}${parseOnly && values === undefined ? ' (parse only)' : ''}`;
+  return query.statements ? query.statements.map((s) => one(s, true)).join('; ') : one(query);
+}

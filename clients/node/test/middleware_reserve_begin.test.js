@@ -8,7 +8,7 @@ import http from 'node:http';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { idempotencyMiddleware } from '../index.js';
-import { connect, databases } from './db.js';
+import { connect, databases, sentText } from './db.js';
 
 let database;
 let check;
@@ -29,7 +29,8 @@ after(async () => {
 // they send, in order.
 // together: the first that many checkouts wait for each other, so that their requests send
 // their first statement in the same turn.
-async function recordingServer({ max = 2, prepare, together = 0 } = {}) {
+// beforeAnswer(client): run by the handler after its INSERT, on the request's connection.
+async function recordingServer({ max = 2, prepare, together = 0, beforeAnswer } = {}) {
   const statements = [];
   const recorded = new pg.Pool({ database, max });
   const waiting = [];
@@ -45,10 +46,9 @@ async function recordingServer({ max = 2, prepare, together = 0 } = {}) {
   };
   recorded.on('connect', (client) => {
     const send = client.query.bind(client);
-    client.query = (text, ...rest) => {
-      statements.push(typeof text === 'string' ? text
-        : `${text.name ? `[${text.name}] ` : ''}${text.text}`);
-      return send(text, ...rest);
+    client.query = (query, ...rest) => {
+      statements.push(sentText(query));
+      return send(query, ...rest);
     };
   });
   const mw = idempotencyMiddleware({ pool: { connect: checkout }, scope: 'recorded', prepare });
@@ -56,6 +56,7 @@ async function recordingServer({ max = 2, prepare, together = 0 } = {}) {
     await mw(req, res, async () => {
       const { rows } = await req.idempotency.client.query(
         'INSERT INTO orders (k, item) VALUES ($1, $2) RETURNING id', [req.idempotency.key, 'r']);
+      await beforeAnswer?.(req.idempotency.client);
       res.writeHead(201, { 'Content-Type': 'application/json' }).end(`{"id":${rows[0].id}}`);
     });
   });
@@ -97,11 +98,13 @@ test('one statement a request for a replay, a 422 and a 409: reserve_begin, no B
     const first = await s.send(key);
     assert.equal(first.status, 201);
     assert.equal(first.statements.length, 3, first.statements.join(' | '));
-    // prepared: parsed once per connection
-    assert.match(first.statements[0],
-      /^\[idempotency_reserve_begin_v1\] SELECT .* FROM idempotency\.reserve_begin\(\$1/s);
+    // prepared: parsed once per connection, complete's with reserve_begin's
+    assert.match(first.statements[0], new RegExp('^\\[idempotency_complete_v1\\] SELECT ' +
+      'idempotency\\.complete\\(\\$1.* \\(parse only\\); \\[idempotency_reserve_begin_v1\\] SELECT .* ' +
+      'FROM idempotency\\.reserve_begin\\(\\$1', 's'));
     assert.doesNotMatch(first.statements[0], /BEGIN;/);
-    assert.match(first.statements[2], /idempotency\.complete\(.*; COMMIT$/s);
+    assert.match(first.statements[2],
+      /^\[idempotency_complete_v1\] SELECT idempotency\.complete\(\$1.*; COMMIT$/s);
 
     const replay = await s.send(key);
     assert.equal(replay.status, 201);
@@ -185,15 +188,45 @@ test('a prepared reserve_begin the server lost (a pooler, DISCARD ALL): unprepar
   }
 });
 
-test('a prepared statement of that name already on the server connection (a pooler shares it): unprepared from then on', async () => {
-  const s = await recordingServer({ max: 1 });
+test('a prepared statement of either name already on the server connection (a pooler shares it): unprepared from then on', async () => {
+  // reserve_begin's, or complete's (parsed in the claim's round trip)
+  for (const name of ['idempotency_reserve_begin_v1', 'idempotency_complete_v1']) {
+    const s = await recordingServer({ max: 1 });
+    try {
+      // what another client of a transaction-mode pooler leaves on the shared server connection
+      const c = await s.pool.connect();
+      await c.query(`PREPARE ${name} AS SELECT 1`);
+      c.release();
+      const { key, first } = await switchesToInlined(s); // the refused Parse: 42P05
+      assert.match(first.statements[0], new RegExp(`\\[${name}\\]`));
+      assert.deepEqual(await ordersOf(key), [first.body.id]);
+    } finally {
+      await s.close();
+    }
+  }
+});
+
+test('complete\'s prepared statement lost inside the transaction: 500, nothing committed, then unprepared', async () => {
+  let lose = true;
+  const s = await recordingServer({ max: 1,
+    beforeAnswer: async (client) => {
+      if (!lose) return;
+      lose = false;
+      await client.query('DEALLOCATE idempotency_complete_v1');
+    } });
   try {
-    // what another client of a transaction-mode pooler leaves on the shared server connection
-    const c = await s.pool.connect();
-    await c.query('PREPARE idempotency_reserve_begin_v1 AS SELECT 1');
-    c.release();
-    const { key, first } = await switchesToInlined(s); // the refused Parse: 42P05
-    assert.deepEqual(await ordersOf(key), [first.body.id]);
+    const key = randomUUID();
+    const lost = await s.send(key);
+    assert.equal(lost.status, 500);
+    assert.match(lost.statements[3], /^\[idempotency_complete_v1\] SELECT idempotency\.complete\(/);
+    assert.deepEqual(await ordersOf(key), [], 'rolled back with the claim');
+    const retry = await s.send(key);
+    assert.equal(retry.status, 201);
+    assert.equal(retry.replayed, null);
+    assert.match(retry.statements[0], /FROM idempotency\.reserve_begin\('recorded', /);
+    assert.match(retry.statements.at(-1), /^SELECT idempotency\.complete\(\$1.*; COMMIT$/s);
+    assert.deepEqual(await ordersOf(key), [retry.body.id]);
+    assert.equal(await s.busy(), 0);
   } finally {
     await s.close();
   }
