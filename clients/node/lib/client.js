@@ -129,9 +129,18 @@ class Statements {
 
   // pg calls it for an ErrorResponse (then forgets the query: ReadyForQuery does not reach it)
   // and for a connection that fails or ends
-  handleError(err) { this.reject(err); }
+  handleError(err) { this.settle(err); }
 
-  handleReadyForQuery() { this.resolve(this.rows); }
+  handleReadyForQuery() { this.settle(null, this.rows); }
+
+  // callback: what pg puts there (its query_timeout's timer, cleared when called)
+  settle(err, rows) {
+    if (this.settled) return;
+    this.settled = true;
+    this.callback?.(err, rows);
+    if (err) this.reject(err);
+    else this.resolve(rows);
+  }
 }
 
 // Whether client is node-postgres's own (it has the protocol connection Statements writes to);

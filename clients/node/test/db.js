@@ -49,3 +49,15 @@ export function sentText(query) {
     `${name ? `[${name}] ` : ''}${text}${parseOnly && values === undefined ? ' (parse only)' : ''}`;
   return query.statements ? query.statements.map((s) => one(s, true)).join('; ') : one(query);
 }
+
+// Counts the round trips of a client (each query() call is one: pg does not pipeline), with
+// what each sends (sentText).
+export function counting(client) {
+  const sent = [];
+  const original = client.query;
+  client.query = function counted(...args) {
+    sent.push(sentText(args[0]));
+    return original.apply(this, args);
+  };
+  return { sent, stop: () => { client.query = original; } };
+}

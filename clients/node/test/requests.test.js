@@ -9,11 +9,11 @@ import {
   KeyMismatchError, KeyTooOldError, lookup, lsnKey, lsnKeyParts, nextKey,
   NullValueNotAllowedError, ObjectNotInPrerequisiteStateError, parseLsn,
   KeyEmptyError, KeyTooLongError, PositionBelowWatermarkError, answerFor,
-  ProgramLimitExceededError, query, reserve, reserveBegin, ResultConflictError, runExternal, runOnce,
+  ProgramLimitExceededError, query, reserve, ResultConflictError, runExternal, runOnce,
   StaleAttemptError, TransactionAbortedError, TransactionOpenError, UndefinedObjectError,
   watermark,
 } from '../index.js';
-import { connect, databases, sentText } from './db.js';
+import { connect, counting, databases } from './db.js';
 
 let db;
 let conn;
@@ -102,17 +102,6 @@ test('runOnce inside an open transaction uses a savepoint: the caller commits', 
   assert.equal(await count(k), 1);
 });
 
-// Counts the round trips of a client (each query() call is one: pg does not pipeline).
-function counting(client) {
-  const sent = [];
-  const original = client.query;
-  client.query = function counted(...args) {
-    sent.push(sentText(args[0]));
-    return original.apply(this, args);
-  };
-  return { sent, stop: () => { client.query = original; } };
-}
-
 test('runOnce: BEGIN + reserve in one round trip, complete + COMMIT in one', async () => {
   const k = key();
   const work = async (c) => ({ statusCode: 201, response: { id: await insert(c, k, {}) } });
@@ -130,46 +119,6 @@ test('runOnce: BEGIN + reserve in one round trip, complete + COMMIT in one', asy
   assert.deepEqual(rt.sent.slice(1), ['COMMIT']); // BEGIN + reserve, then COMMIT
   assert.equal(await count(k), 1);
   assert.equal(conn.getTransactionStatus(), 'I');
-});
-
-test('reserveBegin prepared: reserve_begin and complete parsed once per connection, in the claim', async () => {
-  const c = await connect(db);
-  try {
-    const parsed = [];
-    const parse = c.connection.parse.bind(c.connection);
-    c.connection.parse = (q) => { parsed.push(q.name); return parse(q); };
-    const rt = counting(c);
-    assert.equal((await reserveBegin(c, 's', key(), null, { prepare: true })).outcome, 'new');
-    rt.stop();
-    assert.equal(rt.sent.length, 1);
-    assert.deepEqual(parsed, ['idempotency_complete_v1', 'idempotency_reserve_begin_v1']);
-    await c.query('ROLLBACK');
-    const { rows } = await c.query('SELECT name FROM pg_prepared_statements ORDER BY name');
-    assert.deepEqual(rows.map((r) => r.name),
-      ['idempotency_complete_v1', 'idempotency_reserve_begin_v1']);
-    parsed.length = 0;
-    assert.equal((await reserveBegin(c, 's', key(), null, { prepare: true })).outcome, 'new');
-    await c.query('ROLLBACK');
-    assert.deepEqual(parsed, [], 'bound, not parsed again');
-  } finally {
-    await c.end();
-  }
-});
-
-test('a prepared reserve_begin that fails after its Parse stays known: the next call binds it', async () => {
-  const c = await connect(db);
-  try {
-    await assert.rejects(
-      reserveBegin(c, 's', key(), null, { prepare: true, lockTtl: 'not an interval' }),
-      (err) => err.code === '22007');
-    assert.equal(c.getTransactionStatus(), 'I');
-    // parsed again, the server would refuse the name (42P05)
-    const r = await reserveBegin(c, 's', key(), null, { prepare: true });
-    assert.equal(r.outcome, 'new');
-    await c.query('ROLLBACK');
-  } finally {
-    await c.end();
-  }
 });
 
 test('a client without pg\'s protocol connection (pg-native, a wrapper): runOnce inlines complete + COMMIT', async () => {
