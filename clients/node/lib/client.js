@@ -143,9 +143,11 @@ class Statements {
   }
 }
 
-// Whether client is node-postgres's own (it has the protocol connection Statements writes to);
-// pg-native and other look-alikes are not.
-const writesProtocol = (client) => typeof client?.connection?.parsedStatements === 'object';
+// Whether client is node-postgres's own (it has the protocol connection Statements writes to)
+// and not in pg's pipeline mode (which refuses submittables); pg-native and other look-alikes
+// are not.
+const writesProtocol = (client) =>
+  typeof client?.connection?.parsedStatements === 'object' && !client.pipeline;
 
 // Runs statements ([{ name?, text, values? }]) in one round trip with Statements; pg errors
 // come out as the typed errors of errors.js, as query's do.

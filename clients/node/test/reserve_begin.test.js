@@ -69,3 +69,14 @@ test('a claim on a client with query_timeout leaves no timer behind (pg\'s, clea
     await c.end();
   }
 });
+
+test('a client in pg\'s pipeline mode (which refuses submittables) claims through pg\'s Query', async () => {
+  const c = new pg.Client({ database: db, pipeline: true });
+  await c.connect();
+  try {
+    assert.equal((await reserveBegin(c, 's', key(), null, { prepare: true })).outcome, 'new');
+    await c.query('ROLLBACK');
+  } finally {
+    await c.end();
+  }
+});
