@@ -198,7 +198,7 @@ export function reserve(client: Queryable, scope: string, key: string,
 /**
  * idempotency.reserve_begin on a client with no transaction open: the outcome 'new' leaves a
  * transaction open (complete + COMMIT follow in it), any other leaves none. prepare: as a
- * prepared statement.
+ * prepared statement (on pg's own client, complete's is parsed in the same round trip).
  */
 export function reserveBegin(client: Queryable, scope: string, key: string,
   requestHash?: Buffer | null, options?: ReserveOptions & { prepare?: boolean }): Promise<Reservation>;
