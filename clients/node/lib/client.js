@@ -46,11 +46,17 @@ export function watchConnection(client) {
 // types: pg's per-query type parsers (TEXT_ROWS: every value as its text); name: a prepared
 // statement's (pg parses it once per connection).
 export async function query(client, text, values = [], types = undefined, name = undefined) {
+  return guarded(client, () => (types === undefined && name === undefined
+    ? client.query(text, values) : client.query({ name, text, values, types })));
+}
+
+// send()'s promise, with client checked before and watched during it; pg errors come out as
+// the typed errors of errors.js.
+async function guarded(client, send) {
   checkUsable(client);
   const unwatch = watchConnection(client);
   try {
-    return await (types === undefined && name === undefined ? client.query(text, values)
-      : client.query({ name, text, values, types }));
+    return await send();
   } catch (err) {
     throw translate(err, client);
   } finally {
@@ -108,8 +114,7 @@ class Statements {
         if (statement) connection.parsedStatements[statement.name] = statement.text;
       };
       connection.on('parseComplete', onParsed);
-      this.result.finally(() => connection.removeListener('parseComplete', onParsed))
-        .catch(() => {});
+      this.stopListening = () => connection.removeListener('parseComplete', onParsed);
     }
   }
 
@@ -137,6 +142,7 @@ class Statements {
   settle(err, rows) {
     if (this.settled) return;
     this.settled = true;
+    this.stopListening?.();
     this.callback?.(err, rows);
     if (err) this.reject(err);
     else this.resolve(rows);
@@ -149,20 +155,14 @@ class Statements {
 const writesProtocol = (client) =>
   typeof client?.connection?.parsedStatements === 'object' && !client.pipeline;
 
-// Runs statements ([{ name?, text, values? }]) in one round trip with Statements; pg errors
-// come out as the typed errors of errors.js, as query's do.
-async function queryStatements(client, statements) {
-  checkUsable(client);
-  const unwatch = watchConnection(client);
-  try {
+// Runs statements ([{ name?, text, values? }]) in one round trip with Statements, as query
+// runs one.
+function queryStatements(client, statements) {
+  return guarded(client, () => {
     const submitted = new Statements(statements);
     client.query(submitted);
-    return await submitted.result;
-  } catch (err) {
-    throw translate(err, client);
-  } finally {
-    unwatch();
-  }
+    return submitted.result;
+  });
 }
 
 const interval = (v) => (typeof v === 'number' ? `${v} seconds` : v);
@@ -219,11 +219,10 @@ class Reservation {
 
 const reservationOf = (row, client) => new Reservation(row, client);
 
-// reserve's columns, in RESERVE's order: a row of Statements as the object Reservation reads
-const RESERVATION_COLUMNS = ['outcome', 'status_code', 'response', 'attempt', 'recovery_point',
-  'first_seen_at', 'locked_until', 'expires_at'];
-const reservationOfFields = (fields, client) =>
-  reservationOf(Object.fromEntries(RESERVATION_COLUMNS.map((c, i) => [c, fields[i]])), client);
+// A row of Statements (reserve's columns, in RESERVE's order) as the object Reservation reads.
+const reservationOfFields = (f, client) => reservationOf({ outcome: f[0], status_code: f[1],
+  response: f[2], attempt: f[3], recovery_point: f[4], first_seen_at: f[5],
+  locked_until: f[6], expires_at: f[7] }, client);
 
 const RESERVE = `SELECT r.outcome::text AS outcome, r.status_code, r.response, r.attempt,
     r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at
