@@ -1,0 +1,203 @@
+// The connection and protocol layer: the only file that knows how database/sql and its
+// drivers report errors. Every value reaches the server as a bound parameter ($1, $2, ...);
+// no value is ever written into a statement's text.
+
+package idempotency
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"reflect"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Querier is what *sql.DB, *sql.Conn and *sql.Tx have in common: the key calls run on any of
+// them (on a *sql.Tx, inside the caller's transaction).
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...interface{}) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...interface{}) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...interface{}) *sql.Row
+}
+
+// exec runs one statement; errors come out typed (translate).
+func exec(ctx context.Context, q Querier, query string, args ...interface{}) error {
+	_, err := q.ExecContext(ctx, query, args...)
+	return translate(err)
+}
+
+// queryRow runs one statement that returns one row and scans it into dest.
+func queryRow(ctx context.Context, q Querier, query string, args []interface{}, dest ...interface{}) error {
+	return translate(q.QueryRowContext(ctx, query, args...).Scan(dest...))
+}
+
+// sqlState is the SQLSTATE of a server error of any driver that says it (pgx's
+// *pgconn.PgError and lib/pq's *pq.Error both have SQLState()), or "".
+func sqlState(err error) string {
+	var s interface{ SQLState() string }
+	if errors.As(err, &s) {
+		return s.SQLState()
+	}
+	return ""
+}
+
+// serverField reads a string field (Message, Detail, Hint) of a driver's error struct: pgx
+// and lib/pq name them alike; other drivers may have none.
+func serverField(err error, name string) string {
+	var s interface{ SQLState() string }
+	if !errors.As(err, &s) {
+		return ""
+	}
+	v := reflect.ValueOf(s)
+	for v.Kind() == reflect.Ptr || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return ""
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return ""
+	}
+	f := v.FieldByName(name)
+	if f.IsValid() && f.Kind() == reflect.String {
+		return f.String()
+	}
+	return ""
+}
+
+var lostSQLStates = map[string]bool{"57P01": true, "57P02": true, "57P03": true}
+
+// lostCause reports whether err (not one of ours) means the connection is gone: the
+// server's class 08 and 57P01-57P03, database/sql's bad and done connections, and the
+// network's errors (a reset, a broken pipe, a refused or cut connection, an end of stream).
+func lostCause(err error) bool {
+	if err == nil {
+		return false
+	}
+	if code := sqlState(err); code != "" {
+		return strings.HasPrefix(code, "08") || lostSQLStates[code]
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.ENOENT) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	// drivers that wrap without Unwrap (pgx's "conn closed", lib/pq's "driver: bad connection")
+	msg := err.Error()
+	for _, s := range []string{"conn closed", "bad connection", "connection reset", "broken pipe",
+		"unexpected EOF", "connection refused", "failed to connect", "server closed the connection"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// translate turns a driver's error into the typed errors of errors.go: *Error with the
+// server's SQLSTATE for a code the client knows, ErrConnectionLost for a connection that is
+// gone; other errors (sql.ErrNoRows, a context's) come out as they are.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var own *Error
+	if errors.As(err, &own) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if lostCause(err) {
+		return &Error{Code: CodeConnectionLost, Message: "the connection to the server was lost: " + err.Error(), Err: err}
+	}
+	code := sqlState(err)
+	if code == "" || !knownCodes[code] {
+		return err
+	}
+	msg := serverField(err, "Message")
+	if msg == "" {
+		msg = err.Error()
+	}
+	e := &Error{Code: code, Message: msg, Detail: serverField(err, "Detail"), Hint: serverField(err, "Hint"), Err: err}
+	if code == CodeTransactionAborted && e.Hint == "" {
+		e.Hint = "roll the transaction back before calling the idempotency helpers"
+	}
+	return e
+}
+
+var knownCodes = map[string]bool{}
+
+func init() {
+	for _, c := range []string{CodeNullValueNotAllowed, CodeInvalidParameterValue, CodeProgramLimitExceeded,
+		CodeArraySubscript, CodeObjectNotInPrerequisiteState, CodeStaleAttempt, CodeResultConflict,
+		CodeKeyInProgress, CodeKeyTooOld, CodeReadOnlySQLTransaction, CodeSerializationFailure,
+		CodeLockNotAvailable, CodeQueryCanceled, CodeUndefinedObject, CodeDuplicateObject,
+		CodeSequenceGeneratorLimit, CodeFeatureNotSupported, CodeInvalidJSON,
+		CodeUntranslatableCharacter, "22021", CodeTransactionAborted} {
+		knownCodes[c] = true
+	}
+}
+
+// interval is a duration as the text of a PostgreSQL interval (bound, cast with ::interval).
+func interval(d time.Duration) string {
+	return fmt.Sprintf("%d microseconds", d.Microseconds())
+}
+
+// nullable: a nil slice as SQL NULL (drivers send a nil []byte as an empty value).
+func nullableBytes(b []byte) interface{} {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+func nullableString(s *string) interface{} {
+	if s == nil {
+		return nil
+	}
+	return *s
+}
+
+func nullableInt(attempt int) interface{} {
+	if attempt <= 0 {
+		return nil
+	}
+	return attempt
+}
+
+// Edition is what the server offers. The extension (C++) offers everything; the managed
+// edition (SQL and PL/pgSQL, for servers that load no library) does not exist on the server
+// yet. Features tracks what one server refused, so that later calls stop asking: today that
+// is reserve_begin (a server before 0.3.0, a role without EXECUTE on it, Citus); the edition,
+// once the server can tell it, is read here too (see docs/clients-go.md).
+type Features struct {
+	noReserveBegin int32 // set to 1 (atomically) after a refusal
+}
+
+// reserveBeginRefused: reserve_begin refused as a whole (a server before 0.3.0: 42883; a
+// role without EXECUTE: 42501; keys distributed by Citus: 0A000). BEGIN + reserve do the
+// same.
+func reserveBeginRefused(err error) bool {
+	var e *Error
+	code := sqlState(err)
+	if errors.As(err, &e) {
+		code = e.Code
+	}
+	if code != "42883" && code != "42501" && code != CodeFeatureNotSupported {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "reserve_begin") || strings.Contains(msg, "shard")
+}

@@ -1,0 +1,3 @@
+module idempotency
+
+go 1.19
