@@ -173,7 +173,8 @@ func setup() error {
 	}
 	defer db.Close()
 	_, err = db.ExecContext(ctx, `CREATE EXTENSION idempotency;
-		CREATE TABLE orders (id bigserial PRIMARY KEY, scope text NOT NULL, key text NOT NULL, item text)`)
+		CREATE TABLE orders (id bigserial PRIMARY KEY, scope text NOT NULL, key text NOT NULL, item text);
+		SELECT idempotency.create_stream('go_stream')`)
 	return err
 }
 
