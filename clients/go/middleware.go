@@ -345,10 +345,8 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	var endErr error
 	if store(status) {
 		endErr = s.finish(ctx, scope, key, status, storedResponse(held.body.Bytes()), reservation.Attempt)
-	} else if s.bad {
-		endErr = ErrConnectionLost
 	} else if s.rollback(); s.bad {
-		endErr = ErrConnectionLost
+		endErr = &Error{Code: CodeConnectionLost, Message: "the connection to the server was lost before the rollback"}
 	}
 	if endErr != nil {
 		log.Printf("idempotency: the answer to key %q was not stored: %v", key, endErr)
