@@ -5,7 +5,7 @@
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
-#                                        browser brokers docs sanitizers faults)
+#                                        go browser brokers docs sanitizers faults)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 #   IDEM_BUSY_CORES=2 ...                (N CPU burners at nice IDEM_BUSY_NICE, default 5,
 #                                        while the tests run: they must pass on a busy machine)
@@ -20,7 +20,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
-ALL_SUITES="unit regress isolation pgtap scripted examples citus clients browser brokers"
+ALL_SUITES="unit regress isolation pgtap scripted examples citus clients go browser brokers"
 ALL_SUITES+=" docs sanitizers faults"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
@@ -310,6 +310,44 @@ run_clients_node() {
   record_node_tap clients-node "$log" "$rc"
 }
 
+# go: the Go client (clients/go) and its example service (examples/http-go) under go vet and
+# go test, against the test cluster. Built offline in GOPATH mode against the Go sources of
+# Debian's packages (/usr/share/gocode: pgx v4, lib/pq), which it installs when missing; no
+# module proxy is asked. The restart test restarts the test cluster (IDEM_GO_RESTART). Counts:
+# go test -v's top-level "--- PASS" / "--- FAIL" lines; a vet or build failure fails the suite.
+GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
+run_go() {
+  local log=$LOGS/go.log rc=0 gopath=$IDEM_ROOT/build/gopath passed failed skipped missing
+  local pkgs=(idempotency idempotency-example-http-go) restart
+  log "go: the Go client (go vet, go test)"
+  # shellcheck disable=SC2086 # word splitting of the list is intended
+  missing=$(missing_packages $GO_PACKAGES | tr '\n' ' ')
+  if [[ -n ${missing// /} ]] && ! apt_install $missing >"$LOGS/go-apt.log" 2>&1; then
+    record go 0 1 "could not install $missing (log ${LOGS#"$IDEM_ROOT"/}/go-apt.log)"
+    return
+  fi
+  mkdir -p "$gopath/src"
+  ln -sfn "$IDEM_ROOT/clients/go" "$gopath/src/idempotency"
+  ln -sfn "$IDEM_ROOT/examples/http-go" "$gopath/src/idempotency-example-http-go"
+  restart="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m fast -w restart"
+  if is_root; then restart="cd / && runuser -u postgres -- $restart"; fi
+  (
+    export GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" GOFLAGS= GOPROXY=off \
+      GOCACHE=$IDEM_ROOT/build/go-cache
+    gofmt -l "$IDEM_ROOT/clients/go" "$IDEM_ROOT/examples/http-go" | sed 's/^/not gofmt-formatted: /' |
+      grep . && exit 1
+    go vet "${pkgs[@]}" &&
+      PGDATABASE=postgres IDEM_GO_RESTART=$restart timeout -k 10 "$TIMEOUT" \
+        go test -count=1 -p 1 -v -timeout "${TIMEOUT}s" "${pkgs[@]}"
+  ) >"$log" 2>&1 </dev/null || rc=$?
+  grep -E '^(--- FAIL|FAIL|ok|not gofmt)|^(# |vet: )' "$log" | tail -n 20
+  passed=$(count '^--- PASS' "$log")
+  failed=$(count '^--- FAIL' "$log")
+  skipped=$(count '^--- SKIP' "$log")
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+  record go "$passed" "$failed" "$( ((skipped == 0)) || echo "$skipped skipped, ")log ${log#"$IDEM_ROOT"/}"
+}
+
 # record_node_tap SUITE LOG EXIT: records the totals of node --test's TAP reporter in LOG
 # ("# pass 230", "# fail 0", "# cancelled 0"); a run that printed none is a failure.
 record_node_tap() {
@@ -482,7 +520,7 @@ trap stop_burners EXIT
 wanted unit && timed run_unit
 
 cluster_suites=()
-for s in regress isolation pgtap scripted examples citus clients browser brokers docs \
+for s in regress isolation pgtap scripted examples citus clients go browser brokers docs \
   sanitizers; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
@@ -533,6 +571,7 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     wanted examples && timed run_scripts examples examples/*/test.sh
     wanted citus && timed run_citus
     wanted clients && timed run_clients
+    wanted go && timed run_go
     wanted sanitizers && timed run_sanitizers
     wanted browser && timed run_browser
     wanted brokers && timed run_brokers

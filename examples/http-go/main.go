@@ -1,0 +1,155 @@
+// The orders API of docs/http.md in Go: net/http, database/sql with pgx v4's stdlib driver,
+// and the idempotency middleware. POST /orders with an Idempotency-Key creates one order per
+// key however often it is retried; GET /healthz answers once the database does.
+//
+//	PGHOST=... PGPORT=... PGUSER=... PGDATABASE=... PORT=3001 ./http-go
+package main
+
+import (
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+
+	_ "github.com/jackc/pgx/v4/stdlib" // the "pgx" driver of database/sql
+
+	"idempotency"
+)
+
+// catalog: prices in cents.
+var catalog = map[string]int64{"widget": 250, "gadget": 1000, "gizmo": 4200}
+
+// tokens: a bearer token per account (the scope of the account's keys).
+var tokens = map[string]string{"alice-token": "acct_alice", "bob-token": "acct_bob"}
+
+const schema = `CREATE EXTENSION IF NOT EXISTS idempotency;
+CREATE TABLE IF NOT EXISTS orders (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    account text NOT NULL,
+    idempotency_key text NOT NULL,
+    item text NOT NULL,
+    quantity integer NOT NULL CHECK (quantity > 0),
+    total_cents bigint NOT NULL,
+    note text,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS orders_account_key ON orders (account, idempotency_key)`
+
+var bearer = regexp.MustCompile(`(?i)^Bearer +(\S+)$`)
+
+func account(r *http.Request) (string, error) {
+	m := bearer.FindStringSubmatch(r.Header.Get("Authorization"))
+	if m == nil || tokens[m[1]] == "" {
+		return "", errors.New(`a valid "Authorization: Bearer <token>" is required`)
+	}
+	return tokens[m[1]], nil
+}
+
+func problem(w http.ResponseWriter, status int, code, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "message": message})
+}
+
+// createOrder runs inside the claim's transaction (idempotency.TxFrom): the order and the
+// stored answer commit together.
+func createOrder(w http.ResponseWriter, r *http.Request) {
+	var order struct {
+		Item     string  `json:"item"`
+		Quantity int     `json:"quantity"`
+		Note     *string `json:"note"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&order); err != nil || catalog[order.Item] == 0 ||
+		order.Quantity < 1 || order.Quantity > 1000 {
+		problem(w, 400, "invalid_order", "an order is {item: widget|gadget|gizmo, quantity: 1..1000}")
+		return
+	}
+	claim := idempotency.ClaimFrom(r.Context())
+	var body []byte
+	err := claim.Tx.QueryRowContext(r.Context(), `
+		INSERT INTO orders (account, idempotency_key, item, quantity, total_cents, note)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		RETURNING json_build_object('id', id, 'item', item, 'quantity', quantity,
+		  'total_cents', total_cents, 'note', note)::text`,
+		claim.Scope, claim.Key, order.Item, order.Quantity, catalog[order.Item]*int64(order.Quantity), order.Note).Scan(&body)
+	if err != nil {
+		// a 5xx is not stored: the claim rolls back with the insert, and a retry runs afresh
+		// (the middleware answers 503 instead when the connection is gone)
+		log.Printf("order: %v", err)
+		problem(w, 500, "internal_error", "the order could not be created; retry with the same Idempotency-Key")
+		return
+	}
+	var id struct{ ID int64 }
+	_ = json.Unmarshal(body, &id)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprintf("/orders/%d", id.ID))
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write(body)
+}
+
+// Handler is the service: /orders behind the middleware, /healthz.
+func Handler(db *sql.DB) http.Handler {
+	mw := idempotency.New(db).Middleware(idempotency.MiddlewareOptions{
+		Scope:   account,
+		Exclude: []string{"client_sent_at"},
+		ReplayHeaders: func(status int, response json.RawMessage) map[string]string {
+			var id struct{ ID int64 }
+			if json.Unmarshal(response, &id) == nil && id.ID != 0 {
+				return map[string]string{"Location": fmt.Sprintf("/orders/%d", id.ID)}
+			}
+			return nil
+		},
+	})
+	mux := http.NewServeMux()
+	orders := mw(http.HandlerFunc(createOrder))
+	mux.HandleFunc("/orders", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			problem(w, 405, "method_not_allowed", "POST /orders")
+			return
+		}
+		if _, err := account(r); err != nil { // 401 before any claim
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			problem(w, 401, "unauthorized", err.Error())
+			return
+		}
+		orders.ServeHTTP(w, r)
+	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := db.PingContext(r.Context()); err != nil {
+			problem(w, 503, "database_unavailable", "the database could not be reached")
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return mux
+}
+
+func main() {
+	db, err := sql.Open("pgx", "") // PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := db.Exec(schema); err != nil {
+		log.Fatalf("schema: %v", err)
+	}
+	addr := net.JoinHostPort(envOr("HOST", "127.0.0.1"), envOr("PORT", "3001"))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("listening on http://%s\n", strings.Replace(ln.Addr().String(), "[::]", "localhost", 1))
+	log.Fatal(http.Serve(ln, Handler(db)))
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
