@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bytes"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -76,7 +77,7 @@ func createOrder(w http.ResponseWriter, r *http.Request) {
 		INSERT INTO orders (account, idempotency_key, item, quantity, total_cents, note)
 		VALUES ($1, $2, $3, $4, $5, $6)
 		RETURNING json_build_object('id', id, 'item', item, 'quantity', quantity,
-		  'total_cents', total_cents, 'note', note)::text`,
+		  'total_cents', total_cents, 'note', note)::jsonb::text`,
 		claim.Scope, claim.Key, order.Item, order.Quantity, catalog[order.Item]*int64(order.Quantity), order.Note).Scan(&body)
 	if err != nil {
 		// a 5xx is not stored: the claim rolls back with the insert, and a retry runs afresh
@@ -87,6 +88,10 @@ func createOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	var id struct{ ID int64 }
 	_ = json.Unmarshal(body, &id)
+	// compact jsonb: the replay of this answer (stored as jsonb, sent compact) is the same bytes
+	var compact bytes.Buffer
+	_ = json.Compact(&compact, body)
+	body = compact.Bytes()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", fmt.Sprintf("/orders/%d", id.ID))
 	w.WriteHeader(http.StatusCreated)

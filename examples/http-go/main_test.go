@@ -51,7 +51,7 @@ func TestOrders(t *testing.T) {
 	first, body := send("alice-token", `{"item": "widget", "quantity": 2, "client_sent_at": 1}`)
 	again, replay := send("alice-token", `{"quantity": 2, "item": "widget", "client_sent_at": 2}`)
 	if first.StatusCode != 201 || again.StatusCode != 201 || again.Header.Get("Idempotent-Replayed") != "true" ||
-		again.Header.Get("Location") != first.Header.Get("Location") || !strings.Contains(replay, `"total_cents":500`) {
+		again.Header.Get("Location") != first.Header.Get("Location") || replay != body || !strings.Contains(replay, `"total_cents":500`) {
 		t.Fatalf("first %d %s, again %d %s %v", first.StatusCode, body, again.StatusCode, replay, again.Header)
 	}
 	var n int
