@@ -318,7 +318,7 @@ run_clients_node() {
 GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
 run_go() {
   local log=$LOGS/go.log rc=0 gopath=$IDEM_ROOT/build/gopath passed failed skipped missing
-  local pkgs=(idempotency idempotency-example-http-go) restart
+  local pkgs=(idempotency idempotency/pgxv4 idempotency-example-http-go) restart
   log "go: the Go client (go vet, go test)"
   # shellcheck disable=SC2086 # word splitting of the list is intended
   missing=$(missing_packages $GO_PACKAGES | tr '\n' ' ')

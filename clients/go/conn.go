@@ -14,6 +14,7 @@ import (
 	"net"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -200,4 +201,60 @@ func reserveBeginRefused(err error) bool {
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "reserve_begin") || strings.Contains(msg, "shard")
+}
+
+// Statement is one statement of a pipeline: its text and its parameters as text (nil: NULL).
+type Statement struct {
+	SQL  string
+	Args []*string
+}
+
+// Pipeliner sends statements to the server in one round trip (one Sync in the extended
+// protocol: the server skips the rest after a failed statement) on a driver's connection, with
+// their parameters bound, and returns each statement's rows as text. handled is false for a
+// connection of a driver it does not know. database/sql has no such call; an adapter for a
+// driver registers one (idempotency/pgxv4 does for pgx v4's stdlib driver).
+type Pipeliner func(ctx context.Context, driverConn interface{}, statements []Statement) (rows [][][][]byte, handled bool, err error)
+
+var (
+	pipelinersMu sync.RWMutex
+	pipeliners   []Pipeliner
+)
+
+// RegisterPipeliner adds p, which is tried before those registered earlier: the first that
+// handles a connection is used.
+func RegisterPipeliner(p Pipeliner) {
+	pipelinersMu.Lock()
+	defer pipelinersMu.Unlock()
+	pipeliners = append([]Pipeliner{p}, pipeliners...)
+}
+
+func text(v string) *string { return &v }
+
+// pipeline runs statements on conn in one round trip when a Pipeliner handles its driver;
+// ok is false when none does (the caller sends them one by one).
+func pipeline(ctx context.Context, conn *sql.Conn, statements []Statement) (rows [][][][]byte, ok bool, err error) {
+	pipelinersMu.RLock()
+	ps := pipeliners
+	pipelinersMu.RUnlock()
+	if len(ps) == 0 {
+		return nil, false, nil
+	}
+	rawErr := conn.Raw(func(driverConn interface{}) error {
+		for _, p := range ps {
+			r, handled, e := p(ctx, driverConn, statements)
+			if handled {
+				rows, ok, err = r, true, e
+				if e != nil && lostCause(e) {
+					return driver.ErrBadConn // database/sql closes the connection
+				}
+				return nil
+			}
+		}
+		return nil
+	})
+	if rawErr != nil && err == nil {
+		err = rawErr
+	}
+	return rows, ok, translate(err)
 }

@@ -10,11 +10,15 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v4/stdlib"
 	"github.com/lib/pq"
+
+	"idempotency"
+	"idempotency/pgxv4"
 )
 
 const testDB = "goclient"
@@ -25,6 +29,19 @@ var drivers = []string{"pgx", "postgres"}
 func init() {
 	sql.Register("counting-pgx", &countingDriver{inner: stdlib.GetDefaultDriver()})
 	sql.Register("counting-postgres", &countingDriver{inner: &pq.Driver{}})
+	// pgx v4's pipelining (idempotency/pgxv4), counted as one entry: its statements joined
+	// by "; ". lib/pq has none: its statements go one by one.
+	idempotency.RegisterPipeliner(func(ctx context.Context, dc interface{}, statements []idempotency.Statement) ([][][][]byte, bool, error) {
+		rows, handled, err := pgxv4.Pipeline(ctx, dc, statements)
+		if handled {
+			texts := make([]string, len(statements))
+			for i, s := range statements {
+				texts[i] = s.SQL
+			}
+			record(strings.Join(texts, "; "))
+		}
+		return rows, handled, err
+	})
 }
 
 // statements counts, per database/sql connection string, the statements sent (each Exec or
@@ -62,6 +79,9 @@ func (d *countingDriver) Open(name string) (driver.Conn, error) {
 }
 
 type countingConn struct{ driver.Conn }
+
+// Unwrap gives the driver's own connection (to idempotency/pgxv4).
+func (c *countingConn) Unwrap() driver.Conn { return c.Conn }
 
 func (c *countingConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	record(query)

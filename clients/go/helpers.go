@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 )
 
@@ -130,7 +131,31 @@ func (c *Client) claim(ctx context.Context, s *session, scope, key string, hash 
 
 // finish stores the answer and commits: complete, then COMMIT. On an error the transaction is
 // rolled back (nothing of the work commits).
+// With a Pipeliner for the driver, complete and COMMIT go in one round trip (the server skips
+// the COMMIT after a failed complete).
 func (s *session) finish(ctx context.Context, scope, key string, status int, response json.RawMessage, attempt int) error {
+	var responseArg, attemptArg *string
+	if response != nil {
+		responseArg = text(string(response))
+	}
+	if attempt > 0 {
+		attemptArg = text(strconv.Itoa(attempt))
+	}
+	_, ok, err := pipeline(ctx, s.conn, []Statement{
+		{SQL: sqlComplete, Args: []*string{&scope, &key, text(strconv.Itoa(status)), responseArg, attemptArg}},
+		{SQL: "COMMIT"},
+	})
+	if ok {
+		if err != nil {
+			// complete failed (the COMMIT was skipped), or the connection broke: then the
+			// COMMIT may have happened, and a retry with the same key tells (replay)
+			err = s.note(err)
+			s.rollback()
+			return err
+		}
+		s.open = false
+		return nil
+	}
 	if err := Complete(ctx, s.conn, scope, key, status, response, attempt); err != nil {
 		err = s.note(err)
 		s.rollback()

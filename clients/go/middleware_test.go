@@ -220,3 +220,28 @@ func TestMiddlewarePanic(t *testing.T) {
 		t.Fatalf("the panicking handler's insert was kept")
 	}
 }
+
+// The middleware's complete fails (here: the handler completed the key itself with another
+// result, IK002): 500, and nothing of the handler commits.
+func TestMiddlewareCompleteFails(t *testing.T) {
+	eachDriver(t, func(t *testing.T, db *sql.DB) {
+		orders := orderHandler(t)
+		srv := newService(t, db, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			claim := idempotency.ClaimFrom(r.Context())
+			must(t, idempotency.Complete(r.Context(), claim.Tx, claim.Scope, claim.Key, 299, json.RawMessage(`{}`), claim.Attempt))
+			orders.ServeHTTP(w, r)
+		}))
+		key := newKey("conflict")
+		a := post(t, srv.URL, key, "application/json", `{}`)
+		if a.status != 500 || errorCode(t, a) != "internal_error" {
+			t.Fatalf("answer %+v", a)
+		}
+		if rec, _ := idempotency.Lookup(context.Background(), db, "acct_mw", key); rec != nil || countOrders(t, db, "acct_mw", key) != 0 {
+			t.Fatalf("committed: %+v", rec)
+		}
+		// the connection went back clean: the service goes on
+		if a := post(t, srv.URL, newKey("after"), "application/json", `{}`); a.status != 500 {
+			t.Fatalf("next: %+v", a)
+		}
+	})
+}

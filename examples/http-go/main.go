@@ -21,6 +21,7 @@ import (
 	_ "github.com/jackc/pgx/v4/stdlib" // the "pgx" driver of database/sql
 
 	"idempotency"
+	_ "idempotency/pgxv4" // complete and COMMIT in one round trip on pgx's connections
 )
 
 // catalog: prices in cents.
