@@ -209,12 +209,20 @@ type Statement struct {
 	Args []*string
 }
 
+// StatementResult is what one statement of a pipeline returned: its rows, each value as text
+// (nil for NULL), and its command tag ("COMMIT", or "ROLLBACK" for a COMMIT of a failed
+// transaction).
+type StatementResult struct {
+	Rows [][][]byte
+	Tag  string
+}
+
 // Pipeliner sends statements to the server in one round trip (one Sync in the extended
 // protocol: the server skips the rest after a failed statement) on a driver's connection, with
-// their parameters bound, and returns each statement's rows as text. handled is false for a
+// their parameters bound, and returns each statement's result. handled is false for a
 // connection of a driver it does not know. database/sql has no such call; an adapter for a
 // driver registers one (idempotency/pgxv4 does for pgx v4's stdlib driver).
-type Pipeliner func(ctx context.Context, driverConn interface{}, statements []Statement) (rows [][][][]byte, handled bool, err error)
+type Pipeliner func(ctx context.Context, driverConn interface{}, statements []Statement) (results []StatementResult, handled bool, err error)
 
 var (
 	pipelinersMu sync.RWMutex
@@ -233,7 +241,7 @@ func text(v string) *string { return &v }
 
 // pipeline runs statements on conn in one round trip when a Pipeliner handles its driver;
 // ok is false when none does (the caller sends them one by one).
-func pipeline(ctx context.Context, conn *sql.Conn, statements []Statement) (rows [][][][]byte, ok bool, err error) {
+func pipeline(ctx context.Context, conn *sql.Conn, statements []Statement) (rows []StatementResult, ok bool, err error) {
 	pipelinersMu.RLock()
 	ps := pipeliners
 	pipelinersMu.RUnlock()

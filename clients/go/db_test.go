@@ -31,7 +31,7 @@ func init() {
 	sql.Register("counting-postgres", &countingDriver{inner: &pq.Driver{}})
 	// pgx v4's pipelining (idempotency/pgxv4), counted as one entry: its statements joined
 	// by "; ". lib/pq has none: its statements go one by one.
-	idempotency.RegisterPipeliner(func(ctx context.Context, dc interface{}, statements []idempotency.Statement) ([][][][]byte, bool, error) {
+	idempotency.RegisterPipeliner(func(ctx context.Context, dc interface{}, statements []idempotency.Statement) ([]idempotency.StatementResult, bool, error) {
 		rows, handled, err := pgxv4.Pipeline(ctx, dc, statements)
 		if handled {
 			texts := make([]string, len(statements))

@@ -363,40 +363,102 @@ func (c *Client) RunExternal(ctx context.Context, req Request, o ExternalOptions
 	return &Result{StatusCode: status, Response: response, Attempt: r.Attempt}, nil
 }
 
-// inTransaction runs first (one statement returning a boolean) then, if it is true, fn, in
-// one transaction: committed before it returns; an error rolls everything back.
-func (c *Client) inTransaction(ctx context.Context, first string, args []interface{},
-	then func(ok bool, tx *sql.Tx) error) (bool, error) {
-	tx, err := c.DB.BeginTx(ctx, nil)
+// inTransaction runs first (one statement returning a boolean) then, if it is true or always
+// is set, then, in one transaction: committed before it returns; an error rolls everything
+// back. With a Pipeliner for the driver, BEGIN and first go in one round trip, and COMMIT's
+// answer is checked (a work that returns inside a failed transaction gets ROLLBACK there:
+// ErrTransactionAborted); otherwise it is a *sql.Tx on the same connection.
+func (c *Client) inTransaction(ctx context.Context, first string, args []string,
+	then func(ok bool, tx Querier) error) (bool, error) {
+	s, err := c.session(ctx)
 	if err != nil {
+		return false, err
+	}
+	defer s.release()
+	params := make([]*string, len(args))
+	for i := range args {
+		params[i] = &args[i]
+	}
+	results, piped, err := pipeline(ctx, s.conn, []Statement{{SQL: "BEGIN"}, {SQL: first, Args: params}})
+	if !piped {
+		return inSQLTx(ctx, s, first, args, then)
+	}
+	s.open = true // BEGIN may have run
+	if err != nil {
+		err = s.note(err)
+		s.rollback()
+		return false, err
+	}
+	ok := len(results) == 2 && len(results[1].Rows) == 1 && string(results[1].Rows[0][0]) == "t"
+	defer func() {
+		if p := recover(); p != nil {
+			s.rollback()
+			panic(p)
+		}
+	}()
+	if err := then(ok, s.conn); err != nil {
+		s.note(err)
+		s.rollback()
 		return false, translate(err)
 	}
+	results, _, err = pipeline(ctx, s.conn, []Statement{{SQL: "COMMIT"}})
+	if err != nil {
+		s.bad = true // a COMMIT that broke may have committed: a redelivery then gives false
+		return false, s.note(err)
+	}
+	s.open = false
+	if len(results) == 1 && results[0].Tag == "ROLLBACK" {
+		return false, &Error{Code: CodeTransactionAborted,
+			Message: "the work returned inside a failed transaction: nothing of it was committed",
+			Hint:    "return the work's database error, or roll back to a savepoint of its own"}
+	}
+	return ok, nil
+}
+
+// inSQLTx is inTransaction with database/sql's own transaction (whose Commit reports a
+// failed transaction as an error, with both drivers).
+func inSQLTx(ctx context.Context, s *session, first string, args []string,
+	then func(ok bool, tx Querier) error) (bool, error) {
+	tx, err := s.conn.BeginTx(ctx, nil)
+	if err != nil {
+		return false, s.note(err)
+	}
+	values := make([]interface{}, len(args))
+	for i, a := range args {
+		values[i] = a
+	}
 	var ok bool
-	if err := tx.QueryRowContext(ctx, first, args...).Scan(&ok); err != nil {
+	if err := tx.QueryRowContext(ctx, first, values...).Scan(&ok); err != nil {
 		_ = tx.Rollback()
-		return false, translate(err)
+		return false, s.note(err)
 	}
 	if err := then(ok, tx); err != nil {
 		_ = tx.Rollback()
-		return false, translate(err)
+		return false, s.note(err)
 	}
 	if err := tx.Commit(); err != nil {
-		return false, translate(err)
+		err = s.note(err)
+		if !IsConnectionLost(err) {
+			return false, &Error{Code: CodeTransactionAborted,
+				Message: "the transaction did not commit: " + err.Error(), Err: err}
+		}
+		return false, err
 	}
 	return ok, nil
 }
 
 // ConsumeOnce runs work in one transaction with ClaimOnce(scope, key): true if it ran, false
 // for a redelivery (acknowledge the message without running work). Committed before it
-// returns: acknowledge the message after. An error in work rolls the claim back with it.
+// returns: acknowledge the message after. An error in work rolls the claim back with it, and
+// so does a work that returns inside a failed transaction (ErrTransactionAborted).
 func (c *Client) ConsumeOnce(ctx context.Context, scope, key string, o ClaimOnceOptions,
-	work func(ctx context.Context, tx *sql.Tx) error) (bool, error) {
+	work func(ctx context.Context, tx Querier) error) (bool, error) {
 	if err := CheckNames(scope, key); err != nil {
 		return false, err
 	}
 	_, retention, wait := ReserveOptions{Retention: o.Retention, Wait: o.Wait}.values()
-	return c.inTransaction(ctx, sqlClaimOnce, []interface{}{scope, key, retention, wait},
-		func(claimed bool, tx *sql.Tx) error {
+	return c.inTransaction(ctx, sqlClaimOnce, []string{scope, key, retention, wait},
+		func(claimed bool, tx Querier) error {
 			if !claimed {
 				return nil
 			}
@@ -409,9 +471,9 @@ func (c *Client) ConsumeOnce(ctx context.Context, scope, key string, o ClaimOnce
 // the watermark move back too. strict: a position below the watermark (not equal to it) is a
 // *PositionBelowWatermarkError, for partitions that must arrive in order.
 func (c *Client) ApplyOnce(ctx context.Context, consumer, partition string, position Position, strict bool,
-	fn func(ctx context.Context, tx *sql.Tx) error) (bool, error) {
-	return c.inTransaction(ctx, acceptStatement(position), []interface{}{consumer, partition, position.text},
-		func(accepted bool, tx *sql.Tx) error {
+	fn func(ctx context.Context, tx Querier) error) (bool, error) {
+	return c.inTransaction(ctx, acceptStatement(position), []string{consumer, partition, position.text},
+		func(accepted bool, tx Querier) error {
 			if accepted {
 				return fn(ctx, tx)
 			}

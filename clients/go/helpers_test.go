@@ -224,14 +224,14 @@ func TestConsumeOnceAndApplyOnce(t *testing.T) {
 		c := idempotency.New(db)
 		key := newKey("message")
 		applied := 0
-		apply := func(ctx context.Context, tx *sql.Tx) error {
+		apply := func(ctx context.Context, tx idempotency.Querier) error {
 			applied++
 			_, err := tx.ExecContext(ctx, "INSERT INTO orders (scope, key) VALUES ('consumer', $1)", key)
 			return err
 		}
 		boom := errors.New("poison")
 		ran, err := c.ConsumeOnce(ctx, "queue", key, idempotency.ClaimOnceOptions{},
-			func(ctx context.Context, tx *sql.Tx) error { _ = apply(ctx, tx); return boom })
+			func(ctx context.Context, tx idempotency.Querier) error { _ = apply(ctx, tx); return boom })
 		if !errors.Is(err, boom) || ran {
 			t.Fatalf("failing work: %v %v", ran, err)
 		}
@@ -252,27 +252,68 @@ func TestConsumeOnceAndApplyOnce(t *testing.T) {
 			want bool
 		}{{10, true}, {10, false}, {11, true}} {
 			ran, err := c.ApplyOnce(ctx, consumer, "p", idempotency.PositionInt(c2.pos), false,
-				func(ctx context.Context, tx *sql.Tx) error { return nil })
+				func(ctx context.Context, tx idempotency.Querier) error { return nil })
 			must(t, err)
 			if ran != c2.want {
 				t.Fatalf("offset %d ran %v", c2.pos, ran)
 			}
 		}
 		_, err = c.ApplyOnce(ctx, consumer, "p", idempotency.PositionInt(11), true,
-			func(ctx context.Context, tx *sql.Tx) error { return nil })
+			func(ctx context.Context, tx idempotency.Querier) error { return nil })
 		must(t, err) // equal to the watermark: a redelivery, not an error
 		_, err = c.ApplyOnce(ctx, consumer, "p", idempotency.PositionInt(3), true,
-			func(ctx context.Context, tx *sql.Tx) error { return nil })
+			func(ctx context.Context, tx idempotency.Querier) error { return nil })
 		var below *idempotency.PositionBelowWatermarkError
 		if !errors.As(err, &below) || below.Watermark != "11" {
 			t.Fatalf("strict: %v", err)
 		}
 		// an error in fn rolls the watermark back
 		_, err = c.ApplyOnce(ctx, consumer, "p", idempotency.PositionInt(12), false,
-			func(ctx context.Context, tx *sql.Tx) error { return boom })
+			func(ctx context.Context, tx idempotency.Querier) error { return boom })
 		mark, _ := idempotency.Watermark(ctx, db, consumer, "p")
 		if !errors.Is(err, boom) || mark.Int64() != 11 {
 			t.Fatalf("rolled back: %v %v", err, mark)
+		}
+	})
+}
+
+// A consumer pays BEGIN + claim_once in one round trip with pgx, and a work that returns
+// inside a failed transaction is an error, not a message acknowledged as applied.
+func TestConsumeOnceRoundTripsAndAbortedWork(t *testing.T) {
+	eachDriver(t, func(t *testing.T, db *sql.DB) {
+		ctx := context.Background()
+		c := idempotency.New(db)
+		key := newKey("trips")
+		statements := counting(func() {
+			_, err := c.ConsumeOnce(ctx, "queue", key, idempotency.ClaimOnceOptions{},
+				func(ctx context.Context, tx idempotency.Querier) error {
+					_, err := tx.ExecContext(ctx, "INSERT INTO orders (scope, key) VALUES ('trips', $1)", key)
+					return err
+				})
+			must(t, err)
+		})
+		if strings.HasSuffix(t.Name(), "/pgx") {
+			if len(statements) != 3 || !strings.HasPrefix(statements[0], "BEGIN; SELECT idempotency.claim_once(") ||
+				statements[2] != "COMMIT" {
+				t.Fatalf("statements: %q", statements)
+			}
+		} else if len(statements) != 4 {
+			t.Fatalf("statements: %q", statements)
+		}
+		aborted := newKey("aborted")
+		_, err := c.ConsumeOnce(ctx, "queue", aborted, idempotency.ClaimOnceOptions{},
+			func(ctx context.Context, tx idempotency.Querier) error {
+				_, _ = tx.ExecContext(ctx, "INSERT INTO orders (scope, key) VALUES (NULL, $1)", aborted) // fails, ignored
+				return nil
+			})
+		if !errors.Is(err, idempotency.ErrTransactionAborted) {
+			t.Fatalf("aborted work: %v", err)
+		}
+		ran, err := c.ConsumeOnce(ctx, "queue", aborted, idempotency.ClaimOnceOptions{},
+			func(ctx context.Context, tx idempotency.Querier) error { return nil })
+		must(t, err)
+		if !ran {
+			t.Fatal("the redelivery after an aborted work was not applied")
 		}
 	})
 }

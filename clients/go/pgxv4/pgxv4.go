@@ -21,7 +21,7 @@ func init() { idempotency.RegisterPipeliner(Pipeline) }
 
 // Pipeline is the Pipeliner for pgx v4's stdlib connections (and for wrappers of one that
 // give it with Unwrap() driver.Conn).
-func Pipeline(ctx context.Context, driverConn interface{}, statements []idempotency.Statement) ([][][][]byte, bool, error) {
+func Pipeline(ctx context.Context, driverConn interface{}, statements []idempotency.Statement) ([]idempotency.StatementResult, bool, error) {
 	for {
 		if w, ok := driverConn.(interface{ Unwrap() driver.Conn }); ok {
 			driverConn = w.Unwrap()
@@ -47,12 +47,12 @@ func Pipeline(ctx context.Context, driverConn interface{}, statements []idempote
 	if err != nil {
 		return nil, true, err
 	}
-	rows := make([][][][]byte, len(results))
+	out := make([]idempotency.StatementResult, len(results))
 	for i, r := range results {
 		if r.Err != nil {
 			return nil, true, r.Err
 		}
-		rows[i] = r.Rows
+		out[i] = idempotency.StatementResult{Rows: r.Rows, Tag: r.CommandTag.String()}
 	}
-	return rows, true, nil
+	return out, true, nil
 }
