@@ -82,9 +82,28 @@ func TestKeyLifecycle(t *testing.T) {
 }
 
 // Keys, scopes and bodies with quotes, backslashes and non-ASCII reach the server as they
-// are (bound parameters), whatever the session's string settings.
+// are (bound parameters), whatever the session's string settings, on a UTF8 server and an
+// EUC_JP one. lib/pq always sets client_encoding to UTF8; pgx v4 keeps the server's unless the
+// connection string sets it (docs/clients-go.md says so), and is given it here.
 func TestValuesAreBound(t *testing.T) {
 	eachDriver(t, func(t *testing.T, db *sql.DB) {
+		valuesAreBound(t, db)
+		name := strings.TrimPrefix(t.Name(), "TestValuesAreBound/")
+		eucjp, err := sql.Open("counting-"+name, strings.Replace(dsn(name), "dbname="+testDB, "dbname="+testDB+"_eucjp", 1)+
+			" client_encoding=UTF8")
+		must(t, err)
+		defer eucjp.Close()
+		var encoding string
+		must(t, eucjp.QueryRow("SHOW server_encoding").Scan(&encoding))
+		if encoding != "EUC_JP" {
+			t.Fatalf("server_encoding %s", encoding)
+		}
+		valuesAreBound(t, eucjp)
+	})
+}
+
+func valuesAreBound(t *testing.T, db *sql.DB) {
+	{
 		ctx := context.Background()
 		conn, err := db.Conn(ctx)
 		must(t, err)
@@ -111,7 +130,7 @@ func TestValuesAreBound(t *testing.T) {
 				t.Fatalf("stored %q", got)
 			}
 		}
-	})
+	}
 }
 
 func TestKeyMalformedBeforeSending(t *testing.T) {

@@ -182,10 +182,21 @@ func setup() error {
 	for _, q := range []string{
 		"DROP DATABASE IF EXISTS " + testDB + " WITH (FORCE)",
 		"CREATE DATABASE " + testDB,
+		"DROP DATABASE IF EXISTS " + testDB + "_eucjp WITH (FORCE)",
+		// a server encoding in which a character's second byte can be a backslash (0x5C)
+		"CREATE DATABASE " + testDB + "_eucjp ENCODING 'EUC_JP' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0",
 	} {
 		if _, err := admin.ExecContext(ctx, q); err != nil {
 			return err
 		}
+	}
+	eucjp, err := sql.Open("pgx", fmt.Sprintf("dbname=%s_eucjp sslmode=disable", testDB))
+	if err != nil {
+		return err
+	}
+	defer eucjp.Close()
+	if _, err := eucjp.ExecContext(ctx, "CREATE EXTENSION idempotency"); err != nil {
+		return err
 	}
 	db, err := sql.Open("pgx", dsn("pgx"))
 	if err != nil {
