@@ -5,7 +5,7 @@
 #                                                  the build host has; its build runs the
 #                                                  regression suite against the package)
 #   idempotency-<version>.zip                      (make dist: the PGXN release of HEAD)
-#   pg_idempotency-<version>-py3-none-any.whl, pg_idempotency-<version>.tar.gz
+#   pg_idempotency-<version>-py3-none-any.whl, pg-idempotency-<version>.tar.gz
 #                                                  (python3 -m build --no-isolation)
 #   idempotency-client-<version>.tgz               (npm pack)
 #   SHA256SUMS
@@ -89,6 +89,8 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 rm -f "$OUT"/*.deb "$OUT"/*.zip "$OUT"/*.whl "$OUT"/*.tar.gz "$OUT"/*.tgz "$OUT"/SHA256SUMS
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idem-release.XXXXXX")
+# The package build's regression run starts a server as the postgres user: it reads the tree.
+chmod 755 "$WORK"
 trap 'rm -rf "$WORK"' EXIT
 
 # export DIR: the files git knows in the working tree (no build products, no local clusters).

@@ -78,7 +78,7 @@ release() {
   (cd "$DIST" && sha256sum -c SHA256SUMS) || return 1
   local f
   for f in "${PKG}_$VERSION-"*.deb "idempotency-$VERSION.zip" "pg_idempotency-$VERSION-py3-none-any.whl" \
-    "pg_idempotency-$VERSION.tar.gz" "idempotency-client-$VERSION.tgz"; do
+    "pg[-_]idempotency-$VERSION.tar.gz" "idempotency-client-$VERSION.tgz"; do
     compgen -G "$DIST/$f" >/dev/null || { echo "release.sh wrote no $f"; return 1; }
   done
 }
@@ -182,7 +182,7 @@ if check "apt-get install ./$(basename "$DEB"): the extension's files are the pa
   purge() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get remove --purge -y "$PKG" || return 1
     local f left=0
-    ! dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q 'installed' || { echo "$PKG still installed"; return 1; }
+    ! dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q 'install ok installed' || { echo "$PKG still installed"; return 1; }
     while read -r f; do
       [[ -d $f ]] && continue # folders the package shares with others (/usr, …)
       if [[ -e $f || -L $f ]]; then echo "left: $f"; left=1; fi
@@ -213,10 +213,10 @@ restore
 # --- the client packages on their own ------------------------------------------------------------
 wheel_and_sdist() {
   local what venv
-  for what in "pg_idempotency-$VERSION-py3-none-any.whl" "pg_idempotency-$VERSION.tar.gz"; do
+  for what in "pg_idempotency-$VERSION-py3-none-any.whl" "pg[-_]idempotency-$VERSION.tar.gz"; do
     venv=$WORK/venv-${what##*.}
     /usr/bin/python3 -m venv --system-site-packages "$venv" &&
-      PIP_NO_INDEX=1 "$venv/bin/pip" install --quiet --no-deps --no-build-isolation "$DIST/$what" &&
+      PIP_NO_INDEX=1 "$venv/bin/pip" install --quiet --no-deps --no-build-isolation "$DIST"/$what &&
       (cd / && "$venv/bin/python" -c "
 import pg_idempotency, sys
 assert pg_idempotency.__version__ == '$VERSION', pg_idempotency.__version__
