@@ -476,8 +476,13 @@ run_packaging() {
     return
   fi
   log "packaging: the .deb, the PGXN zip and the client packages (test/packaging/run.sh)"
-  LOGS=$LOGS timeout -k 10 "$((TIMEOUT * 3))" bash test/packaging/run.sh 2>"$log" </dev/null |
-    tee -a "$log" || true
+  # Three builds of the extension (the .deb, the PGXN zip, the checkout's again) in one bound;
+  # none while waiting for IDEM_PG15_LOCK (a shared machine), as a run stopped then, between
+  # the package's install and the checkout's, would leave the system's server without the
+  # checkout's build.
+  local limit=(timeout -k 10 "$((TIMEOUT * 3))")
+  [[ -z ${IDEM_PG15_LOCK:-} ]] || limit=()
+  LOGS=$LOGS "${limit[@]}" bash test/packaging/run.sh 2>"$log" </dev/null | tee -a "$log" || true
   # "packaging: 14 passed, 0 failed"
   line=$(grep -E '^packaging: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n1)
   if [[ -z $line ]]; then
