@@ -21,7 +21,7 @@
 # shared by several checkouts).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
-cd "$IDEM_ROOT"
+cd "$IDEM_ROOT" || exit 1
 LOGS=${LOGS:-$IDEM_ROOT/build/test-logs}
 WORK=$IDEM_ROOT/build/packaging
 DIST=$WORK/dist
