@@ -5,17 +5,31 @@
 EXTENSION = idempotency
 MODULE_big = idempotency
 
-CORE_SRCS = $(sort $(wildcard src/core/*.cpp))
-GLUE_SRCS = $(sort $(wildcard src/pg/*.cpp src/pg/*/*.cpp))
+# The source tree: this Makefile's folder. It may differ from the folder make runs in (an out-of-
+# tree build, `make -C build-15 -f ../Makefile`, as Debian's pg_buildext does): sources are
+# then found through VPATH (set by PGXS), and every name below stays relative to the source tree.
+IDEM_SRCDIR := $(patsubst %/,%,$(dir $(firstword $(MAKEFILE_LIST))))
+idem_sources = $(patsubst $(IDEM_SRCDIR)/%,%,$(sort $(wildcard $(addprefix $(IDEM_SRCDIR)/,$(1)))))
+
+CORE_SRCS = $(call idem_sources,src/core/*.cpp)
+GLUE_SRCS = $(call idem_sources,src/pg/*.cpp src/pg/*/*.cpp)
 OBJS = $(CORE_SRCS:.cpp=.o) $(GLUE_SRCS:.cpp=.o)
 
-DATA = $(sort $(wildcard extension/idempotency--*.sql))
+DATA = $(call idem_sources,extension/idempotency--*.sql)
 PGFILEDESC = "idempotency - exactly-once processing inside PostgreSQL"
 
-REGRESS = $(basename $(notdir $(sort $(wildcard sql/*.sql))))
-REGRESS_OPTS = --inputdir=. --outputdir=. --load-extension=idempotency
-ISOLATION = $(basename $(notdir $(sort $(wildcard test/isolation/specs/*.spec))))
-ISOLATION_OPTS = --inputdir=test/isolation --outputdir=output_iso --load-extension=idempotency
+REGRESS = $(basename $(notdir $(call idem_sources,sql/*.sql)))
+REGRESS_OPTS = --inputdir=$(IDEM_SRCDIR) --outputdir=. --load-extension=idempotency
+ISOLATION = $(basename $(notdir $(call idem_sources,test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=$(IDEM_SRCDIR)/test/isolation --outputdir=output_iso \
+	--load-extension=idempotency
+# The tests' databases are UTF8 whatever the server's default (bad_input checks how invalid
+# UTF-8 is refused).
+ENCODING = UTF8
+# Out of tree, installcheck first links what the tests read by relative path (below).
+ifneq ($(IDEM_SRCDIR),.)
+REGRESS_PREP = idem-test-files
+endif
 
 IDEM_WARNINGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 ifeq ($(IDEM_WERROR),1)
@@ -23,8 +37,8 @@ IDEM_WARNINGS += -Werror
 endif
 
 # The SQL version the library serves (src/pg/schema_version.cpp refuses any other).
-IDEM_SCHEMA_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" idempotency.control)
-PG_CXXFLAGS = -std=c++17 -Wno-register -fno-omit-frame-pointer $(IDEM_WARNINGS) -Isrc \
+IDEM_SCHEMA_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(IDEM_SRCDIR)/idempotency.control)
+PG_CXXFLAGS = -std=c++17 -Wno-register -fno-omit-frame-pointer $(IDEM_WARNINGS) -I$(IDEM_SRCDIR)/src \
 	-DIDEM_SCHEMA_VERSION='"$(IDEM_SCHEMA_VERSION)"'
 # The faults suite's build for a server without injection points (15, 16, or 17 and 18 built
 # without --enable-injection-points): the extension's own fault points, driven by the setting
@@ -56,7 +70,7 @@ endif
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-CORE_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden $(IDEM_WARNINGS) -Isrc \
+CORE_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden $(IDEM_WARNINGS) -I$(IDEM_SRCDIR)/src \
 	$(IDEM_SANITIZE_FLAGS)
 
 # Objects compiled against another major's headers (or with the other IDEM_FAULT_POINTS) are
@@ -70,10 +84,22 @@ $(BUILD_STAMP): FORCE
 $(OBJS): $(BUILD_STAMP)
 .PHONY: FORCE
 
-src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
+src/core/%.o: src/core/%.cpp $(wildcard $(IDEM_SRCDIR)/src/core/*.hpp)
 	$(CXX) $(CORE_CXXFLAGS) -c -o $@ $<
 
-$(GLUE_SRCS:.cpp=.o): $(wildcard src/core/*.hpp src/pg/*.hpp src/pg/*/*.hpp) idempotency.control
+$(GLUE_SRCS:.cpp=.o): $(wildcard $(addprefix $(IDEM_SRCDIR)/,src/core/*.hpp src/pg/*.hpp \
+	src/pg/*/*.hpp)) idempotency.control
+
+# Out of tree: the object folders exist before anything compiles into them, and the files the
+# regression tests read by relative path (psql's \i, \copy) are linked into the build folder.
+ifneq ($(IDEM_SRCDIR),.)
+$(shell mkdir -p $(sort $(dir $(OBJS))))
+.PHONY: idem-test-files
+idem-test-files:
+	$(MKDIR_P) sql test
+	ln -sfn $(abspath $(IDEM_SRCDIR))/sql/include sql/include
+	ln -sfn $(abspath $(IDEM_SRCDIR))/test/vectors test/vectors
+endif
 
 .PHONY: format
 format:
@@ -85,6 +111,6 @@ DIST_NAME = $(EXTENSION)-$(IDEM_SCHEMA_VERSION)
 DIST_DIR ?= .
 .PHONY: dist
 dist:
-	git -C $(dir $(firstword $(MAKEFILE_LIST))) archive --format=zip --prefix=$(DIST_NAME)/ \
+	git -C $(IDEM_SRCDIR) archive --format=zip --prefix=$(DIST_NAME)/ \
 		-o $(abspath $(DIST_DIR))/$(DIST_NAME).zip HEAD
 	@echo "$(abspath $(DIST_DIR))/$(DIST_NAME).zip"

@@ -5,7 +5,7 @@
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
-#                                        go browser brokers docs sanitizers faults)
+#                                        go browser brokers docs sanitizers faults packaging)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 #   IDEM_BUSY_CORES=2 ...                (N CPU burners at nice IDEM_BUSY_NICE, default 5,
 #                                        while the tests run: they must pass on a busy machine)
@@ -21,7 +21,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
 ALL_SUITES="unit regress isolation pgtap scripted examples citus clients go browser brokers"
-ALL_SUITES+=" docs sanitizers faults"
+ALL_SUITES+=" docs sanitizers faults packaging"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -501,6 +501,37 @@ run_docs() {
     "$(sed -nE 's/.*, ([0-9]+ fragments) not run/\1 not run/p' <<<"$line")"
 }
 
+# packaging (one major: 15; another major's summary names it): test/packaging/run.sh builds the
+# packages users install with scripts/release.sh (the .deb, the PGXN zip, the wheel, the sdist,
+# the npm tarball), runs lintian, swaps the checkout's own install for the .deb on the system's
+# PostgreSQL (a cluster of its own, the regression suite and the clients against it, an update
+# from 0.2.0, a purge that leaves nothing), installs the zip with pgxnclient, and installs the
+# checkout's own build again at the end. One pass or failure per check.
+run_packaging() {
+  local log=$LOGS/packaging.log line
+  if [[ ${IDEM_PG:-15} != 15 ]]; then
+    record packaging 0 0 "left to the IDEM_PG=15 run"
+    return
+  fi
+  log "packaging: the .deb, the PGXN zip and the client packages (test/packaging/run.sh)"
+  # Three builds of the extension (the .deb, the PGXN zip, the checkout's again) in one bound;
+  # none while waiting for IDEM_PG15_LOCK (a shared machine), as a run stopped then, between
+  # the package's install and the checkout's, would leave the system's server without the
+  # checkout's build.
+  local limit=(timeout -k 10 "$((TIMEOUT * 3))")
+  [[ -z ${IDEM_PG15_LOCK:-} ]] || limit=()
+  LOGS=$LOGS "${limit[@]}" bash test/packaging/run.sh 2>"$log" </dev/null | tee -a "$log" || true
+  # "packaging: 14 passed, 0 failed"
+  line=$(grep -E '^packaging: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n1)
+  if [[ -z $line ]]; then
+    tail -n 30 "$log"
+    record packaging 0 1 "test/packaging/run.sh did not finish, log ${log#"$IDEM_ROOT"/}"
+    return
+  fi
+  record packaging "$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$line")" \
+    "$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$line")"
+}
+
 SANITIZER_DATA=
 stop_test_cluster() {
   cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true
@@ -583,6 +614,7 @@ fi
 stop_burners
 
 wanted faults && timed run_faults
+wanted packaging && timed run_packaging
 
 echo
 echo "=== summary (logs in ${LOGS#"$IDEM_ROOT"/})"

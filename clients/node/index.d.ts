@@ -104,6 +104,26 @@ export const BY_SQLSTATE: Readonly<Record<string, typeof IdempotencyError>>;
 /** The typed error for a pg error (the error itself for an unlisted SQLSTATE);
  * ConnectionLostError for a connection that is gone. */
 export function translate(err: unknown, client?: unknown): unknown;
+/** For the package itself: what translate makes of an unlisted SQLSTATE (lib/versions.js sets
+ * it to name the extension version a missing function or schema needs). */
+export function setUnlistedTranslator(fn: (err: unknown) => Error | undefined): void;
+
+/** This client's version. */
+export const CLIENT_VERSION: string;
+/** The oldest and the newest extension version this client works with. */
+export const EXTENSION_VERSIONS: readonly [string, string];
+/** The server's idempotency extension is missing or older than this client needs (code 42883
+ * from checkExtension or for a missing function, 3F000 for a missing schema). */
+export class ExtensionVersionError extends IdempotencyError {
+  /** The installed version; null: not installed, or unknown. */
+  readonly serverVersion: string | null;
+  /** The oldest extension version that serves the call. */
+  readonly needed: string | null;
+  readonly httpStatus: 500;
+}
+/** The server's extension version once it is at least `needed` (default: the oldest this
+ * client supports); rejects with ExtensionVersionError, naming both versions, otherwise. */
+export function checkExtension(client: Queryable, needed?: string): Promise<string>;
 
 /** reserve's outcomes as errors; also claimOnce's IK003 / IK004, with reservation null. */
 export class OutcomeError extends IdempotencyError {

@@ -15,5 +15,8 @@ export {
 } from './lib/action.js';
 export { OutboxConsumer } from './lib/consumer.js';
 export {
+  checkExtension, CLIENT_VERSION, EXTENSION_VERSIONS, ExtensionVersionError,
+} from './lib/versions.js';
+export {
   answerFor, IdempotencyKeyHeaderError, idempotencyMiddleware, parseIdempotencyKey,
 } from './lib/middleware.js';

@@ -3,8 +3,9 @@
 # `make dist` makes a PGXN-ready zip: idempotency-<default_version>.zip with everything under
 # one idempotency-<version>/ folder, holding every file git tracks (but CI's), among them
 # LICENSE, META.json, the control file and every install and upgrade script; META.json is
-# valid, of that version, with license, release_status, resources and the minimum
-# PostgreSQL version, and the file it names is in the zip; LICENSE is the PostgreSQL licence.
+# valid, of that version, with license, release_status and the minimum
+# PostgreSQL version, no placeholder address, and the file it names is in the zip; LICENSE is
+# the PostgreSQL licence.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 fail() { echo "FAIL: $*"; exit 1; }
@@ -47,17 +48,31 @@ perl -MJSON::PP -e '
   push @errors, "license is not postgresql" if ($m->{license} // "") ne "postgresql";
   push @errors, "release_status missing or invalid"
     unless ($m->{release_status} // "") =~ /^(stable|testing|unstable)$/;
-  push @errors, "resources.repository.url missing" unless $m->{resources}{repository}{url};
-  push @errors, "resources.bugtracker.web missing" unless $m->{resources}{bugtracker}{web};
+  # The PGXN meta spec 1.0.0: its required keys, semantic versions, and a file and a version for
+  # every extension provided.
+  for my $key (qw(name abstract version maintainer license provides meta-spec)) {
+    push @errors, "$key is missing (required by the PGXN meta spec)" unless defined $m->{$key};
+  }
+  push @errors, "version $m->{version} is not a semantic version"
+    unless $m->{version} =~ /^\d+\.\d+\.\d+$/;
+  # No placeholder address: a resource the project does not have is left out.
+  for my $r (keys %{ $m->{resources} // {} }) {
+    my $res = $m->{resources}{$r};
+    for my $u (ref $res eq "HASH" ? grep { /^(url|web)$/ } keys %$res : ()) {
+      push @errors, "resources.$r.$u $res->{$u} is a placeholder"
+        if $res->{$u} =~ m{idempotency-pg/|example\.(com|org)};
+    }
+  }
   my $pg = $m->{prereqs}{runtime}{requires}{PostgreSQL} // "";
   push @errors, "minimum PostgreSQL is \"$pg\", not 15.19.0 (output_plugin_libraries)" if $pg ne "15.19.0";
   for my $name (keys %{ $m->{provides} }) {
     my $p = $m->{provides}{$name};
     push @errors, "provides.$name.version is not $version" if $p->{version} ne $version;
     push @errors, "provides.$name.file $p->{file} is not in the zip" unless -f "$top/$p->{file}";
+    push @errors, "provides.$name.abstract is missing" unless $p->{abstract};
   }
   push @errors, "meta-spec is not 1.0.0" if $m->{"meta-spec"}{version} ne "1.0.0";
   die map { "META.json: $_\n" } @errors if @errors;
 ' "$top/META.json" "$version" "$top" || fail "META.json is not PGXN-ready"
-echo "ok: LICENSE is the PostgreSQL licence; META.json is valid, version $version, with resources"
+echo "ok: LICENSE is the PostgreSQL licence; META.json is valid (PGXN meta spec 1.0.0), version $version"
 echo "dist: passed"

@@ -7,6 +7,8 @@ import {
   TransactionOpenError, translate,
 } from './errors.js';
 import { fingerprint } from './fingerprint.js';
+// Registers the translation of a missing function or schema of the extension (lib/versions.js).
+import './versions.js';
 
 // 'I' idle, 'T' in a transaction, 'E' in a failed transaction; undefined if pg cannot tell
 // (pg before 8.14, or no query run yet).

@@ -103,6 +103,13 @@ export const BY_SQLSTATE = {
   '22021': InvalidJsonError, // invalid UTF-8
 };
 
+// For a server error of an unlisted SQLSTATE: a typed error, or undefined. lib/versions.js sets
+// it (a missing function or schema of the extension), so that this module need not import it.
+let unlistedTranslator = () => undefined;
+export function setUnlistedTranslator(fn) {
+  unlistedTranslator = fn;
+}
+
 // The typed error for an error of pg (the error itself for an unlisted SQLSTATE, or for
 // something that is not a server error); ConnectionLostError for a connection that is gone.
 export function translate(err, client) {
@@ -112,7 +119,8 @@ export function translate(err, client) {
       { cause: err });
   }
   const cls = typeof err.code === 'string' ? BY_SQLSTATE[err.code] : undefined;
-  if (cls === undefined || err.severity === undefined) return err;
+  if (err.severity === undefined) return err;
+  if (cls === undefined) return unlistedTranslator(err) ?? err;
   if (cls.prototype instanceof OutcomeError) {
     // claimOnce's IK003 / IK004: reserve's outcomes as errors (no reservation to carry).
     const typed = new cls(null, null, null, err.message);

@@ -7,6 +7,8 @@ from .consumer import Message, OutboxConsumer
 from .errors import *  # noqa: F401,F403  (the exception classes)
 from .errors import BY_SQLSTATE, IdempotencyError, translate
 from .fingerprint import canonical_json, canonical_number, fingerprint
+from .versions import (CLIENT_VERSION, EXTENSION_VERSIONS, ExtensionVersionError,
+                       check_extension)
 from .web import Answer, answer_for, parse_idempotency_key, request_fingerprint
 
-__version__ = "0.2.0"
+__version__ = CLIENT_VERSION

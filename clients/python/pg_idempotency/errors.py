@@ -106,7 +106,8 @@ def translate(err: psycopg.Error) -> Exception:
     """The typed exception for a psycopg error (the error itself for an unlisted SQLSTATE)."""
     cls = BY_SQLSTATE.get(err.sqlstate or "")
     if cls is None:
-        return err
+        from .versions import missing_from_server  # (imports this module)
+        return missing_from_server(err) or err
     diag = err.diag
     message = diag.message_primary or str(err)
     if issubclass(cls, OutcomeError):

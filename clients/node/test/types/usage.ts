@@ -1,7 +1,7 @@
 // Compiled (not run) by types.test.js with tsc --strict: the declarations describe the API as
 // the tests use it. Each @ts-expect-error line must stay an error, or tsc fails.
 import {
-  accept, answerFor, applyOnce, claimOnce, consumeOnce, fingerprint, idempotencyMiddleware, idempotent, IdempotencyError,
+  accept, answerFor, applyOnce, checkExtension, claimOnce, consumeOnce, fingerprint, idempotencyMiddleware, idempotent, IdempotencyError,
   KeyInProgressError, lsnKeyParts, OutboxConsumer, type Queryable, reserveBegin, runExternal, runOnce,
   StaleAttemptError, watermark,
 } from '@idempotency/client';
@@ -13,6 +13,8 @@ declare const client: Queryable;
 declare const pool: { connect(): Promise<Queryable & { release(): void }> };
 
 export async function usage(): Promise<void> {
+  const serverVersion: string = await checkExtension(client, '0.3.0');
+  void serverVersion;
   const h: Buffer = fingerprint('{"a": 1.10}', { exclude: ['sent_at'] });
   fingerprint({ a: 1, b: [true, null, 2n] });
   // @ts-expect-error exclude is a list of paths, not one
