@@ -1439,17 +1439,18 @@ BEGIN
             EXECUTE format('CREATE TABLE idempotency.%I (LIKE idempotency.keys INCLUDING DEFAULTS '
                            'INCLUDING CONSTRAINTS, PRIMARY KEY (key, scope, expires_at))', name);
             EXECUTE format('REVOKE ALL ON idempotency.%I FROM PUBLIC', name);
-            CREATE TEMP TABLE IF NOT EXISTS idempotency_moved_rows
-                (LIKE idempotency.keys) ON COMMIT DROP;
+            IF to_regclass('pg_temp.idempotency_moved_rows') IS NULL THEN
+                CREATE TEMP TABLE idempotency_moved_rows (LIKE idempotency.keys) ON COMMIT DROP;
+            END IF;
             WITH moved AS (
                 DELETE FROM ONLY idempotency.keys_default d
                 WHERE d.expires_at >= b AND d.expires_at < b + width RETURNING d.*)
-            INSERT INTO idempotency_moved_rows SELECT * FROM moved;
+            INSERT INTO pg_temp.idempotency_moved_rows SELECT * FROM moved;
             GET DIAGNOSTICS n = ROW_COUNT;
             EXECUTE format('ALTER TABLE idempotency.keys ATTACH PARTITION idempotency.%I '
                            'FOR VALUES FROM (%L) TO (%L)', name, b, b + width);
-            INSERT INTO idempotency.keys SELECT * FROM idempotency_moved_rows;
-            TRUNCATE idempotency_moved_rows;
+            INSERT INTO idempotency.keys SELECT * FROM pg_temp.idempotency_moved_rows;
+            TRUNCATE pg_temp.idempotency_moved_rows;
             action := 'created'; partition := name; range_start := b; range_end := b + width;
             rows := n; detail := CASE WHEN n > 0 THEN format('moved %s rows from the default partition', n) END;
             RETURN NEXT;
