@@ -1393,6 +1393,12 @@ DECLARE
     steps jsonb := '[]';
     incomplete boolean := false;
     b timestamptz;
+    lo timestamptz;
+    hi timestamptz;
+    cursor timestamptz;
+    gaps_lo timestamptz[];
+    gaps_hi timestamptz[];
+    r record;
     p record;
     n bigint;
     name text;
@@ -1402,7 +1408,7 @@ DECLARE
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'idempotency.maintain() must run in a READ COMMITTED transaction'
-            USING ERRCODE = '25000';
+            USING ERRCODE = '25001', HINT = 'Call it in a transaction of its own (autocommit).';
     END IF;
     IF width_us <= 0 OR premake < 0 THEN
         RAISE EXCEPTION 'idempotency.partition_width and idempotency.premake must be positive'
@@ -1416,7 +1422,8 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n > 0 THEN
             action := 'purged'; partition := 'keys_default'; range_start := NULL;
-            range_end := NULL; rows := n; detail := NULL;
+            range_end := NULL; rows := n;
+            detail := 'deleted expired rows from the default partition';
             RETURN NEXT;
             steps := steps || jsonb_build_object('action', action, 'partition', partition, 'rows', n);
         END IF;
@@ -1427,13 +1434,35 @@ BEGIN
         steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
     END;
 
-    -- 2. The current partition and the next premake ones, where no partition covers them.
-    FOR k IN 0 .. premake LOOP
-        b := date_bin(width, now, '2000-01-01 00:00+00') + k * width;
-        CONTINUE WHEN EXISTS (
-            SELECT FROM idempotency.partitions x
-            WHERE NOT x.is_default AND x.range_start < b + width AND x.range_end > b);
-        name := idempotency._partition_name(b, width_us);
+    -- 2. The current partition and the next premake ones, and those of live rows waiting in
+    -- the default partition, where no partition covers them.
+    FOR b IN
+        SELECT x.b FROM (
+            SELECT date_bin(width, now, '2000-01-01 00:00+00') + g * width AS b
+            FROM generate_series(0, premake) AS g
+            UNION
+            SELECT date_bin(width, d.expires_at, '2000-01-01 00:00+00')
+            FROM ONLY idempotency.keys_default d WHERE d.expires_at > now) x
+        ORDER BY 1
+    LOOP
+      -- The parts of [b, b + width) no attached partition covers (a partition made by hand
+      -- may cover some of it).
+      gaps_lo := '{}'; gaps_hi := '{}'; cursor := b;
+      FOR r IN SELECT x.range_start AS lo, x.range_end AS hi FROM idempotency.partitions x
+               WHERE NOT x.is_default AND x.range_start < b + width AND x.range_end > b
+               ORDER BY x.range_start
+      LOOP
+          IF r.lo > cursor THEN
+              gaps_lo := gaps_lo || cursor; gaps_hi := gaps_hi || r.lo;
+          END IF;
+          cursor := greatest(cursor, r.hi);
+      END LOOP;
+      IF cursor < b + width THEN
+          gaps_lo := gaps_lo || cursor; gaps_hi := gaps_hi || (b + width);
+      END IF;
+      FOR g IN 1 .. coalesce(cardinality(gaps_lo), 0) LOOP
+        lo := gaps_lo[g]; hi := gaps_hi[g];
+        name := idempotency._partition_name(lo, width_us);
         BEGIN
             LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE;
             EXECUTE format('CREATE TABLE idempotency.%I (LIKE idempotency.keys INCLUDING DEFAULTS '
@@ -1444,41 +1473,62 @@ BEGIN
             END IF;
             WITH moved AS (
                 DELETE FROM ONLY idempotency.keys_default d
-                WHERE d.expires_at >= b AND d.expires_at < b + width RETURNING d.*)
+                WHERE d.expires_at >= lo AND d.expires_at < hi RETURNING d.*)
             INSERT INTO pg_temp.idempotency_moved_rows SELECT * FROM moved;
             GET DIAGNOSTICS n = ROW_COUNT;
             EXECUTE format('ALTER TABLE idempotency.keys ATTACH PARTITION idempotency.%I '
-                           'FOR VALUES FROM (%L) TO (%L)', name, b, b + width);
+                           'FOR VALUES FROM (%L) TO (%L)', name, lo, hi);
             INSERT INTO idempotency.keys SELECT * FROM pg_temp.idempotency_moved_rows;
             TRUNCATE pg_temp.idempotency_moved_rows;
-            action := 'created'; partition := name; range_start := b; range_end := b + width;
+            action := 'created'; partition := name; range_start := lo; range_end := hi;
             rows := n; detail := CASE WHEN n > 0 THEN format('moved %s rows from the default partition', n) END;
             RETURN NEXT;
             steps := steps || jsonb_build_object('action', action, 'partition', partition,
-                                                 'range_start', b, 'range_end', b + width);
-        EXCEPTION WHEN lock_not_available THEN
-            action := 'skipped'; partition := name; range_start := b; range_end := b + width;
-            rows := NULL; detail := skipped; incomplete := true;
-            RETURN NEXT;
-            steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+                                                 'range_start', lo, 'range_end', hi);
+        EXCEPTION
+            WHEN lock_not_available THEN
+                action := 'skipped'; partition := name; range_start := lo; range_end := hi;
+                rows := NULL; detail := skipped; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+            WHEN OTHERS THEN
+                -- reported; the other steps still run
+                action := 'failed'; partition := name; range_start := lo; range_end := hi;
+                rows := NULL; detail := SQLERRM; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
         END;
+      END LOOP;
     END LOOP;
 
     -- 3. Partitions whose upper bound has passed hold only expired rows: dropped whole.
-    FOR p IN SELECT x.partition, x.range_start, x.range_end, x.rows_estimate
-             FROM idempotency.partitions x WHERE x.due_to_drop AND x.range_end <= now
+    -- By OID: a partition may live in another schema.
+    FOR p IN SELECT c.oid::regclass AS rel, c.relname::text AS partition, x.range_start,
+                    x.range_end, idempotency.rows_estimate(c.oid) AS rows_estimate
+             FROM pg_catalog.pg_inherits i
+             JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+             CROSS JOIN LATERAL idempotency.partition_bounds(c.oid) x
+             WHERE i.inhparent OPERATOR(pg_catalog.=) 'idempotency.keys'::regclass
+               AND NOT x.is_default AND x.range_end <= now
+             ORDER BY x.range_start
     LOOP
         BEGIN
-            EXECUTE format('DROP TABLE idempotency.%I', p.partition);
+            EXECUTE format('DROP TABLE %s', p.rel);
             action := 'dropped'; partition := p.partition; range_start := p.range_start;
             range_end := p.range_end; rows := p.rows_estimate; detail := NULL;
             RETURN NEXT;
             steps := steps || jsonb_build_object('action', action, 'partition', partition);
-        EXCEPTION WHEN lock_not_available THEN
-            action := 'skipped'; partition := p.partition; range_start := p.range_start;
-            range_end := p.range_end; rows := NULL; detail := skipped; incomplete := true;
-            RETURN NEXT;
-            steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+        EXCEPTION
+            WHEN lock_not_available THEN
+                action := 'skipped'; partition := p.partition; range_start := p.range_start;
+                range_end := p.range_end; rows := NULL; detail := skipped; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+            WHEN OTHERS THEN
+                action := 'failed'; partition := p.partition; range_start := p.range_start;
+                range_end := p.range_end; rows := NULL; detail := SQLERRM; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
         END;
     END LOOP;
     PERFORM set_config('lock_timeout', caller_lock_timeout, true);
