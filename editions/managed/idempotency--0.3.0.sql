@@ -51,12 +51,13 @@ CREATE TABLE idempotency.keys_default PARTITION OF idempotency.keys
 REVOKE ALL ON idempotency.keys, idempotency.keys_default FROM PUBLIC;
 
 -- === internal helpers (argument checks shared by the calls) ===
+-- The helpers run inside the edition's functions, whose search_path is pinned; they pin none
+-- of their own (a SET clause on every nested call costs more than the call).
 
 -- A scope, key, stream, consumer or partition: not NULL, 1 to 255 bytes.
 CREATE FUNCTION idempotency._check_name(what text, value text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF value IS NULL THEN
@@ -73,7 +74,6 @@ $$;
 CREATE FUNCTION idempotency._interval_usecs(what text, value interval, zero_allowed boolean)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     usecs numeric;
@@ -103,7 +103,6 @@ $$;
 CREATE FUNCTION idempotency._setting_usecs(name text, fallback text)
 RETURNS bigint
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     raw text := coalesce(nullif(current_setting(name, true), ''), fallback);
@@ -124,7 +123,6 @@ $$;
 CREATE FUNCTION idempotency._check_times(lock_ttl_us bigint, retention_us bigint)
 RETURNS void
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     max_us bigint := idempotency._setting_usecs('idempotency.max_retention', '30d');
@@ -155,7 +153,6 @@ $$;
 CREATE FUNCTION idempotency._check_writable(call text)
 RETURNS void
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF current_setting('transaction_read_only')::boolean THEN
@@ -179,7 +176,6 @@ $$;
 CREATE FUNCTION idempotency.key_lock_id(scope text, key text)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     bytes bytea := convert_to(scope, getdatabaseencoding()) || '\x00'::bytea
@@ -419,7 +415,6 @@ AS $$ SELECT pg_catalog.sha256(body) $$;
 CREATE FUNCTION idempotency._live(p_scope text, p_key text, now timestamptz)
 RETURNS idempotency.keys
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT k.* FROM idempotency.keys k
     WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
@@ -432,7 +427,6 @@ $$;
 CREATE FUNCTION idempotency._reservation(outcome idempotency.outcome, r idempotency.keys)
 RETURNS idempotency.reservation
 LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT ROW(outcome,
                CASE WHEN outcome OPERATOR(pg_catalog.=) 'replay' THEN r.status_code END,
@@ -452,7 +446,6 @@ CREATE FUNCTION idempotency._reserve(p_scope text, p_key text, p_request_hash by
                                      complete_now boolean)
 RETURNS idempotency.reservation
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     lock_id bigint := idempotency.key_lock_id(p_scope, p_key);
@@ -649,7 +642,6 @@ $$;
 CREATE FUNCTION idempotency._claim(call text, p_scope text, p_key text, p_attempt integer)
 RETURNS idempotency.keys
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r idempotency.keys;
@@ -675,7 +667,6 @@ $$;
 CREATE FUNCTION idempotency._check_size(what text, value jsonb)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF pg_column_size(value) > 10485760 THEN
@@ -907,14 +898,12 @@ $$;
 CREATE FUNCTION idempotency._stream_sequence(stream text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 'idempotency.' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(
                  'next_key_' OPERATOR(pg_catalog.||) pg_catalog.md5(stream)) $$;
 
 CREATE FUNCTION idempotency._check_stream(call text, stream text)
 RETURNS text
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF current_setting('transaction_read_only')::boolean THEN
@@ -1034,7 +1023,6 @@ $$;
 CREATE FUNCTION idempotency._position(p bigint)
 RETURNS uuid
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p IS NULL THEN
@@ -1062,7 +1050,6 @@ $$;
 CREATE FUNCTION idempotency._accept(call text, p_consumer text, p_partition text, p uuid)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF current_setting('transaction_read_only')::boolean THEN
@@ -1126,7 +1113,6 @@ $$;
 CREATE FUNCTION idempotency._set_watermark(p_consumer text, p_partition text, p uuid)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM idempotency._check_name('consumer', p_consumer);
