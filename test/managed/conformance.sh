@@ -3,8 +3,10 @@
 # (sql/NAME.sql) run against the managed edition the way pg_regress runs them against the
 # extension, and are compared with the same expected output.
 #   conformance_db DB        settings pg_regress gives its database
-#   conformance_run DB TEST OUTDIR   psql -a -q from the repository root, with pg_regress's
-#                                    time zone, date and interval style; writes OUTDIR/TEST.out
+#   conformance_run DB TEST OUTDIR   sql/TEST.sql (or the edition's own
+#                                    editions/managed/sql/TEST.sql) with psql -a -q from the
+#                                    repository root, with pg_regress's time zone, date and
+#                                    interval style; writes OUTDIR/TEST.out
 #   conformance_expected TEST        the extension's expected/TEST.out, or the edition's own
 #                                    editions/managed/expected/TEST.out where docs/managed.md
 #                                    lists a difference
@@ -19,11 +21,13 @@ conformance_db() {
 }
 
 conformance_run() {
-  local db=$1 test=$2 out=$3
+  local db=$1 test=$2 out=$3 file=sql/$2.sql
+  # The edition's own tests (of what only it has) live in editions/managed/sql.
+  [[ -f $IDEM_ROOT/editions/managed/sql/$test.sql ]] && file=editions/managed/sql/$test.sql
   (cd "$IDEM_ROOT" && PGTZ=PST8PDT PGDATESTYLE='Postgres, MDY' PGAPPNAME=pg_regress \
     PGOPTIONS='-c intervalstyle=postgres_verbose' \
     "$MPGBIN/psql" -X -a -q -h "$MSOCK" -p "$MPORT" -U postgres -d "$db" \
-    <"sql/$test.sql" >"$out/$test.out" 2>&1) || true
+    <"$file" >"$out/$test.out" 2>&1) || true
 }
 
 conformance_expected() {

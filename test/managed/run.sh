@@ -22,6 +22,8 @@ cd "$IDEM_ROOT" || exit 1
 # The regression files and isolation specs that define the behaviour both editions share.
 REGRESS_FILES="lifecycle lifecycle_edges claim_once fingerprint fingerprint_vectors bad_input
   errors watermarks roles views partitions"
+# The edition's own tests, of what only it has (editions/managed/sql).
+REGRESS_FILES+=" managed_streams"
 ISOLATION_SPECS="reserve_wait takeover rollback_no_trace claim_once_wait accept_concurrent
   repeatable_read maintain_lock"
 
