@@ -126,6 +126,7 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
 DECLARE
     max_us bigint := idempotency._setting_usecs('idempotency.max_retention', '30d');
+    left_us numeric;
 BEGIN
     IF retention_us > max_us THEN
         RAISE EXCEPTION 'retention exceeds idempotency.max_retention' USING ERRCODE = '22023',
@@ -133,16 +134,16 @@ BEGIN
                             (retention_us + 999999) / 1000000, max_us / 1000000),
             HINT = 'Ask for a shorter retention, or have a superuser raise idempotency.max_retention.';
     END IF;
-    BEGIN
-        PERFORM clock_timestamp() + make_interval(secs => lock_ttl_us / 1000000.0);
-    EXCEPTION WHEN datetime_field_overflow OR numeric_value_out_of_range THEN
+    -- Compared in microseconds (no subtransaction to catch an overflow in): the last valid
+    -- timestamp is 294276-12-31 23:59:59.999999 UTC.
+    left_us := (extract(epoch FROM '294276-12-31 23:59:59.999999+00'::timestamptz)
+                - extract(epoch FROM clock_timestamp())) * 1000000;
+    IF lock_ttl_us > left_us THEN
         RAISE EXCEPTION 'lock_ttl is out of range' USING ERRCODE = '22023';
-    END;
-    BEGIN
-        PERFORM clock_timestamp() + make_interval(secs => retention_us / 1000000.0);
-    EXCEPTION WHEN datetime_field_overflow OR numeric_value_out_of_range THEN
+    END IF;
+    IF retention_us > left_us THEN
         RAISE EXCEPTION 'retention is out of range' USING ERRCODE = '22023';
-    END;
+    END IF;
 END
 $$;
 
