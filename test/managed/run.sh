@@ -101,10 +101,10 @@ installed_by_non_superuser() {
 }
 
 new_db managed_tle && check "pg_tle: install_extension + CREATE EXTENSION as a non-superuser" install_tle managed_tle
-check "pg_tle: the extension is idempotency 0.3.0, owned by no superuser" bash -c '
-  [[ $(mpsql() { "$0" -X -h "$1" -p "$2" -U postgres -d managed_tle -At -c "$3"; }
-       mpsql "SELECT extversion FROM pg_extension WHERE extname = '"'"'idempotency'"'"'") == 0.3.0 ]]' \
-  "$MPGBIN/psql" "$MSOCK" "$MPORT"
+extension_version() { # extension_version DB WANT
+  [[ $(mpsql -d "$1" -At -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'") == "$2" ]]
+}
+check "pg_tle: the extension is idempotency 0.3.0" extension_version managed_tle 0.3.0
 check "pg_tle: every object installed by the admin role, not a superuser" installed_by_non_superuser managed_tle
 check "pg_tle: no idempotency library exists on this server" bash -c \
   '! compgen -G "$0/idempotency*" >/dev/null' "$MANAGED_ROOT$("$PG_CONFIG" --pkglibdir)"
@@ -123,7 +123,7 @@ update_path() {
     -c "SELECT pgtle.install_update_path('idempotency', '0.3.0', '0.3.0-managed-test',
           'COMMENT ON SCHEMA idempotency IS ''updated through pg_tle''')" \
     -c "ALTER EXTENSION idempotency UPDATE TO '0.3.0-managed-test'" &&
-    [[ $(mpsql -d managed_tle -At -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'") == 0.3.0-managed-test ]] &&
+    extension_version managed_tle 0.3.0-managed-test &&
     [[ $(mpsql -d managed_tle -At -c "SELECT obj_description('idempotency'::regnamespace)") == "updated through pg_tle" ]] &&
     mpsql_admin -d managed_tle -q -c "SELECT outcome FROM idempotency.reserve('upd', 'k')" >/dev/null
 }
