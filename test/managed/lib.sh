@@ -32,20 +32,21 @@ managed_server() {
   src=$MANAGED_DIR/pg_tle-src
   rm -rf "$src" && mkdir -p "$src"
   tar xzf "$PG_TLE_ARCHIVE" -C "$src" --strip-components=1
-  make -C "$src" -j2 USE_PGXS=1 PG_CONFIG="$PG_CONFIG" >"$MANAGED_DIR/pg_tle-build.log" 2>&1 &&
+  if ! { make -C "$src" -j2 USE_PGXS=1 PG_CONFIG="$PG_CONFIG" >"$MANAGED_DIR/pg_tle-build.log" 2>&1 &&
     make -C "$src" USE_PGXS=1 PG_CONFIG="$PG_CONFIG" install DESTDIR="$MANAGED_ROOT" \
-      >>"$MANAGED_DIR/pg_tle-build.log" 2>&1 ||
-    { tail -n 20 "$MANAGED_DIR/pg_tle-build.log" >&2; return 1; }
+      >>"$MANAGED_DIR/pg_tle-build.log" 2>&1; }; then
+    tail -n 20 "$MANAGED_DIR/pg_tle-build.log" >&2
+    return 1
+  fi
   [[ -f $MANAGED_ROOT$("$PG_CONFIG" --pkglibdir)/pg_tle.so ]] || return 1
   if is_root; then chmod -R a+rX "$MANAGED_ROOT"; fi
   echo "$want" >"$stamp"
 }
 
 managed_cluster_start() {
-  local port=$1 base
+  local port=$1
   cluster_setup test-cluster/managed "$port"
   MPORT=$CLUSTER_PORT MSOCK=$CLUSTER_SOCK MDATA=$CLUSTER_DATA
-  base=$(dirname "$MDATA")
   PGBIN=$MPGBIN cluster_init "$MDATA" "$MPORT" "$MSOCK" \
     "shared_preload_libraries = 'pg_tle'" "fsync = off" || return 1
   PGBIN=$MPGBIN cluster_start "$MDATA" || return 1
@@ -54,7 +55,6 @@ managed_cluster_start() {
     echo "the server copy has an idempotency library" >&2
     return 1
   fi
-  echo "$base" >/dev/null
 }
 
 managed_cluster_stop() {

@@ -106,8 +106,8 @@ extension_version() { # extension_version DB WANT
 }
 check "pg_tle: the extension is idempotency 0.3.0" extension_version managed_tle 0.3.0
 check "pg_tle: every object installed by the admin role, not a superuser" installed_by_non_superuser managed_tle
-check "pg_tle: no idempotency library exists on this server" bash -c \
-  '! compgen -G "$0/idempotency*" >/dev/null' "$MANAGED_ROOT$("$PG_CONFIG" --pkglibdir)"
+no_library() { ! compgen -G "$MANAGED_ROOT$("$PG_CONFIG" --pkglibdir)/idempotency*" >/dev/null; }
+check "pg_tle: no idempotency library exists on this server" no_library
 new_db managed_plain && check "psql -f: the plain script as a non-superuser" install_plain managed_plain
 check "psql -f: every object installed by the admin role, not a superuser" installed_by_non_superuser managed_plain
 objects_of managed_tle >"$OUT/objects-tle.txt"
