@@ -11,7 +11,7 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cd "$IDEM_ROOT"
-: "${MPGBIN:?the managed cluster's bindir}" "${MPORT:?}" "${MSOCK:?}"
+: "${MPGBIN:?}" "${MPORT:?}" "${MSOCK:?}"
 
 work=$IDEM_ROOT/build/managed/move
 rm -rf "$work" && mkdir -p "$work"
