@@ -5,7 +5,8 @@
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
-#                                        go browser brokers docs sanitizers faults packaging)
+#                                        go browser brokers docs sanitizers faults packaging
+#                                        managed)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 #   IDEM_BUSY_CORES=2 ...                (N CPU burners at nice IDEM_BUSY_NICE, default 5,
 #                                        while the tests run: they must pass on a busy machine)
@@ -21,7 +22,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
 ALL_SUITES="unit regress isolation pgtap scripted examples citus clients go browser brokers"
-ALL_SUITES+=" docs sanitizers faults packaging"
+ALL_SUITES+=" docs sanitizers faults packaging managed"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -532,6 +533,33 @@ run_packaging() {
     "$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$line")"
 }
 
+# managed: the managed edition (editions/managed, SQL and PL/pgSQL only) on a copy of the
+# server with pg_tle built from ../shared/vendor and no idempotency library, installed through
+# pg_tle and with psql -f by a role that is not a superuser; the extension's regression files
+# and isolation specs run against it (test/managed/run.sh), and a database moves from it to
+# the extension (test/managed/move.sh, on a cluster of its own with the build installed above).
+# The same whatever the major: run once, by the run against 15; another major's summary names it.
+run_managed() {
+  local log=$LOGS/managed.log rc=0 passed failed
+  if [[ ${IDEM_PG:-15} != 15 && " ${IDEM_SUITES:-} " != *" managed "* ]]; then
+    record managed 0 0 "left to the IDEM_PG=15 run"
+    return
+  fi
+  log "managed: the managed edition through pg_tle and psql -f (test/managed/run.sh)"
+  PGDATABASE=postgres timeout -k 10 "$TIMEOUT" bash test/managed/run.sh >"$log" 2>&1 </dev/null ||
+    rc=$?
+  grep -E '^(ok|FAILED|    )' "$log" || true
+  passed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\1/p' "$log")
+  failed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\2/p' "$log")
+  if [[ -z $passed ]]; then
+    tail -n 20 "$log"
+    record managed 0 1 "test/managed/run.sh did not finish (exit $rc), log ${log#"$IDEM_ROOT"/}"
+    return
+  fi
+  [[ $rc -ne 0 && $failed -eq 0 ]] && failed=1
+  record managed "$passed" "$failed"
+}
+
 SANITIZER_DATA=
 stop_test_cluster() {
   cluster_stop "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" >/dev/null 2>&1 || true
@@ -552,7 +580,7 @@ wanted unit && timed run_unit
 
 cluster_suites=()
 for s in regress isolation pgtap scripted examples citus clients go browser brokers docs \
-  sanitizers; do
+  sanitizers managed; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
 if [[ ${#cluster_suites[@]} -gt 0 ]]; then
@@ -607,6 +635,7 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     wanted browser && timed run_browser
     wanted brokers && timed run_brokers
     wanted docs && timed run_docs
+    wanted managed && timed run_managed
     shopt -u nullglob
   fi
   stop_test_cluster

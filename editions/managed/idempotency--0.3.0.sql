@@ -1,0 +1,1537 @@
+-- idempotency 0.3.0, managed edition: the key API of the extension in SQL and PL/pgSQL only,
+-- for a managed PostgreSQL that loads no custom library. Installed either by pg_tle
+-- (pgtle.install_extension, then CREATE EXTENSION idempotency) or as a plain script
+-- (psql -1 -f), both by a role that is not a superuser. Same schema, names, arguments,
+-- outcomes and SQLSTATEs as the extension for everything it offers; what it cannot offer is
+-- listed in docs/managed.md.
+--
+-- Every function that touches a table is SECURITY DEFINER (it runs as the role that
+-- installed the edition, which owns the tables) with search_path pinned to pg_catalog,
+-- pg_temp, and names every object of the edition with its schema: callers need EXECUTE only,
+-- and a look-alike planted in their search_path changes nothing.
+
+CREATE SCHEMA idempotency;
+
+CREATE TYPE idempotency.outcome AS ENUM ('new', 'replay', 'in_progress', 'mismatch', 'too_old');
+
+CREATE TYPE idempotency.reservation AS (
+    outcome idempotency.outcome,
+    status_code integer,
+    response jsonb,
+    attempt integer,
+    recovery_point text,
+    first_seen_at timestamptz,
+    locked_until timestamptz,
+    expires_at timestamptz
+);
+
+-- The key table has the extension's shape exactly (a dump moves between the editions): one
+-- row per live (scope, key), partitioned by expires_at; (scope, key) is unique among live
+-- rows because every write happens under the key's advisory lock.
+CREATE TABLE idempotency.keys (
+    scope text NOT NULL,
+    key text NOT NULL,
+    state text NOT NULL CHECK (state IN ('processing', 'completed', 'failed')),
+    attempt integer NOT NULL CHECK (attempt > 0),
+    request_hash bytea,
+    status_code integer CHECK (status_code BETWEEN 100 AND 599),
+    response jsonb,
+    recovery_point text,
+    last_error jsonb,
+    first_seen_at timestamptz NOT NULL,
+    completed_at timestamptz,
+    locked_until timestamptz,
+    expires_at timestamptz NOT NULL
+) PARTITION BY RANGE (expires_at);
+ALTER TABLE idempotency.keys REPLICA IDENTITY FULL;
+
+CREATE TABLE idempotency.keys_default PARTITION OF idempotency.keys
+    (PRIMARY KEY (key, scope, expires_at)) DEFAULT;
+
+REVOKE ALL ON idempotency.keys, idempotency.keys_default FROM PUBLIC;
+
+-- === internal helpers (argument checks shared by the calls) ===
+-- The helpers run inside the edition's functions, whose search_path is pinned; they pin none
+-- of their own (a SET clause on every nested call costs more than the call).
+
+-- A scope, key, stream, consumer or partition: not NULL, 1 to 255 bytes.
+CREATE FUNCTION idempotency._check_name(what text, value text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        RAISE EXCEPTION '% must not be null', what USING ERRCODE = '22004';
+    ELSIF octet_length(value) = 0 THEN
+        RAISE EXCEPTION '% must not be empty', what USING ERRCODE = '22023';
+    ELSIF octet_length(value) > 255 THEN
+        RAISE EXCEPTION '% is too long (at most 255 bytes)', what USING ERRCODE = '54000';
+    END IF;
+END
+$$;
+
+-- An interval argument in microseconds, a month counting 30 days (as the extension does).
+CREATE FUNCTION idempotency._interval_usecs(what text, value interval, zero_allowed boolean)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    usecs numeric;
+BEGIN
+    IF value IS NULL THEN
+        RAISE EXCEPTION '% must not be null', what USING ERRCODE = '22004';
+    END IF;
+    usecs := ((extract(year FROM value) * 12 + extract(month FROM value)) * 30
+              + extract(day FROM value)) * 86400000000
+             + extract(hour FROM value) * 3600000000 + extract(minute FROM value) * 60000000
+             + extract(microseconds FROM value);
+    IF usecs > 9223372036854775807 OR usecs < -9223372036854775808 THEN
+        RAISE EXCEPTION '% is out of range', what USING ERRCODE = '22023';
+    END IF;
+    IF usecs < 0 OR (usecs = 0 AND NOT zero_allowed) THEN
+        RAISE EXCEPTION '% must be %', what,
+            CASE WHEN zero_allowed THEN 'zero or positive' ELSE 'positive' END
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN usecs::bigint;
+END
+$$;
+
+-- A setting of the extension's (idempotency.max_retention, partition_width, ...) read as
+-- seconds: the managed edition registers no setting, so these are placeholders set with SET,
+-- ALTER DATABASE or ALTER ROLE; the value takes the units the extension's settings take.
+CREATE FUNCTION idempotency._setting_usecs(name text, fallback text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $$
+DECLARE
+    raw text := coalesce(nullif(current_setting(name, true), ''), fallback);
+    m text[];
+BEGIN
+    m := regexp_match(raw, '^\s*([0-9]+)\s*(us|ms|s|min|h|d)?\s*$');
+    IF m IS NULL THEN
+        RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, raw USING ERRCODE = '22023';
+    END IF;
+    RETURN m[1]::bigint * CASE coalesce(m[2], 's')
+        WHEN 'us' THEN 1 WHEN 'ms' THEN 1000 WHEN 's' THEN 1000000 WHEN 'min' THEN 60000000
+        WHEN 'h' THEN 3600000000 ELSE 86400000000 END;
+END
+$$;
+
+-- The time arguments of reserve and claim_once: the retention within max_retention, leases
+-- and expiry times valid timestamps.
+CREATE FUNCTION idempotency._check_times(lock_ttl_us bigint, retention_us bigint)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $$
+DECLARE
+    max_us bigint := idempotency._setting_usecs('idempotency.max_retention', '30d');
+    left_us numeric;
+BEGIN
+    IF retention_us > max_us THEN
+        RAISE EXCEPTION 'retention exceeds idempotency.max_retention' USING ERRCODE = '22023',
+            DETAIL = format('The reserve asked for %s seconds; the longest allowed is %s seconds.',
+                            (retention_us + 999999) / 1000000, max_us / 1000000),
+            HINT = 'Ask for a shorter retention, or have a superuser raise idempotency.max_retention.';
+    END IF;
+    -- Compared in microseconds (no subtransaction to catch an overflow in): the last valid
+    -- timestamp is 294276-12-31 23:59:59.999999 UTC.
+    left_us := (extract(epoch FROM '294276-12-31 23:59:59.999999+00'::timestamptz)
+                - extract(epoch FROM clock_timestamp())) * 1000000;
+    IF lock_ttl_us > left_us THEN
+        RAISE EXCEPTION 'lock_ttl is out of range' USING ERRCODE = '22023';
+    END IF;
+    IF retention_us > left_us THEN
+        RAISE EXCEPTION 'retention is out of range' USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
+-- The managed edition cannot see past a REPEATABLE READ snapshot (the extension reads the key
+-- with the latest snapshot and answers 40001): a key claimed and committed by another
+-- transaction after this one's snapshot would look absent and be claimed twice. So the calls
+-- that write keys refuse those isolation levels.
+CREATE FUNCTION idempotency._check_writable(call text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute % in a read-only transaction', call
+            USING ERRCODE = '25006';
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION '% of the managed edition needs a READ COMMITTED transaction', call
+            USING ERRCODE = '0A000',
+            DETAIL = 'It cannot read the key past this transaction''s snapshot.',
+            HINT = 'Call it in a READ COMMITTED transaction (the default), or use the extension.';
+    END IF;
+END
+$$;
+
+-- === fingerprints and keys ===
+
+-- The 64-bit hash (scope, key)'s advisory lock is taken on: FNV-1a 64 over the scope's
+-- bytes, a 0 byte and the key's bytes, the extension's hash. Computed in 32-bit halves (no
+-- unsigned arithmetic in SQL): h * prime = h * 0x1b3 + (h << 40), modulo 2^64.
+CREATE FUNCTION idempotency.key_lock_id(scope text, key text)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+DECLARE
+    bytes bytea := convert_to(scope, getdatabaseencoding()) || '\x00'::bytea
+                   || convert_to(key, getdatabaseencoding());
+    hi bigint := 3421674724;  -- 0xcbf29ce4
+    lo bigint := 2216829733;  -- 0x84222325
+    t bigint;
+BEGIN
+    FOR i IN 0 .. length(bytes) - 1 LOOP
+        lo := lo # get_byte(bytes, i);
+        t := lo * 435;
+        hi := (hi * 435 + (t >> 32) + ((lo & 16777215) << 8)) & 4294967295;
+        lo := t & 4294967295;
+    END LOOP;
+    RETURN (hi << 32) | lo;
+END
+$$;
+
+-- A UUIDv7's or ULID's creation time; NULL for any other key.
+CREATE FUNCTION idempotency.key_time(key text)
+RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ms bigint := 0;
+    hex text;
+BEGIN
+    IF octet_length(key) = 26 THEN
+        IF key !~* '^[0-7][0-9a-hjkmnp-tv-z]{25}$' THEN
+            RETURN NULL;
+        END IF;
+        FOR i IN 1 .. 10 LOOP
+            ms := ms * 32 + strpos('0123456789ABCDEFGHJKMNPQRSTVWXYZ', upper(substr(key, i, 1))) - 1;
+        END LOOP;
+    ELSE
+        IF octet_length(key) = 36
+           AND key ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$' THEN
+            hex := replace(key, '-', '');
+        ELSIF octet_length(key) = 32 AND key ~ '^[0-9a-fA-F]{32}$' THEN
+            hex := key;
+        ELSE
+            RETURN NULL;
+        END IF;
+        IF substr(hex, 13, 1) <> '7' OR lower(substr(hex, 17, 1)) NOT IN ('8', '9', 'a', 'b') THEN
+            RETURN NULL;
+        END IF;
+        ms := ('x' || lpad(substr(hex, 1, 12), 16, '0'))::bit(64)::bigint;
+    END IF;
+    RETURN ('1970-01-01 00:00'::timestamp
+            + make_interval(days => (ms / 86400000)::integer, secs => (ms % 86400000) / 1000.0))
+           AT TIME ZONE 'UTC';
+END
+$$;
+
+-- A new UUIDv7: 48 bits of Unix milliseconds, 12 bits of sub-millisecond fraction (bumped
+-- past the session's last one, so one session's keys strictly increase), random bits.
+CREATE FUNCTION idempotency.uuidv7()
+RETURNS uuid
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    unix_us bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    ticks bigint := (unix_us / 1000) * 4096 + (unix_us % 1000) * 4096 / 1000;
+    last bigint := coalesce(nullif(current_setting('idempotency.uuidv7_last_ticks', true), '')::bigint, 0);
+    random text := replace(gen_random_uuid()::text, '-', '');
+BEGIN
+    IF ticks <= last THEN
+        ticks := last + 1;
+    END IF;
+    PERFORM set_config('idempotency.uuidv7_last_ticks', ticks::text, false);
+    RETURN (lpad(to_hex(ticks / 4096), 12, '0')
+            || lpad(to_hex(28672 | (ticks % 4096)::integer), 4, '0')
+            || lpad(to_hex(128 | (('x' || substr(random, 17, 2))::bit(8)::integer & 63)), 2, '0')
+            || substr(random, 19, 14))::uuid;
+END
+$$;
+
+-- The canonical form of docs/fingerprint.md, built from jsonb: members by the UTF-8 bytes of
+-- their names, numbers as exact plain decimals (numeric keeps every digit), strings with
+-- jsonb's own escaping (the canonical one). Iterative, with a stack of its own (values still
+-- to write, and the literal text between them): nesting of 1000 levels would exhaust the
+-- server's stack as PL/pgSQL recursion. A value's path is the dotted path of an object member
+-- from the top-level object ('' at the top, NULL where nothing below can be excluded); an
+-- excluded member is walked all the same (its numbers and nesting are checked) but not written.
+CREATE FUNCTION idempotency._canonical(body jsonb, exclude text[])
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- the stack: a value (lit NULL) or a literal (val NULL), its path, depth, and whether it
+    -- is written
+    vals jsonb[] := ARRAY[body];
+    lits text[] := ARRAY[NULL::text];
+    paths text[] := ARRAY[CASE WHEN cardinality(exclude) > 0 THEN '' END];
+    depths integer[] := ARRAY[0];
+    writes boolean[] := ARRAY[true];
+    top integer := 1;
+    parts text[] := '{}';
+    np integer := 0;
+    v jsonb;
+    path text;
+    depth integer;
+    w boolean;
+    kind text;
+    names text[];
+    name text;
+    member_path text;
+    excluded boolean;
+    first_written integer;
+    num text;
+    n integer;
+BEGIN
+    WHILE top > 0 LOOP
+        v := vals[top];
+        IF v IS NULL THEN
+            IF writes[top] THEN
+                np := np + 1;
+                parts[np] := lits[top];
+            END IF;
+            top := top - 1;
+            CONTINUE;
+        END IF;
+        path := paths[top];
+        depth := depths[top];
+        w := writes[top];
+        top := top - 1;
+        kind := jsonb_typeof(v);
+        IF kind = 'object' OR kind = 'array' THEN
+            IF depth >= 1000 THEN
+                RAISE EXCEPTION 'JSON nesting exceeds 1000 levels' USING ERRCODE = '54000';
+            END IF;
+            -- Pushed in reverse: the closing bracket first, then the members from the last.
+            top := top + 1;
+            vals[top] := NULL; lits[top] := CASE WHEN kind = 'object' THEN '}' ELSE ']' END;
+            writes[top] := w;
+            IF kind = 'object' THEN
+                SELECT array_agg(k ORDER BY convert_to(k, 'UTF8')) INTO names
+                  FROM jsonb_object_keys(v) AS k;
+                n := coalesce(cardinality(names), 0);
+                -- the first member written: commas go between written members only
+                first_written := n + 1;
+                FOR i IN 1 .. n LOOP
+                    IF path IS NULL OR strpos(names[i], '.') > 0
+                       OR NOT (path || names[i]) = ANY (exclude) THEN
+                        first_written := i;
+                        EXIT;
+                    END IF;
+                END LOOP;
+                FOR i IN REVERSE n .. 1 LOOP
+                    name := names[i];
+                    IF path IS NULL OR strpos(name, '.') > 0 THEN
+                        member_path := NULL;
+                        excluded := false;
+                    ELSE
+                        excluded := (path || name) = ANY (exclude);
+                        member_path := path || name || '.';
+                    END IF;
+                    top := top + 1;
+                    vals[top] := v -> name; lits[top] := NULL; paths[top] := member_path;
+                    depths[top] := depth + 1; writes[top] := w AND NOT excluded;
+                    top := top + 1;
+                    vals[top] := NULL;
+                    lits[top] := CASE WHEN i > first_written THEN ',' ELSE '' END
+                                 || to_jsonb(name)::text || ':';
+                    writes[top] := w AND NOT excluded;
+                END LOOP;
+            ELSE
+                n := jsonb_array_length(v);
+                FOR i IN REVERSE n - 1 .. 0 LOOP
+                    top := top + 1;
+                    vals[top] := v -> i; lits[top] := NULL; paths[top] := NULL;
+                    depths[top] := depth + 1; writes[top] := w;
+                    IF i > 0 THEN
+                        top := top + 1;
+                        vals[top] := NULL; lits[top] := ','; writes[top] := w;
+                    END IF;
+                END LOOP;
+            END IF;
+            IF w THEN
+                np := np + 1;
+                parts[np] := CASE WHEN kind = 'object' THEN '{' ELSE '[' END;
+            END IF;
+        ELSIF kind = 'number' THEN
+            num := trim_scale(v::numeric)::text;
+            IF length(ltrim(replace(num, '.', ''), '-')) > 1000 THEN
+                RAISE EXCEPTION 'JSON number has more than 1000 digits' USING ERRCODE = '54000';
+            END IF;
+            IF w THEN
+                np := np + 1;
+                parts[np] := num;
+            END IF;
+        ELSIF w THEN
+            np := np + 1;
+            parts[np] := v::text;
+        END IF;
+    END LOOP;
+    RETURN array_to_string(parts, '');
+END
+$$;
+
+CREATE FUNCTION idempotency.fingerprint(body jsonb, exclude text[] DEFAULT '{}')
+RETURNS bytea
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p text;
+BEGIN
+    IF array_ndims(exclude) > 1 THEN
+        RAISE EXCEPTION 'exclude must be a one-dimensional array' USING ERRCODE = '2202E';
+    END IF;
+    IF array_position(exclude, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'exclude must not contain nulls' USING ERRCODE = '22004';
+    END IF;
+    FOREACH p IN ARRAY exclude LOOP
+        IF p = '' OR left(p, 1) = '.' OR right(p, 1) = '.' OR strpos(p, '..') > 0 THEN
+            RAISE EXCEPTION 'invalid exclude path "%"', p USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+    RETURN sha256(convert_to(
+        idempotency._canonical(body, exclude), 'UTF8'));
+END
+$$;
+
+CREATE FUNCTION idempotency.fingerprint(body bytea)
+RETURNS bytea
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_catalog.sha256(body) $$;
+
+-- === key lifecycle ===
+
+-- The live record of (scope, key) at `now`, as this transaction sees it.
+CREATE FUNCTION idempotency._live(p_scope text, p_key text, now timestamptz)
+RETURNS idempotency.keys
+LANGUAGE sql STABLE
+AS $$
+    SELECT k.* FROM idempotency.keys k
+    WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
+      AND k.expires_at OPERATOR(pg_catalog.>) now
+    LIMIT 1
+$$;
+
+-- reserve's answer from a record (NULL: none); status_code and response only for a replay,
+-- locked_until not for a completed key, nothing but the outcome for too_old.
+CREATE FUNCTION idempotency._reservation(outcome idempotency.outcome, r idempotency.keys)
+RETURNS idempotency.reservation
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT ROW(outcome,
+               CASE WHEN outcome OPERATOR(pg_catalog.=) 'replay' THEN r.status_code END,
+               CASE WHEN outcome OPERATOR(pg_catalog.=) 'replay' THEN r.response END,
+               r.attempt, r.recovery_point, r.first_seen_at,
+               CASE WHEN r.state OPERATOR(pg_catalog.<>) 'completed' THEN r.locked_until END,
+               r.expires_at)::idempotency.reservation
+$$;
+
+-- The claim of reserve and claim_once (complete_now: claim_once's record, completed by the
+-- call that claims it). The key's advisory lock (a transaction lock on key_lock_id) serialises
+-- every call on the key. With a wait, a live claim another transaction committed is waited
+-- for without holding the lock (the holder's complete needs it): the lock is taken inside a
+-- block whose subtransaction is rolled back to let it go again, and the block writes nothing.
+CREATE FUNCTION idempotency._reserve(p_scope text, p_key text, p_request_hash bytea,
+                                     lock_ttl_us bigint, retention_us bigint, wait_us bigint,
+                                     complete_now boolean)
+RETURNS idempotency.reservation
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    lock_id bigint := idempotency.key_lock_id(p_scope, p_key);
+    deadline timestamptz := clock_timestamp() + make_interval(secs => wait_us / 1000000.0);
+    pause_ms integer := 1;
+    now timestamptz;
+    r idempotency.keys;
+    got boolean;
+    held_before boolean;
+    caller_lock_timeout text;
+    left_ms bigint;
+    outcome idempotency.outcome;
+BEGIN
+    LOOP
+        outcome := NULL;
+        held_before := wait_us > 0 AND EXISTS (
+            SELECT FROM pg_catalog.pg_locks l
+            WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+              AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+              AND l.objsubid OPERATOR(pg_catalog.=) 1 AND l.granted
+              AND l.classid::bigint OPERATOR(pg_catalog.=) ((lock_id >> 32) & 4294967295)
+              AND l.objid::bigint OPERATOR(pg_catalog.=) (lock_id & 4294967295));
+        BEGIN
+            got := pg_try_advisory_xact_lock(lock_id);
+            now := clock_timestamp();
+            IF NOT got THEN
+                -- Another transaction works on the key right now. A completed record never
+                -- changes: it is answered without the lock.
+                r := idempotency._live(p_scope, p_key, now);
+                IF r.state = 'completed' THEN
+                    RETURN idempotency._reservation(
+                        CASE WHEN p_request_hash IS NOT NULL AND r.request_hash IS NOT NULL
+                                  AND r.request_hash <> p_request_hash
+                             THEN 'mismatch' ELSE 'replay' END::idempotency.outcome, r);
+                END IF;
+                IF deadline > now THEN
+                    -- Wait for the lock as a lock wait (pg_locks shows it), up to the deadline
+                    -- or the caller's own lock_timeout, whichever is shorter.
+                    caller_lock_timeout := current_setting('lock_timeout');
+                    left_ms := ceil(extract(epoch FROM deadline - now) * 1000)::bigint;
+                    IF (SELECT setting::bigint FROM pg_catalog.pg_settings
+                        WHERE name OPERATOR(pg_catalog.=) 'lock_timeout') BETWEEN 1 AND left_ms THEN
+                        left_ms := NULL;
+                    END IF;
+                    BEGIN
+                        IF left_ms IS NOT NULL THEN
+                            PERFORM set_config('lock_timeout', least(left_ms, 2147483647)::text, true);
+                        END IF;
+                        PERFORM pg_advisory_xact_lock(lock_id);
+                        PERFORM set_config('lock_timeout', caller_lock_timeout, true);
+                        got := true;
+                    EXCEPTION WHEN lock_not_available THEN
+                        got := false;
+                    END;
+                END IF;
+                IF NOT got THEN
+                    IF r.key IS NOT NULL AND p_request_hash IS NOT NULL
+                       AND r.request_hash IS NOT NULL AND r.request_hash <> p_request_hash THEN
+                        RETURN idempotency._reservation('mismatch', r);
+                    END IF;
+                    RETURN idempotency._reservation('in_progress', r);
+                END IF;
+                now := clock_timestamp();
+                held_before := false;
+            END IF;
+            r := idempotency._live(p_scope, p_key, now);
+            IF r.key IS NOT NULL AND r.state = 'processing'
+               AND NOT (p_request_hash IS NOT NULL AND r.request_hash IS NOT NULL
+                        AND r.request_hash <> p_request_hash)
+               AND r.locked_until > now AND wait_us > 0 AND NOT held_before
+               AND deadline > clock_timestamp() THEN
+                -- A live claim another transaction committed: let the lock go (with this
+                -- block's subtransaction) and look again after a pause.
+                RAISE EXCEPTION USING ERRCODE = 'IKW01';
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'IKW01' THEN
+            left_ms := ceil(extract(epoch FROM deadline - clock_timestamp()) * 1000)::bigint;
+            PERFORM pg_sleep(greatest(least(pause_ms, left_ms), 0) / 1000.0);
+            pause_ms := least(pause_ms * 2, 20);
+            CONTINUE;
+        END;
+        EXIT;
+    END LOOP;
+
+    IF r.key IS NULL THEN
+        IF idempotency.key_time(p_key) < now - make_interval(secs => retention_us / 1000000.0) THEN
+            RETURN ROW('too_old', NULL, NULL, NULL, NULL, NULL, NULL, NULL)::idempotency.reservation;
+        END IF;
+        r := ROW(p_scope, p_key, 'processing', 1, p_request_hash, NULL, NULL, NULL, NULL, now,
+                 NULL, now + make_interval(secs => lock_ttl_us / 1000000.0),
+                 now + make_interval(secs => retention_us / 1000000.0));
+        IF complete_now THEN
+            r.state := 'completed';
+            r.completed_at := now;
+            r.locked_until := NULL;
+        END IF;
+        INSERT INTO idempotency.keys SELECT r.*;
+        RETURN idempotency._reservation('new', r);
+    END IF;
+    IF (p_request_hash IS NOT NULL AND r.request_hash IS NOT NULL AND r.request_hash <> p_request_hash)
+       OR r.state = 'completed' THEN
+        RETURN idempotency._reservation(
+            CASE WHEN p_request_hash IS NOT NULL AND r.request_hash IS NOT NULL
+                      AND r.request_hash <> p_request_hash
+                 THEN 'mismatch' ELSE 'replay' END::idempotency.outcome, r);
+    END IF;
+    IF r.state = 'processing' AND r.locked_until > now THEN
+        RETURN idempotency._reservation('in_progress', r);
+    END IF;
+    -- A failed claim or one whose lease lapsed: the next attempt takes it over.
+    UPDATE idempotency.keys k
+       SET state = CASE WHEN complete_now THEN 'completed' ELSE 'processing' END,
+           attempt = k.attempt + 1,
+           request_hash = coalesce(p_request_hash, k.request_hash),
+           locked_until = CASE WHEN complete_now THEN NULL
+                               ELSE now + make_interval(secs => lock_ttl_us / 1000000.0) END,
+           completed_at = CASE WHEN complete_now THEN now ELSE k.completed_at END
+     WHERE k.key = p_key AND k.scope = p_scope AND k.expires_at = r.expires_at
+    RETURNING k.* INTO r;
+    RETURN idempotency._reservation('new', r);
+END
+$$;
+
+CREATE FUNCTION idempotency.reserve(
+    scope text,
+    key text,
+    request_hash bytea DEFAULT NULL,
+    lock_ttl interval DEFAULT '5 minutes',
+    retention interval DEFAULT '24 hours',
+    wait interval DEFAULT '0')
+RETURNS idempotency.reservation
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ttl_us bigint;
+    retention_us bigint;
+    wait_us bigint;
+BEGIN
+    PERFORM idempotency._check_writable('idempotency.reserve()');
+    PERFORM idempotency._check_name('scope', scope);
+    PERFORM idempotency._check_name('key', key);
+    ttl_us := idempotency._interval_usecs('lock_ttl', lock_ttl, false);
+    retention_us := idempotency._interval_usecs('retention', retention, false);
+    wait_us := idempotency._interval_usecs('wait', wait, true);
+    PERFORM idempotency._check_times(ttl_us, retention_us);
+    RETURN idempotency._reserve(scope, key, request_hash, ttl_us, retention_us,
+                                least(wait_us, 3155760000000000), false);
+END
+$$;
+
+CREATE FUNCTION idempotency.claim_once(
+    scope text,
+    key text,
+    retention interval DEFAULT '24 hours',
+    wait interval DEFAULT '0')
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    retention_us bigint;
+    wait_us bigint;
+    r idempotency.reservation;
+BEGIN
+    PERFORM idempotency._check_writable('idempotency.claim_once()');
+    PERFORM idempotency._check_name('scope', scope);
+    PERFORM idempotency._check_name('key', key);
+    retention_us := idempotency._interval_usecs('retention', retention, false);
+    wait_us := idempotency._interval_usecs('wait', wait, true);
+    PERFORM idempotency._check_times(0, retention_us);
+    r := idempotency._reserve(scope, key, NULL, 0, retention_us,
+                              least(wait_us, 3155760000000000), true);
+    IF r.outcome = 'new' THEN
+        RETURN true;
+    ELSIF r.outcome IN ('replay', 'mismatch') THEN
+        RETURN false;
+    ELSIF r.outcome = 'in_progress' THEN
+        RAISE EXCEPTION 'idempotency key is in progress' USING ERRCODE = 'IK003',
+            DETAIL = 'Another transaction holds the key: a competing consumer whose transaction '
+                     'is still open, or a claim whose lease has not lapsed.',
+            HINT = 'Leave the message unacknowledged (or requeue it) and retry later, or pass a '
+                   'wait to wait for the holder.';
+    END IF;
+    RAISE EXCEPTION 'idempotency key is older than the retention window' USING ERRCODE = 'IK004',
+        DETAIL = 'The key is a UUIDv7 or ULID made before now - retention: a record of its '
+                 'first delivery may have expired already.',
+        HINT = 'Dead-letter the message, or claim it with a longer retention.';
+END
+$$;
+
+-- The live claim a complete, fail or checkpoint acts on, read under the key's lock; refused
+-- when there is none or when the call's attempt is stale.
+CREATE FUNCTION idempotency._claim(call text, p_scope text, p_key text, p_attempt integer)
+RETURNS idempotency.keys
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    r idempotency.keys;
+BEGIN
+    PERFORM pg_advisory_xact_lock(idempotency.key_lock_id(p_scope, p_key));
+    r := idempotency._live(p_scope, p_key, clock_timestamp());
+    IF r.key IS NULL THEN
+        RAISE EXCEPTION '% requires a live claim on the key', call USING ERRCODE = '55000',
+            DETAIL = 'The key has no live record: it was never reserved, was forgotten, or its '
+                     'retention window has ended.',
+            HINT = 'Call idempotency.reserve first and act only on the outcome ''new''.';
+    END IF;
+    IF p_attempt IS NOT NULL AND p_attempt <> r.attempt THEN
+        RAISE EXCEPTION 'attempt is stale' USING ERRCODE = 'IK001',
+            DETAIL = format('The call was made for attempt %s; the key is at attempt %s.',
+                            p_attempt, r.attempt),
+            HINT = 'Another holder took the key over after this holder''s lock_ttl lapsed.';
+    END IF;
+    RETURN r;
+END
+$$;
+
+CREATE FUNCTION idempotency._check_size(what text, value jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF pg_column_size(value) > 10485760 THEN
+        RAISE EXCEPTION '% is too large', what USING ERRCODE = '54000',
+            DETAIL = format('It takes %s bytes as jsonb; the limit is 10485760 bytes.',
+                            pg_column_size(value)),
+            HINT = 'Store a reference to the payload instead of the payload itself.';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION idempotency.complete(
+    scope text, key text, status_code integer, response jsonb, attempt integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r idempotency.keys;
+BEGIN
+    PERFORM idempotency._check_writable('idempotency.complete()');
+    PERFORM idempotency._check_name('scope', scope);
+    PERFORM idempotency._check_name('key', key);
+    IF status_code IS NULL THEN
+        RAISE EXCEPTION 'status_code must not be null' USING ERRCODE = '22004';
+    ELSIF status_code NOT BETWEEN 100 AND 599 THEN
+        RAISE EXCEPTION 'status code % is out of range (100 to 599)', status_code
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM idempotency._check_size('response', response);
+    r := idempotency._claim('complete', scope, key, attempt);
+    IF r.state = 'completed' THEN
+        IF r.status_code IS DISTINCT FROM complete.status_code
+           OR r.response IS DISTINCT FROM complete.response THEN
+            RAISE EXCEPTION 'key is already completed with a different result'
+                USING ERRCODE = 'IK002',
+                DETAIL = format('The stored status_code is %s.', r.status_code);
+        END IF;
+        RETURN;
+    ELSIF r.state = 'failed' THEN
+        RAISE EXCEPTION 'complete requires a live claim on the key' USING ERRCODE = '55000',
+            DETAIL = 'The last attempt failed and released its claim.',
+            HINT = 'Call idempotency.reserve first and act only on the outcome ''new''.';
+    END IF;
+    UPDATE idempotency.keys k
+       SET state = 'completed', status_code = complete.status_code,
+           response = complete.response, completed_at = clock_timestamp(), locked_until = NULL
+     WHERE k.key = complete.key AND k.scope = complete.scope AND k.expires_at = r.expires_at;
+END
+$$;
+
+CREATE FUNCTION idempotency.fail(
+    scope text, key text, error jsonb DEFAULT NULL, attempt integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r idempotency.keys;
+BEGIN
+    PERFORM idempotency._check_writable('idempotency.fail()');
+    PERFORM idempotency._check_name('scope', scope);
+    PERFORM idempotency._check_name('key', key);
+    PERFORM idempotency._check_size('error', error);
+    r := idempotency._claim('fail', scope, key, attempt);
+    IF r.state <> 'processing' THEN
+        RAISE EXCEPTION 'fail requires a live claim on the key' USING ERRCODE = '55000',
+            DETAIL = CASE WHEN r.state = 'completed' THEN 'The key is already completed.'
+                          ELSE 'The claim was already released.' END,
+            HINT = 'Call idempotency.reserve first and act only on the outcome ''new''.';
+    END IF;
+    UPDATE idempotency.keys k
+       SET state = 'failed', last_error = fail.error, locked_until = NULL
+     WHERE k.key = fail.key AND k.scope = fail.scope AND k.expires_at = r.expires_at;
+END
+$$;
+
+CREATE FUNCTION idempotency.checkpoint(
+    scope text, key text, recovery_point text, attempt integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r idempotency.keys;
+BEGIN
+    PERFORM idempotency._check_writable('idempotency.checkpoint()');
+    PERFORM idempotency._check_name('scope', scope);
+    PERFORM idempotency._check_name('key', key);
+    r := idempotency._claim('checkpoint', scope, key, attempt);
+    IF r.state <> 'processing' THEN
+        RAISE EXCEPTION 'checkpoint requires a live claim on the key' USING ERRCODE = '55000',
+            DETAIL = 'The key is not being processed.',
+            HINT = 'Call idempotency.reserve first and act only on the outcome ''new''.';
+    END IF;
+    UPDATE idempotency.keys k
+       SET recovery_point = checkpoint.recovery_point
+     WHERE k.key = checkpoint.key AND k.scope = checkpoint.scope AND k.expires_at = r.expires_at;
+END
+$$;
+
+CREATE FUNCTION idempotency.lookup(scope text, key text)
+RETURNS TABLE (
+    state text,
+    status_code integer,
+    response jsonb,
+    request_hash bytea,
+    attempt integer,
+    recovery_point text,
+    last_error jsonb,
+    first_seen_at timestamptz,
+    completed_at timestamptz,
+    locked_until timestamptz,
+    expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r idempotency.keys;
+BEGIN
+    PERFORM idempotency._check_name('scope', scope);
+    PERFORM idempotency._check_name('key', key);
+    r := idempotency._live(scope, key, clock_timestamp());
+    IF r.key IS NOT NULL THEN
+        RETURN QUERY SELECT r.state, r.status_code, r.response, r.request_hash, r.attempt,
+                            r.recovery_point, r.last_error, r.first_seen_at, r.completed_at,
+                            r.locked_until, r.expires_at;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION idempotency.forget(scope text, key text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    live boolean;
+BEGIN
+    IF current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute idempotency.forget() in a read-only transaction'
+            USING ERRCODE = '25006';
+    END IF;
+    PERFORM idempotency._check_name('scope', scope);
+    PERFORM idempotency._check_name('key', key);
+    PERFORM pg_advisory_xact_lock(idempotency.key_lock_id(scope, key));
+    live := (idempotency._live(scope, key, clock_timestamp())).key IS NOT NULL;
+    DELETE FROM idempotency.keys k WHERE k.key = forget.key AND k.scope = forget.scope;
+    RETURN live;
+END
+$$;
+
+-- Only roles granted EXECUTE (docs/operations.md, "Roles and privileges") may touch keys.
+REVOKE ALL ON FUNCTION
+    idempotency.reserve(text, text, bytea, interval, interval, interval),
+    idempotency.complete(text, text, integer, jsonb, integer),
+    idempotency.fail(text, text, jsonb, integer),
+    idempotency.checkpoint(text, text, text, integer),
+    idempotency.claim_once(text, text, interval, interval),
+    idempotency.lookup(text, text),
+    idempotency.forget(text, text)
+FROM PUBLIC;
+-- The helpers are internal: only the edition's own functions (running as its owner) call them.
+REVOKE ALL ON FUNCTION
+    idempotency._check_name(text, text),
+    idempotency._interval_usecs(text, interval, boolean),
+    idempotency._setting_usecs(text, text),
+    idempotency._check_times(bigint, bigint),
+    idempotency._check_writable(text),
+    idempotency._canonical(jsonb, text[]),
+    idempotency._live(text, text, timestamptz),
+    idempotency._reservation(idempotency.outcome, idempotency.keys),
+    idempotency._reserve(text, text, bytea, bigint, bigint, bigint, boolean),
+    idempotency._claim(text, text, text, integer),
+    idempotency._check_size(text, jsonb)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempotency._canonical(jsonb, text[]),
+    idempotency._check_name(text, text) TO PUBLIC;
+
+-- === monotonic keys and consumer watermarks ===
+
+-- The extension's tables, shape for shape. A stream's keys come from a sequence of its own
+-- (idempotency.next_key_<md5 of the stream>): nextval is monotonic across sessions, never
+-- repeats, and is not undone by a rollback, as the extension's next_key. reserved_up_to
+-- stays at the bound create_stream or set_stream_floor gave; stream_positions() reads the
+-- sequence.
+CREATE TABLE idempotency.streams (
+    stream text COLLATE "C" PRIMARY KEY,
+    block integer NOT NULL CHECK (block > 0),
+    reserved_up_to bigint NOT NULL DEFAULT 0 CHECK (reserved_up_to >= 0)
+);
+
+CREATE TABLE idempotency.consumer_positions (
+    consumer text COLLATE "C" NOT NULL,
+    partition text COLLATE "C" NOT NULL,
+    position uuid NOT NULL,
+    moved_at timestamptz,
+    PRIMARY KEY (consumer, partition)
+) WITH (fillfactor = 70);
+
+REVOKE ALL ON idempotency.streams, idempotency.consumer_positions FROM PUBLIC;
+
+-- As in the extension, the rows of streams change only through create_stream, drop_stream
+-- and set_stream_floor.
+CREATE FUNCTION idempotency.streams_refuse_update() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'rows of idempotency.streams cannot be updated'
+        USING ERRCODE = '55000',
+              HINT = 'next_key overwrites them in place; use create_stream and drop_stream.';
+END
+$$;
+
+CREATE TRIGGER streams_refuse_update BEFORE UPDATE ON idempotency.streams
+    FOR EACH ROW EXECUTE FUNCTION idempotency.streams_refuse_update();
+
+-- Installed as an extension (pg_tle), pg_dump keeps the bounds, the watermarks and the keys
+-- of the default partition, as it does for the extension's.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'idempotency') THEN
+        PERFORM pg_catalog.pg_extension_config_dump('idempotency.streams', '');
+        PERFORM pg_catalog.pg_extension_config_dump('idempotency.consumer_positions', '');
+        PERFORM pg_catalog.pg_extension_config_dump('idempotency.keys_default', '');
+    END IF;
+END
+$$;
+
+CREATE FUNCTION idempotency._stream_sequence(stream text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT 'idempotency.' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(
+                 'next_key_' OPERATOR(pg_catalog.||) pg_catalog.md5(stream)) $$;
+
+CREATE FUNCTION idempotency._check_stream(call text, stream text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute % in a read-only transaction', call USING ERRCODE = '25006';
+    END IF;
+    PERFORM idempotency._check_name('stream', stream);
+    RETURN idempotency._stream_sequence(stream);
+END
+$$;
+
+CREATE FUNCTION idempotency.create_stream(stream text, block integer DEFAULT 1000)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq text := idempotency._check_stream('idempotency.create_stream()', stream);
+BEGIN
+    IF block IS NULL THEN
+        RAISE EXCEPTION 'block must not be null' USING ERRCODE = '22004';
+    ELSIF block < 1 THEN
+        RAISE EXCEPTION 'block must be between 1 and 2147483647, not %', block
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO idempotency.streams AS s (stream, block) VALUES (create_stream.stream, block)
+        ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stream "%" already exists', stream USING ERRCODE = '42710';
+    END IF;
+    EXECUTE format('CREATE SEQUENCE %s AS bigint MINVALUE 1 NO CYCLE', seq);
+END
+$$;
+
+CREATE FUNCTION idempotency.drop_stream(stream text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq text := idempotency._check_stream('idempotency.drop_stream()', stream);
+BEGIN
+    DELETE FROM idempotency.streams s WHERE s.stream = drop_stream.stream;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stream "%" does not exist', stream USING ERRCODE = '42704';
+    END IF;
+    EXECUTE format('DROP SEQUENCE IF EXISTS %s', seq);
+END
+$$;
+
+CREATE FUNCTION idempotency.next_key(stream text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq text := idempotency._check_stream('next_key()', stream);
+BEGIN
+    RETURN nextval(seq::regclass);
+EXCEPTION
+    WHEN undefined_table THEN
+        RAISE EXCEPTION 'stream "%" does not exist', stream USING ERRCODE = '42704';
+    WHEN sequence_generator_limit_exceeded THEN
+        RAISE EXCEPTION 'stream "%" has reached its maximum value', stream USING ERRCODE = '2200H';
+END
+$$;
+
+CREATE FUNCTION idempotency.stream_positions()
+RETURNS TABLE (stream text, block integer, reserved_up_to bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s record;
+    last bigint;
+BEGIN
+    FOR s IN SELECT * FROM idempotency.streams ORDER BY 1 LOOP
+        EXECUTE format('SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM %s',
+                       idempotency._stream_sequence(s.stream)) INTO last;
+        stream := s.stream;
+        block := s.block;
+        reserved_up_to := greatest(s.reserved_up_to, last);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION idempotency.set_stream_floor(stream text, floor bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq text := idempotency._check_stream('idempotency.set_stream_floor()', stream);
+    last bigint;
+BEGIN
+    IF floor IS NULL THEN
+        RAISE EXCEPTION 'floor must not be null' USING ERRCODE = '22004';
+    ELSIF floor < 0 THEN
+        RAISE EXCEPTION 'floor must not be negative' USING ERRCODE = '22023',
+            DETAIL = format('The floor was %s.', floor);
+    END IF;
+    PERFORM FROM idempotency.streams s WHERE s.stream = set_stream_floor.stream FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stream "%" does not exist', stream USING ERRCODE = '42704';
+    END IF;
+    EXECUTE format('SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM %s',
+                   seq) INTO last;
+    IF floor > last THEN
+        PERFORM setval(seq::regclass, floor, true);
+        last := floor;
+    END IF;
+    RETURN last;
+END
+$$;
+
+-- A bigint position as the 128-bit big-endian uuid the watermark is stored as.
+CREATE FUNCTION idempotency._position(p bigint)
+RETURNS uuid
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF p IS NULL THEN
+        RAISE EXCEPTION 'position must not be null' USING ERRCODE = '22004';
+    ELSIF p < 0 THEN
+        RAISE EXCEPTION 'position must not be negative, not %', p USING ERRCODE = '22023';
+    END IF;
+    RETURN ('0000000000000000' || lpad(to_hex(p), 16, '0'))::uuid;
+END
+$$;
+
+CREATE FUNCTION idempotency.position_numeric("position" uuid)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT (CASE WHEN h.hi < 0 THEN h.hi::numeric + 18446744073709551616 ELSE h.hi END)
+           * 18446744073709551616
+           + (CASE WHEN h.lo < 0 THEN h.lo::numeric + 18446744073709551616 ELSE h.lo END)
+    FROM (SELECT ('x' || substr(x.hex, 1, 16))::bit(64)::bigint AS hi,
+                 ('x' || substr(x.hex, 17, 16))::bit(64)::bigint AS lo
+          FROM (SELECT replace("position"::text, '-', '') AS hex) x) h
+$$;
+
+CREATE FUNCTION idempotency._accept(call text, p_consumer text, p_partition text, p uuid)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute % in a read-only transaction', call USING ERRCODE = '25006';
+    END IF;
+    UPDATE idempotency.consumer_positions w SET position = p, moved_at = now()
+     WHERE w.consumer = p_consumer AND w.partition = p_partition AND w.position < p;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    INSERT INTO idempotency.consumer_positions AS w (consumer, partition, position, moved_at)
+    VALUES (p_consumer, p_partition, p, now())
+    ON CONFLICT (consumer, partition) DO UPDATE
+        SET position = EXCLUDED.position, moved_at = EXCLUDED.moved_at
+        WHERE w.position < EXCLUDED.position;
+    RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION idempotency.accept(consumer text, partition text, "position" bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM idempotency._check_name('consumer', consumer);
+    PERFORM idempotency._check_name('partition', partition);
+    RETURN idempotency._accept('idempotency.accept()', consumer, partition,
+                               idempotency._position("position"));
+END
+$$;
+
+CREATE FUNCTION idempotency.accept(consumer text, partition text, "position" uuid)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM idempotency._check_name('consumer', consumer);
+    PERFORM idempotency._check_name('partition', partition);
+    IF "position" IS NULL THEN
+        RAISE EXCEPTION 'position must not be null' USING ERRCODE = '22004';
+    END IF;
+    RETURN idempotency._accept('idempotency.accept()', consumer, partition, "position");
+END
+$$;
+
+CREATE FUNCTION idempotency.watermark(consumer text, partition text)
+RETURNS numeric
+LANGUAGE plpgsql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM idempotency._check_name('consumer', consumer);
+    PERFORM idempotency._check_name('partition', partition);
+    RETURN (SELECT idempotency.position_numeric(w.position) FROM idempotency.consumer_positions w
+            WHERE w.consumer = watermark.consumer AND w.partition = watermark.partition);
+END
+$$;
+
+CREATE FUNCTION idempotency._set_watermark(p_consumer text, p_partition text, p uuid)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM idempotency._check_name('consumer', p_consumer);
+    PERFORM idempotency._check_name('partition', p_partition);
+    IF p IS NULL THEN
+        RAISE EXCEPTION 'position must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute idempotency.set_watermark() in a read-only transaction'
+            USING ERRCODE = '25006';
+    END IF;
+    PERFORM FROM idempotency.consumer_positions w WHERE w.consumer = p_consumer
+        LIMIT 1 FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" does not exist', p_consumer USING ERRCODE = '42704',
+            DETAIL = 'It has no watermark in any partition.',
+            HINT = 'A consumer comes into being with its first accept.';
+    END IF;
+    INSERT INTO idempotency.consumer_positions AS w (consumer, partition, position, moved_at)
+    VALUES (p_consumer, p_partition, p, now())
+    ON CONFLICT (consumer, partition) DO UPDATE
+        SET position = EXCLUDED.position, moved_at = EXCLUDED.moved_at;
+END
+$$;
+
+CREATE FUNCTION idempotency.set_watermark(consumer text, partition text, "position" bigint)
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT idempotency._set_watermark(consumer, partition, idempotency._position("position")) $$;
+
+CREATE FUNCTION idempotency.set_watermark(consumer text, partition text, "position" uuid)
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT idempotency._set_watermark(consumer, partition, "position") $$;
+
+CREATE FUNCTION idempotency.drop_consumer(consumer text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    dropped bigint;
+BEGIN
+    PERFORM idempotency._check_name('consumer', consumer);
+    IF current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute idempotency.drop_consumer() in a read-only transaction'
+            USING ERRCODE = '25006';
+    END IF;
+    DELETE FROM idempotency.consumer_positions w WHERE w.consumer = drop_consumer.consumer;
+    GET DIAGNOSTICS dropped = ROW_COUNT;
+    IF dropped = 0 THEN
+        RAISE EXCEPTION 'consumer "%" does not exist', consumer USING ERRCODE = '42704',
+            DETAIL = 'It has no watermark in any partition.',
+            HINT = 'A consumer comes into being with its first accept.';
+    END IF;
+    RETURN dropped;
+END
+$$;
+
+CREATE VIEW idempotency.watermarks AS
+    SELECT w.consumer, w.partition, idempotency.position_numeric(w.position) AS watermark,
+           w.position, w.moved_at,
+           CASE WHEN k.commit_lsn OPERATOR(pg_catalog.<>) '0/0'::pg_catalog.pg_lsn
+                 AND k.lsn OPERATOR(pg_catalog.<=) k.commit_lsn THEN k.commit_lsn END
+               AS commit_lsn,
+           CASE WHEN k.commit_lsn OPERATOR(pg_catalog.<>) '0/0'::pg_catalog.pg_lsn
+                 AND k.lsn OPERATOR(pg_catalog.<=) k.commit_lsn THEN k.lsn END AS lsn
+    FROM idempotency.consumer_positions w
+    CROSS JOIN LATERAL pg_catalog.replace(w.position::pg_catalog.text, '-', '') AS h(hex)
+    CROSS JOIN LATERAL (SELECT
+        (pg_catalog.substr(h.hex, 1, 8) OPERATOR(pg_catalog.||) '/'
+            OPERATOR(pg_catalog.||) pg_catalog.substr(h.hex, 9, 8))::pg_catalog.pg_lsn,
+        (pg_catalog.substr(h.hex, 17, 8) OPERATOR(pg_catalog.||) '/'
+            OPERATOR(pg_catalog.||) pg_catalog.substr(h.hex, 25, 8))::pg_catalog.pg_lsn
+        ) AS k(commit_lsn, lsn);
+
+REVOKE ALL ON idempotency.watermarks FROM PUBLIC;
+REVOKE ALL ON FUNCTION
+    idempotency.create_stream(text, integer),
+    idempotency.drop_stream(text),
+    idempotency.next_key(text),
+    idempotency.stream_positions(),
+    idempotency.set_stream_floor(text, bigint),
+    idempotency.accept(text, text, bigint),
+    idempotency.accept(text, text, uuid),
+    idempotency.watermark(text, text),
+    idempotency.set_watermark(text, text, bigint),
+    idempotency.set_watermark(text, text, uuid),
+    idempotency.drop_consumer(text),
+    idempotency._stream_sequence(text),
+    idempotency._check_stream(text, text),
+    idempotency._position(bigint),
+    idempotency._accept(text, text, text, uuid),
+    idempotency._set_watermark(text, text, uuid)
+FROM PUBLIC;
+
+-- === storage, maintenance and operator views ===
+
+CREATE FUNCTION idempotency.partition_bounds(part oid,
+    OUT is_default boolean, OUT range_start timestamptz, OUT range_end timestamptz)
+RETURNS record
+LANGUAGE sql STABLE PARALLEL SAFE
+SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT e.expr OPERATOR(pg_catalog.=) 'DEFAULT',
+           pg_catalog.substring(e.expr, 'FROM \(''([^'']*)''\)')::pg_catalog.timestamptz,
+           pg_catalog.substring(e.expr, 'TO \(''([^'']*)''\)')::pg_catalog.timestamptz
+    FROM pg_catalog.pg_class c,
+         LATERAL pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS e(expr)
+    WHERE c.oid OPERATOR(pg_catalog.=) part
+$$;
+
+CREATE FUNCTION idempotency.rows_estimate(rel regclass)
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN c.reltuples OPERATOR(pg_catalog.>=) 0 THEN c.reltuples::pg_catalog.int8
+                ELSE pg_catalog.pg_stat_get_live_tuples(c.oid) END
+    FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) rel
+$$;
+
+CREATE VIEW idempotency.partitions AS
+    SELECT c.relname::text AS partition,
+           b.range_start,
+           b.range_end,
+           idempotency.rows_estimate(c.oid) AS rows_estimate,
+           b.is_default,
+           coalesce(NOT b.is_default AND b.range_end <= now(), false) AS due_to_drop
+    FROM pg_catalog.pg_inherits i
+    JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+    CROSS JOIN LATERAL idempotency.partition_bounds(c.oid) b
+    WHERE i.inhparent = 'idempotency.keys'::regclass
+    ORDER BY b.is_default, b.range_start NULLS FIRST;
+
+-- Key locks held now in this database. The managed edition takes them with
+-- pg_advisory_xact_lock(key_lock_id(scope, key)), so pg_locks shows them with objsubid 1,
+-- beside the application's own pg_advisory_lock(bigint) locks, which this view cannot tell
+-- apart (the extension's have a lock class of their own).
+CREATE VIEW idempotency.key_locks AS
+    SELECT l.pid,
+           (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
+               OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8 AS lock_id,
+           a.xact_start AS transaction_started_at
+    FROM pg_catalog.pg_locks l
+    LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
+    WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+      AND l.objsubid OPERATOR(pg_catalog.=) 1
+      AND l.granted
+      AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                             WHERE d.datname OPERATOR(pg_catalog.=)
+                                                   pg_catalog.current_database());
+
+CREATE VIEW idempotency.in_flight AS
+    WITH locks AS MATERIALIZED (SELECT * FROM idempotency.key_locks),
+    committed AS (
+        SELECT k.scope, k.key, k.attempt, k.locked_until, k.recovery_point, k.first_seen_at,
+               k.expires_at, idempotency.key_lock_id(k.scope, k.key) AS lock_id
+        FROM idempotency.keys k
+        WHERE k.state OPERATOR(pg_catalog.=) 'processing'
+          AND k.locked_until OPERATOR(pg_catalog.>) pg_catalog.now()
+          AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now())
+    SELECT c.scope, c.key, c.attempt, c.locked_until, c.recovery_point, c.first_seen_at,
+           c.expires_at, l.pid, false AS uncommitted, l.transaction_started_at
+    FROM committed c LEFT JOIN locks l ON l.lock_id OPERATOR(pg_catalog.=) c.lock_id
+    UNION ALL
+    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, l.pid, true, l.transaction_started_at
+    FROM locks l
+    WHERE NOT EXISTS (SELECT FROM committed c WHERE c.lock_id OPERATOR(pg_catalog.=) l.lock_id);
+
+CREATE VIEW idempotency.abandoned AS
+    SELECT scope, key, attempt, locked_until, recovery_point, first_seen_at, expires_at
+    FROM idempotency.keys
+    WHERE state = 'processing' AND locked_until <= now() AND expires_at > now();
+
+REVOKE ALL ON idempotency.partitions, idempotency.in_flight, idempotency.abandoned,
+    idempotency.key_locks FROM PUBLIC;
+
+-- One row per run of maintain(), the last 100 kept; each server's own (keep_local_rows).
+CREATE TABLE idempotency.maintenance_log (
+    run bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    started_at timestamptz NOT NULL,
+    ended_at timestamptz NOT NULL,
+    caller text NOT NULL CHECK (caller IN ('worker', 'pg_cron', 'sql')),
+    role name NOT NULL,
+    result text NOT NULL CHECK (result IN ('ok', 'incomplete', 'failed')),
+    steps jsonb NOT NULL DEFAULT '[]',
+    error text
+);
+
+REVOKE ALL ON idempotency.maintenance_log FROM PUBLIC;
+
+-- Where session_replication_role = replica (logical replication's workers) another server's
+-- rows are skipped: the history is each server's own.
+CREATE FUNCTION idempotency.keep_local_rows()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_setting('idempotency.maintaining', true) = 'on' THEN
+        RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER keep_local_rows BEFORE INSERT OR UPDATE OR DELETE ON idempotency.maintenance_log
+    FOR EACH ROW EXECUTE FUNCTION idempotency.keep_local_rows();
+ALTER TABLE idempotency.maintenance_log ENABLE REPLICA TRIGGER keep_local_rows;
+
+CREATE VIEW idempotency.maintenance_runs AS
+    SELECT run, started_at, ended_at, ended_at OPERATOR(pg_catalog.-) started_at AS duration,
+           caller, role, result, steps, error
+    FROM idempotency.maintenance_log
+    ORDER BY run DESC;
+
+REVOKE ALL ON idempotency.maintenance_runs FROM PUBLIC;
+
+-- A partition's name: keys_p + the start of its range in pg_partman 4's format.
+CREATE FUNCTION idempotency._partition_name(lo timestamptz, width_us bigint)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'keys_p' OPERATOR(pg_catalog.||) CASE
+        WHEN width_us OPERATOR(pg_catalog.>=) 86400000000
+             AND pg_catalog.date_trunc('day', lo AT TIME ZONE 'UTC') OPERATOR(pg_catalog.=) (lo AT TIME ZONE 'UTC')
+            THEN pg_catalog.to_char(lo AT TIME ZONE 'UTC', 'YYYY_MM_DD')
+        WHEN width_us OPERATOR(pg_catalog.>=) 60000000
+             AND pg_catalog.date_trunc('minute', lo AT TIME ZONE 'UTC') OPERATOR(pg_catalog.=) (lo AT TIME ZONE 'UTC')
+            THEN pg_catalog.to_char(lo AT TIME ZONE 'UTC', 'YYYY_MM_DD_HH24MI')
+        WHEN pg_catalog.date_trunc('second', lo AT TIME ZONE 'UTC') OPERATOR(pg_catalog.=) (lo AT TIME ZONE 'UTC')
+            THEN pg_catalog.to_char(lo AT TIME ZONE 'UTC', 'YYYY_MM_DD_HH24MISS')
+        ELSE pg_catalog.to_char(lo AT TIME ZONE 'UTC', 'YYYY_MM_DD_HH24MISS_US') END
+$$;
+
+-- maintain(): purges expired rows from the default partition, creates the current and the
+-- next idempotency.premake partitions of idempotency.partition_width (moving rows of their
+-- range out of the default partition), and drops partitions whose upper bound has passed.
+-- Each step takes its locks within idempotency.maintenance_lock_timeout and is skipped
+-- (reported, retried on the next run) when it cannot. Call it from pg_cron or the
+-- application; it must run in a READ COMMITTED transaction.
+CREATE FUNCTION idempotency.maintain()
+RETURNS TABLE (
+    action text,
+    partition text,
+    range_start timestamptz,
+    range_end timestamptz,
+    rows bigint,
+    detail text)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    started timestamptz := clock_timestamp();
+    width_us bigint := idempotency._setting_usecs('idempotency.partition_width', '1d');
+    premake integer := coalesce(nullif(current_setting('idempotency.premake', true), '')::integer, 3);
+    lock_ms bigint := idempotency._setting_usecs('idempotency.maintenance_lock_timeout', '100ms') / 1000;
+    width interval := make_interval(secs => width_us / 1000000.0);
+    now timestamptz := clock_timestamp();
+    steps jsonb := '[]';
+    incomplete boolean := false;
+    b timestamptz;
+    lo timestamptz;
+    hi timestamptz;
+    cursor timestamptz;
+    gaps_lo timestamptz[];
+    gaps_hi timestamptz[];
+    r record;
+    p record;
+    n bigint;
+    name text;
+    caller_lock_timeout text := current_setting('lock_timeout');
+    skipped constant text := 'could not lock idempotency.keys within '
+        'idempotency.maintenance_lock_timeout; retried on the next run';
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'idempotency.maintain() must run in a READ COMMITTED transaction'
+            USING ERRCODE = '25001', HINT = 'Call it in a transaction of its own (autocommit).';
+    END IF;
+    IF width_us <= 0 OR premake < 0 THEN
+        RAISE EXCEPTION 'idempotency.partition_width and idempotency.premake must be positive'
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM set_config('lock_timeout', greatest(lock_ms, 1)::text, true);
+
+    -- 1. Expired rows of the default partition.
+    BEGIN
+        DELETE FROM ONLY idempotency.keys_default d WHERE d.expires_at <= now;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            action := 'purged'; partition := 'keys_default'; range_start := NULL;
+            range_end := NULL; rows := n;
+            detail := 'deleted expired rows from the default partition';
+            RETURN NEXT;
+            steps := steps || jsonb_build_object('action', action, 'partition', partition, 'rows', n);
+        END IF;
+    EXCEPTION WHEN lock_not_available THEN
+        action := 'skipped'; partition := 'keys_default'; range_start := NULL; range_end := NULL;
+        rows := NULL; detail := skipped; incomplete := true;
+        RETURN NEXT;
+        steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+    END;
+
+    -- 2. The current partition and the next premake ones, and those of live rows waiting in
+    -- the default partition, where no partition covers them.
+    FOR b IN
+        SELECT x.b FROM (
+            SELECT date_bin(width, now, '2000-01-01 00:00+00') + g * width AS b
+            FROM generate_series(0, premake) AS g
+            UNION
+            SELECT date_bin(width, d.expires_at, '2000-01-01 00:00+00')
+            FROM ONLY idempotency.keys_default d WHERE d.expires_at > now) x
+        ORDER BY 1
+    LOOP
+      -- The parts of [b, b + width) no attached partition covers (a partition made by hand
+      -- may cover some of it).
+      gaps_lo := '{}'; gaps_hi := '{}'; cursor := b;
+      FOR r IN SELECT x.range_start AS lo, x.range_end AS hi FROM idempotency.partitions x
+               WHERE NOT x.is_default AND x.range_start < b + width AND x.range_end > b
+               ORDER BY x.range_start
+      LOOP
+          IF r.lo > cursor THEN
+              gaps_lo := gaps_lo || cursor; gaps_hi := gaps_hi || r.lo;
+          END IF;
+          cursor := greatest(cursor, r.hi);
+      END LOOP;
+      IF cursor < b + width THEN
+          gaps_lo := gaps_lo || cursor; gaps_hi := gaps_hi || (b + width);
+      END IF;
+      FOR g IN 1 .. coalesce(cardinality(gaps_lo), 0) LOOP
+        lo := gaps_lo[g]; hi := gaps_hi[g];
+        name := idempotency._partition_name(lo, width_us);
+        BEGIN
+            LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE;
+            EXECUTE format('CREATE TABLE idempotency.%I (LIKE idempotency.keys INCLUDING DEFAULTS '
+                           'INCLUDING CONSTRAINTS, PRIMARY KEY (key, scope, expires_at))', name);
+            EXECUTE format('REVOKE ALL ON idempotency.%I FROM PUBLIC', name);
+            IF to_regclass('pg_temp.idempotency_moved_rows') IS NULL THEN
+                CREATE TEMP TABLE idempotency_moved_rows (LIKE idempotency.keys) ON COMMIT DROP;
+            END IF;
+            WITH moved AS (
+                DELETE FROM ONLY idempotency.keys_default d
+                WHERE d.expires_at >= lo AND d.expires_at < hi RETURNING d.*)
+            INSERT INTO pg_temp.idempotency_moved_rows SELECT * FROM moved;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            EXECUTE format('ALTER TABLE idempotency.keys ATTACH PARTITION idempotency.%I '
+                           'FOR VALUES FROM (%L) TO (%L)', name, lo, hi);
+            INSERT INTO idempotency.keys SELECT * FROM pg_temp.idempotency_moved_rows;
+            TRUNCATE pg_temp.idempotency_moved_rows;
+            action := 'created'; partition := name; range_start := lo; range_end := hi;
+            rows := n; detail := CASE WHEN n > 0 THEN format('moved %s rows from the default partition', n) END;
+            RETURN NEXT;
+            steps := steps || jsonb_build_object('action', action, 'partition', partition,
+                                                 'range_start', lo, 'range_end', hi);
+        EXCEPTION
+            WHEN lock_not_available THEN
+                action := 'skipped'; partition := name; range_start := lo; range_end := hi;
+                rows := NULL; detail := skipped; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+            WHEN OTHERS THEN
+                -- reported; the other steps still run
+                action := 'failed'; partition := name; range_start := lo; range_end := hi;
+                rows := NULL; detail := SQLERRM; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+        END;
+      END LOOP;
+    END LOOP;
+
+    -- 3. Partitions whose upper bound has passed hold only expired rows: dropped whole.
+    -- By OID: a partition may live in another schema.
+    FOR p IN SELECT c.oid::regclass AS rel, c.relname::text AS partition, x.range_start,
+                    x.range_end, idempotency.rows_estimate(c.oid) AS rows_estimate
+             FROM pg_catalog.pg_inherits i
+             JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+             CROSS JOIN LATERAL idempotency.partition_bounds(c.oid) x
+             WHERE i.inhparent OPERATOR(pg_catalog.=) 'idempotency.keys'::regclass
+               AND NOT x.is_default AND x.range_end <= now
+             ORDER BY x.range_start
+    LOOP
+        BEGIN
+            EXECUTE format('DROP TABLE %s', p.rel);
+            action := 'dropped'; partition := p.partition; range_start := p.range_start;
+            range_end := p.range_end; rows := p.rows_estimate; detail := NULL;
+            RETURN NEXT;
+            steps := steps || jsonb_build_object('action', action, 'partition', partition);
+        EXCEPTION
+            WHEN lock_not_available THEN
+                action := 'skipped'; partition := p.partition; range_start := p.range_start;
+                range_end := p.range_end; rows := NULL; detail := skipped; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+            WHEN OTHERS THEN
+                action := 'failed'; partition := p.partition; range_start := p.range_start;
+                range_end := p.range_end; rows := NULL; detail := SQLERRM; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', caller_lock_timeout, true);
+
+    PERFORM set_config('idempotency.maintaining', 'on', true);
+    INSERT INTO idempotency.maintenance_log (started_at, ended_at, caller, role, result, steps)
+    VALUES (started, clock_timestamp(),
+            CASE WHEN current_setting('application_name') = 'pg_cron' THEN 'pg_cron' ELSE 'sql' END,
+            session_user, CASE WHEN incomplete THEN 'incomplete' ELSE 'ok' END, steps);
+    DELETE FROM idempotency.maintenance_log l
+     WHERE l.run <= (SELECT max(x.run) - 100 FROM idempotency.maintenance_log x);
+    PERFORM set_config('idempotency.maintaining', 'off', true);
+END
+$$;
+
+REVOKE ALL ON FUNCTION
+    idempotency.maintain(),
+    idempotency._partition_name(timestamptz, bigint)
+FROM PUBLIC;

@@ -1,0 +1,13 @@
+-- Registers the managed edition with pg_tle in the current database, as a member of
+-- pgtle_admin (no superuser, no file on the server): then CREATE EXTENSION idempotency.
+-- Run from this folder with psql:
+--   psql -v ON_ERROR_STOP=1 -d DB -f install_pg_tle.sql
+--   psql -d DB -c 'CREATE EXTENSION idempotency'
+-- psql reads the script on the client side (\set with backquotes) and sends it as a bound
+-- value of the call.
+\set ext `cat idempotency--0.3.0.sql`
+SELECT pgtle.install_extension(
+    'idempotency',
+    '0.3.0',
+    'Exactly-once processing: idempotency keys, stored responses and watermarks (managed edition)',
+    :'ext');
