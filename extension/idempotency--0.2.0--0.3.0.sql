@@ -310,3 +310,22 @@ AS 'MODULE_PATHNAME', 'idem_reserve_begin' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 REVOKE ALL ON FUNCTION
     idempotency.reserve_begin(text, text, bytea, interval, interval, interval)
 FROM PUBLIC;
+
+
+-- === failed keys: poison messages ===
+-- Keys whose last attempt failed (fail() released the claim) and that nobody has taken over
+-- since, not expired: a retry still to come, or a message a consumer gave up on. `dead` is
+-- true when the stored error says so ({"dead": true, ...}, as the clients' consumer helpers
+-- write it once a message has used up its attempts and is dead-lettered); `error` is what
+-- fail() stored, `attempt` the attempt that failed.
+CREATE VIEW idempotency.failed_keys AS
+    SELECT k.scope, k.key, k.attempt,
+           COALESCE(k.last_error OPERATOR(pg_catalog.->) 'dead'::pg_catalog.text
+                        OPERATOR(pg_catalog.=) 'true'::pg_catalog.jsonb, false) AS dead,
+           k.last_error AS error, k.first_seen_at, k.expires_at
+    FROM idempotency.keys k
+    WHERE k.state OPERATOR(pg_catalog.=) 'failed'
+      AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now();
+
+-- Like in_flight and abandoned: for operators, by grant (docs/operations.md).
+REVOKE ALL ON idempotency.failed_keys FROM PUBLIC;

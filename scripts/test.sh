@@ -473,6 +473,8 @@ run_docs() {
       --python "$venv/bin/python" --node-app test/docs/node-app --root "$IDEM_ROOT" "$@"
   }
   "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/test/docs/node-app" >>"$log" 2>&1 </dev/null || true
+  # docs/consumers.md's walk runs a broker of its own (examples/consumers/broker.sh).
+  ensure_rabbitmq >>"$log" 2>&1 </dev/null || true
   # The runner on a page of known blocks: it must pass, fail and skip exactly these.
   docs_snippets test/docs/selftest.md >"$log.self" 2>&1 </dev/null || true
   if grep -E '^(ok|FAILED) |^docs snippets: ' "$log.self" |

@@ -160,6 +160,29 @@ export class PositionBelowWatermarkError extends IdempotencyError {
   position: Position;
   watermark: bigint;
 }
+/** consumeOnce / applyOnce with maxAttempts: the work failed for the last allowed time; the
+ * failure is recorded dead on the key (idempotency.failed_keys), a stream's watermark moved
+ * past position. Dead-letter the message; cause is the work's error. */
+export class PoisonMessageError extends IdempotencyError {
+  constructor(scope: string, key: string, attempt: number, error: PoisonMessageRecord,
+    options?: { partition?: string | null; position?: Position | null; cause?: unknown });
+  scope: string;
+  key: string;
+  attempt: number;
+  error: PoisonMessageRecord;
+  partition: string | null;
+  position: Position | null;
+}
+/** The error document a consumer helper stores with fail(). */
+export interface PoisonMessageRecord {
+  error: string;
+  type: string;
+  attempt: number;
+  dead: boolean;
+  sqlstate?: string;
+  partition?: string;
+  position?: string;
+}
 
 // ---- keys ----
 
@@ -274,9 +297,20 @@ export function accept(client: Queryable, consumer: string, partition: string,
   position: Position): Promise<boolean>;
 export function watermark(client: Queryable, consumer: string, partition: string):
   Promise<bigint | null>;
+export interface ApplyOnceOptions {
+  /** A position below the watermark throws PositionBelowWatermarkError. */
+  strict?: boolean;
+  /** Failures of fn counted per position; the last one moves the watermark past it and throws
+   * PoisonMessageError (default null: not counted). */
+  maxAttempts?: number | null;
+  /** How long a position's failure record is kept (default '24 hours'). */
+  retention?: Interval;
+}
 export function applyOnce(client: Queryable, consumer: string, partition: string,
   position: Position, fn: (client: Queryable) => unknown,
-  options?: { strict?: boolean }): Promise<boolean>;
+  options?: ApplyOnceOptions): Promise<boolean>;
+/** The key a stream position's failures are counted on (scope: the consumer). */
+export function positionKey(partition: string, position: Position): string;
 
 // ---- a key per message: queue consumers ----
 
@@ -290,9 +324,14 @@ export interface ClaimOnceOptions {
  * redelivery; KeyInProgressError (IK003) / KeyTooOldError (IK004). */
 export function claimOnce(client: Queryable, scope: string, key: string,
   options?: ClaimOnceOptions): Promise<boolean>;
+export interface ConsumeOnceOptions extends ClaimOnceOptions {
+  /** Failures of work counted per key; the last one throws PoisonMessageError (default null:
+   * not counted). */
+  maxAttempts?: number | null;
+}
 /** work(client) in one transaction with claimOnce: true if it ran, false for a redelivery. */
 export function consumeOnce(client: Queryable, scope: string, key: string,
-  work: (client: Queryable) => unknown, options?: ClaimOnceOptions): Promise<boolean>;
+  work: (client: Queryable) => unknown, options?: ConsumeOnceOptions): Promise<boolean>;
 export function nextKey(client: Queryable, stream: string): Promise<bigint>;
 export function emit(client: Queryable, topic: string, payload: unknown): Promise<bigint>;
 export function parseLsn(text: string): bigint;

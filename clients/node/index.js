@@ -5,15 +5,16 @@ export {
   MAX_DIGITS,
 } from './lib/fingerprint.js';
 export {
-  accept, applyOnce, checkpoint, claimOnce, complete, consumeOnce, emit, fail, forget, formatLsn,
-  idempotent, lookup, lsnKey, lsnKeyParts, nextKey, parseLsn, query, requestHash, reserve,
-  reserveBegin, runExternal, runOnce, watermark,
+  accept, checkpoint, claimOnce, complete, emit, fail, forget, formatLsn, idempotent, lookup,
+  lsnKey, lsnKeyParts, nextKey, parseLsn, query, requestHash, reserve, reserveBegin, runExternal,
+  runOnce, watermark,
 } from './lib/client.js';
 export {
   backoffDelay, IdempotentAction, idempotentFetch, IdempotentFetchError, isRetryableStatus,
   retryAfterMs, uuidv7, uuidv7Time,
 } from './lib/action.js';
-export { OutboxConsumer } from './lib/consumer.js';
+// consumeOnce / applyOnce with maxAttempts (poison messages) wrap client.js's.
+export { applyOnce, consumeOnce, OutboxConsumer, positionKey } from './lib/consumer.js';
 export {
   checkExtension, CLIENT_VERSION, EXTENSION_VERSIONS, ExtensionVersionError,
 } from './lib/versions.js';

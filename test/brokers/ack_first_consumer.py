@@ -6,7 +6,7 @@ import os
 import pika
 import psycopg
 
-from common import AMQP_URL, GROUP, apply, no_phase
+from common import AMQP_URL, GROUP, apply, declare_queue, no_phase
 from pg_idempotency import run_once
 
 QUEUE = os.environ.get("QUEUE", "payments")
@@ -15,7 +15,7 @@ QUEUE = os.environ.get("QUEUE", "payments")
 def main(on_phase=no_phase):
     conn = psycopg.connect(autocommit=True)
     channel = pika.BlockingConnection(pika.URLParameters(AMQP_URL)).channel()
-    channel.queue_declare(QUEUE, durable=True)
+    declare_queue(channel, QUEUE)
     channel.basic_qos(prefetch_count=10)
 
     def on_message(ch, method, props, body):

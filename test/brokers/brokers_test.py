@@ -24,6 +24,8 @@ import psycopg
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HERE = ROOT / "test/brokers"
 EXAMPLES = ROOT / "examples/consumers"
+sys.path.insert(0, str(EXAMPLES))
+from common import declare_queue, declare_stream  # noqa: E402  (the consumers' declarations)
 DB = os.environ.get("BROKERS_DB", "brokers_test")
 PORT = int(os.environ["BROKER_PORT"])
 BROKER_DIR = pathlib.Path(os.environ["BROKER_DIR"])
@@ -61,17 +63,20 @@ def amqp_channel():
 
 
 def declare(channel, name, stream):
-    args = {"x-queue-type": "stream"} if stream else None
-    return channel.queue_declare(name, durable=True, arguments=args)
+    """As the consumers declare it: a queue with its dead-letter exchange, or a stream."""
+    (declare_stream if stream else declare_queue)(channel, name)
 
 
-def produce(name, ids, stream=False):
-    """Publishes persistent messages with publisher confirms: each id is on the broker."""
+def produce(name, ids, stream=False, poison=()):
+    """Publishes persistent messages with publisher confirms: each id is on the broker. The
+    ids in poison get a body that is not JSON: no consumer can apply them."""
     channel = amqp_channel()
     declare(channel, name, stream)
     channel.confirm_delivery()
     for i in ids:
         body = json.dumps({"account": f"acct-{hash(i) % 7}", "amount": 1})
+        if i in poison:
+            body = "{not json"
         channel.basic_publish("", name, body, pika.BasicProperties(
             message_id=i, delivery_mode=2))
     channel.connection.close()
@@ -182,9 +187,10 @@ class Consumer:
             self.proc.wait()
 
     def settled(self):
-        """Everything this run received it has acked."""
+        """Everything this run received it has acked, requeued or rejected."""
         self.exited()
-        return len(self.phases("received", True)) == len(self.phases("acked", True))
+        return len(self.phases("received", True)) == sum(
+            len(self.phases(p, True)) for p in ("acked", "requeued", "rejected"))
 
 
 def refused(consumers):
@@ -412,6 +418,108 @@ def control_acks_first():
         raise Failure(f"{stopped} should be the lost one")
 
 
+def failed_key(scope, key):
+    with db() as c:
+        return c.execute("SELECT attempt, dead, error FROM idempotency.failed_keys "
+                         "WHERE scope = %s AND key = %s", (scope, key)).fetchone()
+
+
+def dead_letters(queue):
+    """The messages in <queue>.dead: their ids, taken off the queue (acked)."""
+    channel = amqp_channel()
+    out = []
+    try:
+        while True:
+            method, props, _ = channel.basic_get(f"{queue}.dead")
+            if method is None:
+                return out
+            out.append(props.message_id)
+            channel.basic_ack(method.delivery_tag)
+    finally:
+        channel.connection.close()
+
+
+def dead_letter_count(queue):
+    channel = amqp_channel()
+    try:
+        return channel.queue_declare(f"{queue}.dead", passive=True).method.message_count
+    finally:
+        channel.connection.close()
+
+
+def check_dead(scope, key, min_attempt):
+    row = failed_key(scope, key)
+    if row is None or not row[1] or row[0] < min_attempt or "JSON" not in json.dumps(row[2]) \
+            and "Expecting" not in row[2]["error"]:
+        raise Failure(f"{scope} {key}: expected a dead failed key with the JSON error, got {row}")
+    print(f"#   {scope}: {key} dead after {row[0]} attempts: {row[2]['error'][:60]}")
+
+
+def poison():
+    """A poison message (its body is not JSON) among good ones, MAX_ATTEMPTS=3, on a queue read
+    by a Python and a Node consumer and on a stream per client, consumers SIGKILLed as before
+    (one of them after recording the poison message dead, before dead-lettering it): every good
+    message applied exactly once, the poison one never, dead-lettered once with its error (a
+    queue: one message in <queue>.dead; a stream: the watermark moved past it), nothing lost."""
+    queue, stream = "q_poison", "s_poison"
+    ids = message_ids("poison", 40)
+    bad = ids[rng.randint(2, 8)]
+    good = [i for i in ids if i != bad]
+    produce(queue, ids, poison={bad})
+    produce(stream, ids, stream=True, poison={bad})
+    env = dict(MAX_ATTEMPTS="3")
+
+    # Queue: the Python consumer is killed once the poison message is recorded dead, before
+    # its reject; the Node one at a random phase; the redelivery is dead at once and rejected.
+    py = Consumer("py", "queue", QUEUE=queue, CONSUMER_GROUP=queue, **env)
+    node = Consumer("node", "queue", QUEUE=queue, CONSUMER_GROUP=queue, **env)
+    py.start(STOP_PHASE="dead_lettered")
+    if py.wait_stopped() != bad:
+        raise Failure(f"{queue}: the consumer stopped at another message than {bad}")
+    py.kill()
+    check_dead(queue, bad, 3)
+    if dead_letter_count(queue) != 0:
+        raise Failure(f"{queue}: dead-lettered although killed before its reject")
+    node.start(STOP_PHASE=rng.choice(PHASES), STOP_NTH=str(rng.randint(1, 5)))
+    node.wait_stopped()
+    node.kill()
+    drain_queue(queue, queue, good, py)
+    check(queue, good, [py, node])
+    if bad in effects(queue):
+        raise Failure(f"{queue}: the poison message {bad} has an effect")
+    check_dead(queue, bad, 3)
+    wait_for(f"{queue}.dead: the poison message", lambda: dead_letter_count(queue) >= 1)
+    letters = dead_letters(queue)
+    rejected = sum(1 for c in (py, node) for i in c.phases("rejected") if i == bad)
+    print(f"#   {queue}: dead letters {letters}, rejects of {bad}: {rejected}")
+    if letters != [bad] or rejected != 1:
+        raise Failure(f"{queue}: expected {bad} dead-lettered once, got {letters}")
+
+    # Stream: per client, the poison position recorded and passed (one consumer killed right
+    # after that, the other at a random phase), then drained and replayed from first.
+    offset = ids.index(bad)  # a new stream's offsets are the publish order
+    for client in ("py", "node"):
+        group = f"{stream}_{client}"
+        c = Consumer(client, "stream", STREAM=stream, CONSUMER_GROUP=group, **env)
+        if client == "py":
+            c.start(STOP_PHASE="dead_lettered")
+            if c.wait_stopped() != bad:
+                raise Failure(f"{group}: the consumer stopped at another message than {bad}")
+        else:
+            c.start(STOP_PHASE=rng.choice(PHASES), STOP_NTH=str(rng.randint(1, 20)))
+            c.wait_stopped()
+        c.kill()
+        drain_stream(group, ids[-1], c)
+        drain_stream(group, ids[-1], c, START_OFFSET="first")
+        check(group, good, [c])
+        if bad in effects(group):
+            raise Failure(f"{group}: the poison message {bad} has an effect")
+        check_dead(group, f"{stream}@{offset}", 3)
+        passed = sum(1 for i in c.phases("dead_lettered") if i == bad)
+        if passed != 1:
+            raise Failure(f"{group}: {bad} recorded dead {passed} times, expected once")
+
+
 SCENARIOS = [
     ("queue, Python: SIGKILL at each phase", lambda: queue_phases("py")),
     ("queue, Node: SIGKILL at each phase", lambda: queue_phases("node")),
@@ -421,6 +529,7 @@ SCENARIOS = [
     ("queue and stream, both clients: SIGKILL at random moments", random_kills),
     ("queue and stream: broker restart mid-run", broker_restart),
     ("control: ack before commit loses a message, and the count sees it", control_acks_first),
+    ("poison message among good ones: dead-lettered once, the rest applied once", poison),
 ]
 
 

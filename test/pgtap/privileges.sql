@@ -8,7 +8,7 @@
 \pset pager off
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS idempotency;
-SELECT plan(83);
+SELECT plan(84);
 
 -- Roles as README documents them (names unique to this test; rolled back at the end).
 CREATE ROLE idem_priv_app NOLOGIN;
@@ -47,7 +47,8 @@ GRANT EXECUTE ON FUNCTION
 TO idem_priv_ops;
 GRANT SELECT ON idempotency.in_flight, idempotency.abandoned, idempotency.partitions,
     idempotency.stats, idempotency.watermarks, idempotency.maintenance_runs, idempotency.metrics,
-    idempotency.key_locks, idempotency.stats_hourly, idempotency.stats_daily
+    idempotency.key_locks, idempotency.stats_hourly, idempotency.stats_daily,
+    idempotency.failed_keys
 TO idem_priv_ops;
 
 -- idem_priv.as_<role>(sql, search_path): runs sql as that role (a SECURITY DEFINER function
@@ -290,6 +291,10 @@ SELECT is(idem_priv.as_app($$SELECT count(*)::text FROM idempotency.key_locks$$)
           || ' ' || idem_priv.as_app($$SELECT count(*)::text FROM idempotency.stats_snapshots$$),
     'ERROR 42501 ERROR 42501 ERROR 42501 ERROR 42501',
     'application: key_locks, stats_hourly, stats_daily and the snapshots table are denied');
+
+SELECT is(idem_priv.as_ops($$SELECT count(*)::text FROM idempotency.failed_keys WHERE scope = 'priv' AND dead$$)
+          || ' ' || idem_priv.as_app($$SELECT count(*)::text FROM idempotency.failed_keys$$),
+    '0 ERROR 42501', 'failed_keys: the operator reads it, the application does not');
 
 -- A role with no grant at all.
 SELECT is(idem_priv.as_nobody($$SELECT outcome::text FROM idempotency.reserve('priv', 'x')$$), 'ERROR 42501',

@@ -209,3 +209,19 @@ export class PositionBelowWatermarkError extends IdempotencyError {
     Object.assign(this, { consumer, partition, position, watermark });
   }
 }
+
+// consumeOnce / applyOnce with maxAttempts: the message's work failed for the attempt-th time,
+// its last allowed one. The failure is recorded on the key (scope, key; idempotency.failed_keys
+// lists it as dead, with error, the document stored), and for a stream the watermark has moved
+// past position: dead-letter the message (a queue: reject it without requeue; a stream:
+// acknowledge it and go on). cause is the work's error. Replaying it after a fix:
+// docs/consumers.md, "Poison messages".
+export class PoisonMessageError extends IdempotencyError {
+  constructor(scope, key, attempt, error, { partition = null, position = null, cause } = {}) {
+    const where = partition !== null ? `position ${position} of partition "${partition}"`
+      : `message "${key}"`;
+    super(`${where} (consumer "${scope}") failed ${attempt} times: ${error?.error}`,
+      { hint: 'dead-letter it; idempotency.failed_keys lists it with its error', cause });
+    Object.assign(this, { scope, key, attempt, error, partition, position });
+  }
+}

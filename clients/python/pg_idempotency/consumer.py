@@ -21,14 +21,19 @@ The source role needs the REPLICATION attribute (or superuser) for the slot func
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 import uuid
 from typing import Any, Callable, Optional
 
 import psycopg
+from psycopg.types.json import Jsonb
 
-from .client import Lsn, apply_once, execute, lsn_key_parts
+from . import client as _client
+from .client import Lsn, execute, lsn_key_parts
+from .errors import (ConnectionLost, KeyInProgress, PoisonMessage, check_names,
+                     lost_connection)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,3 +123,148 @@ class OutboxConsumer:
         while not stop():
             if self.poll(handle) == 0:
                 time.sleep(idle_sleep)
+
+
+# ---- poison messages: a message whose work fails every time ----
+#
+# consume_once and apply_once with max_attempts count the failed attempts of a message's work
+# on a key of its own (the message id, or "<partition>@<offset>" for a stream position). A
+# failure of the work rolls its transaction back as before, and then, in a transaction of its
+# own (a savepoint inside the caller's), the key is reserved and failed with the error: the
+# record keeps the attempt number and the error, and nothing on the success path costs more.
+# Below max_attempts the work's exception propagates (leave the message for a redelivery);
+# at max_attempts the error is stored with "dead": true (idempotency.failed_keys), for a
+# stream the watermark moves past the position in the same transaction, and PoisonMessage is
+# raised: dead-letter the message. A broken connection, a competing holder of the key and a
+# transient server error (serialization failure, deadlock, shutdown) are not the message's
+# fault and are not counted.
+
+_ERROR_TEXT_LIMIT = 2000
+_TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57")
+_FAIL_SQL = ("SELECT idempotency.fail(%s, %s, %s::jsonb || pg_catalog.jsonb_build_object("
+             "'failed_at', pg_catalog.now()), %s)")
+
+
+def _counted(conn, exc) -> bool:
+    """Whether a failure of the work is the message's: not a broken connection, a competing
+    holder or a transient server error."""
+    if isinstance(exc, (ConnectionLost, KeyInProgress)) or lost_connection(conn, exc):
+        return False
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    return not sqlstate.startswith(_TRANSIENT_SQLSTATE_CLASSES)
+
+
+def _error_document(exc, attempt, dead, where=None) -> dict:
+    text = (str(exc) or type(exc).__name__).replace("\0", "\ufffd")
+    if len(text) > _ERROR_TEXT_LIMIT:
+        text = text[:_ERROR_TEXT_LIMIT] + "..."
+    doc = {"error": text, "type": type(exc).__name__, "attempt": attempt, "dead": dead}
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate:
+        doc["sqlstate"] = sqlstate
+    if where:
+        doc.update(where)
+    return doc
+
+
+def _record_failure(conn, scope, key, exc, max_attempts, retention, wait, where=None,
+                    when_dead: Callable[[], None] = lambda: None):
+    """Reserves the key and fails it with exc's error, in a transaction of its own (or a
+    savepoint): returns (reservation outcome, attempt, error document or None). when_dead runs
+    in the same transaction once the attempt reaches max_attempts."""
+    try:
+        with conn.transaction():
+            r = _client.reserve(conn, scope, key, lock_ttl="1 minute", retention=retention,
+                                wait=wait)
+            if r.outcome != "new":
+                return r.outcome, r.attempt, None
+            doc = _error_document(exc, r.attempt, r.attempt >= max_attempts, where)
+            execute(conn, _FAIL_SQL, (scope, key, Jsonb(doc), r.attempt))
+            if doc["dead"]:
+                when_dead()
+            return r.outcome, r.attempt, doc
+    except psycopg.Error as e:
+        raise (lost_connection(conn, e) or e) from e
+
+
+def _check_max_attempts(max_attempts):
+    if max_attempts is not None and (isinstance(max_attempts, bool)
+                                     or not isinstance(max_attempts, int) or max_attempts < 1):
+        raise ValueError("max_attempts must be a positive integer (or None)")
+
+
+def consume_once(conn, scope, key, work: Callable, *, retention="24 hours", wait="0",
+                 max_attempts: Optional[int] = None) -> bool:
+    """client.consume_once (work(conn) in one transaction with claim_once: true if it ran,
+    false for a redelivery), and with max_attempts a poison message does not come back for
+    ever: each failure of work is recorded on the key, and the max_attempts-th raises
+    PoisonMessage (reject the message without requeue, to a dead-letter exchange). A message
+    redelivered after it was recorded dead (a replay after a fix) gets one more attempt;
+    idempotency.forget(scope, key) first gives it max_attempts again."""
+    _check_max_attempts(max_attempts)
+    if max_attempts is None:
+        return _client.consume_once(conn, scope, key, work, retention=retention, wait=wait)
+    ran = []
+
+    def counted_work(c):
+        ran.append(True)
+        work(c)
+
+    try:
+        return _client.consume_once(conn, scope, key, counted_work, retention=retention,
+                                    wait=wait)
+    except Exception as exc:
+        if not ran or not _counted(conn, exc):
+            raise
+        outcome, attempt, doc = _record_failure(conn, scope, key, exc, max_attempts,
+                                                retention, wait)
+        if outcome == "replay":
+            return False  # a competing consumer has applied it meanwhile: a redelivery
+        if doc is not None and doc["dead"]:
+            raise PoisonMessage(scope, key, attempt, doc) from exc
+        raise
+
+
+def position_key(partition, position) -> str:
+    """The key apply_once(max_attempts=...) counts a stream position's failures on (scope: the
+    consumer): "<partition>@<position>", or the partition's SHA-256 in hex in its place when
+    that would pass the 255 bytes of a key."""
+    key = f"{partition}@{position}"
+    if len(key.encode("utf-8")) > 255:
+        key = f"{hashlib.sha256(str(partition).encode('utf-8')).hexdigest()}@{position}"
+    return key
+
+
+def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=False,
+               max_attempts: Optional[int] = None, retention="24 hours") -> bool:
+    """client.apply_once (fn(conn) in one transaction with accept: true if it ran, false for a
+    position at or below the watermark), and with max_attempts a position whose fn fails
+    again and again does not stop the partition: each failure is recorded on the key
+    (consumer, position_key(partition, position)), kept for `retention`; the
+    max_attempts-th moves the watermark past the position in the same transaction and raises
+    PoisonMessage (acknowledge the message and go on: the failure stays in
+    idempotency.failed_keys)."""
+    _check_max_attempts(max_attempts)
+    if max_attempts is None:
+        return _client.apply_once(conn, consumer, partition, position, fn, strict=strict)
+    ran = []
+
+    def counted_fn(c):
+        ran.append(True)
+        fn(c)
+
+    try:
+        return _client.apply_once(conn, consumer, partition, position, counted_fn,
+                                  strict=strict)
+    except Exception as exc:
+        if not ran or not _counted(conn, exc):
+            raise
+        key = position_key(partition, position)
+        check_names(consumer, key)
+        outcome, attempt, doc = _record_failure(
+            conn, consumer, key, exc, max_attempts, retention, "0",
+            {"partition": str(partition), "position": str(position)},
+            lambda: _client.accept(conn, consumer, partition, position))
+        if doc is not None and doc["dead"]:
+            raise PoisonMessage(consumer, key, attempt, doc, partition, position) from exc
+        raise

@@ -153,6 +153,24 @@ class PositionBelowWatermark(IdempotencyError):
         self.position, self.watermark = position, watermark
 
 
+class PoisonMessage(IdempotencyError):
+    """consume_once / apply_once with max_attempts: the message's work failed for the
+    `attempt`-th time, its last allowed one. The failure is recorded on the key (`scope`, `key`;
+    idempotency.failed_keys lists it as dead, with `error`, the document stored), and for a
+    stream the watermark has moved past `position`: dead-letter the message (a queue: reject
+    it without requeue; a stream: acknowledge it and go on). The work's exception is
+    `__cause__`. Replaying it after a fix: docs/consumers.md, "Poison messages"."""
+
+    def __init__(self, scope, key, attempt, error, partition=None, position=None):
+        where = (f'position {position} of partition "{partition}"' if partition is not None
+                 else f'message "{key}"')
+        super().__init__(f'{where} (consumer "{scope}") failed {attempt} times: '
+                         f'{error.get("error")}',
+                         hint="dead-letter it; idempotency.failed_keys lists it with its error")
+        self.scope, self.key, self.attempt, self.error = scope, key, attempt, error
+        self.partition, self.position = partition, position
+
+
 MAX_NAME_BYTES = 255
 
 
@@ -218,6 +236,6 @@ BY_SQLSTATE["IK004"] = KeyTooOld       # claim_once: a UUIDv7 / ULID key older t
 
 __all__ = ["IdempotencyError", "ConnectionLost", "OutcomeError", "KeyInProgress", "KeyMismatch",
            "KeyTooOld", "TransactionAborted", "TransactionOpen", "KeyMalformed", "KeyEmpty",
-           "KeyTooLong", "PositionBelowWatermark",
+           "KeyTooLong", "PositionBelowWatermark", "PoisonMessage",
            "check_names", "translate", "BY_SQLSTATE",
            *(cls.__name__ for cls in set(BY_SQLSTATE.values()))]

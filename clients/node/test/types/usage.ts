@@ -2,7 +2,8 @@
 // the tests use it. Each @ts-expect-error line must stay an error, or tsc fails.
 import {
   accept, answerFor, applyOnce, checkExtension, claimOnce, consumeOnce, fingerprint, idempotencyMiddleware, idempotent, IdempotencyError,
-  KeyInProgressError, lsnKeyParts, OutboxConsumer, type Queryable, reserveBegin, runExternal, runOnce,
+  KeyInProgressError, lsnKeyParts, OutboxConsumer, PoisonMessageError, positionKey, type Queryable,
+  reserveBegin, runExternal, runOnce,
   StaleAttemptError, watermark,
 } from '@idempotency/client';
 import {
@@ -49,6 +50,17 @@ export async function usage(): Promise<void> {
   const applied: boolean = await consumeOnce(client, 'orders', 'msg-1', async (c) => c.query('SELECT 1'),
     { retention: '7 days', wait: 2 });
   const claimed: boolean = await claimOnce(client, 'orders', 'msg-1');
+  try {
+    await consumeOnce(client, 'orders', 'msg-2', async (c) => c.query('SELECT 1'), { maxAttempts: 5 });
+    await applyOnce(client, 'c', 'p', 7n, async (c) => c.query('SELECT 1'), { maxAttempts: 3, retention: '7 days' });
+  } catch (err) {
+    if (err instanceof PoisonMessageError) {
+      const dead: boolean = err.error.dead;
+      const at: number = err.attempt;
+      const where: string = positionKey('p', 7n);
+      console.log(dead, at, where, err.partition);
+    }
+  }
   // @ts-expect-error the work takes the client
   await consumeOnce(client, 'orders', 'msg-1', async (c: string) => c);
   const { commitLsn }: { commitLsn: bigint } = lsnKeyParts('00000016-b374-d848-0000-0016b374d000');
