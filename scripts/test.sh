@@ -349,13 +349,14 @@ run_go() {
 }
 
 # java: the Java client (clients/java: JDBC over Debian's pgjdbc, the Jakarta servlet filter in
-# an embedded Tomcat 10.1) under JUnit 5, against the test cluster over its Unix socket. Built
+# an embedded Tomcat 10.1) under JUnit 5, against the test cluster over its Unix socket; the
+# restart test restarts the test cluster (IDEM_JAVA_RESTART). Built
 # offline with javac against /usr/share/java (clients/java/build.sh); installs its Debian
 # packages when missing. Counts: the console launcher's "tests successful" / "tests failed"
 # summary; a build failure fails the suite.
 JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
 run_java() {
-  local log=$LOGS/java.log rc=0 passed failed missing
+  local log=$LOGS/java.log rc=0 passed failed skipped missing restart
   log "java: the Java client (javac, JUnit 5)"
   # shellcheck disable=SC2086 # word splitting of the list is intended
   missing=$(missing_packages $JAVA_PACKAGES | tr '\n' ' ')
@@ -363,14 +364,17 @@ run_java() {
     record java 0 1 "could not install $missing (log ${LOGS#"$IDEM_ROOT"/}/java-apt.log)"
     return
   fi
-  PGDATABASE=postgres timeout -k 10 "$TIMEOUT" bash "$IDEM_ROOT/clients/java/build.sh" test \
-    >"$log" 2>&1 </dev/null || rc=$?
+  restart="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m fast -w restart"
+  if is_root; then restart="cd / && runuser -u postgres -- $restart"; fi
+  PGDATABASE=postgres IDEM_JAVA_RESTART=$restart timeout -k 10 "$TIMEOUT" \
+    bash "$IDEM_ROOT/clients/java/build.sh" test >"$log" 2>&1 </dev/null || rc=$?
   grep -E '\[X\]|tests (successful|failed)|error:' "$log" | tail -n 20
   passed=$(sed -nE 's/^\[ *([0-9]+) tests successful *\]$/\1/p' "$log" | tail -n1)
   failed=$(sed -nE 's/^\[ *([0-9]+) tests failed *\]$/\1/p' "$log" | tail -n1)
-  passed=${passed:-0} failed=${failed:-0}
+  skipped=$(sed -nE 's/^\[ *([0-9]+) tests skipped *\]$/\1/p' "$log" | tail -n1)
+  passed=${passed:-0} failed=${failed:-0} skipped=${skipped:-0}
   if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
-  record java "$passed" "$failed" "log ${log#"$IDEM_ROOT"/}"
+  record java "$passed" "$failed" "$( ((skipped == 0)) || echo "$skipped skipped, ")log ${log#"$IDEM_ROOT"/}"
 }
 
 # record_node_tap SUITE LOG EXIT: records the totals of node --test's TAP reporter in LOG

@@ -3,6 +3,7 @@ package idempotency;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
 
 import jakarta.servlet.http.HttpServlet;
 import jakarta.servlet.http.HttpServletRequest;
@@ -66,7 +67,10 @@ class FaultsTest {
       ExecutorService pool = Executors.newSingleThreadExecutor();
       try {
         Future<HttpResponse<String>> pending = pool.submit(() -> s.post("/slow", key, "{}"));
-        int pid = WORKING.take(); // the handler is inside its work, an order inserted
+        // the handler is inside its work, an order inserted (or it failed: its answer tells)
+        Integer pid = null;
+        while (pid == null && !pending.isDone()) pid = WORKING.poll(100, TimeUnit.MILLISECONDS);
+        if (pid == null) fail("the handler did not reach its work: " + pending.get().body());
         try (Connection admin = TestDb.db().getConnection();
             PreparedStatement ps =
                 admin.prepareStatement("SELECT pg_terminate_backend(?, 60000)")) {
@@ -129,5 +133,70 @@ class FaultsTest {
       HttpResponse<String> after = s.post("/fast", key, "{\"item\": \"one\"}");
       assertEquals("true", after.headers().firstValue("Idempotent-Replayed").orElse(""));
     }
+  }
+
+  /**
+   * A PostgreSQL restart while 8 clients send requests (IDEM_JAVA_RESTART: the command that
+   * restarts the test cluster, given by scripts/test.sh): every request gets an answer, the
+   * service recovers, and every key ends with exactly one order.
+   */
+  @Test
+  void aServerRestartWhileRequestsRun() throws Exception {
+    String restart = System.getenv("IDEM_JAVA_RESTART");
+    org.junit.jupiter.api.Assumptions.assumeTrue(
+        restart != null && !restart.isEmpty(), "IDEM_JAVA_RESTART is not set");
+    String prefix = TestDb.unique("restart");
+    java.util.concurrent.atomic.AtomicInteger done = new java.util.concurrent.atomic.AtomicInteger();
+    java.util.concurrent.atomic.AtomicBoolean restarted = new java.util.concurrent.atomic.AtomicBoolean();
+    java.util.concurrent.ConcurrentLinkedQueue<String> keys = new java.util.concurrent.ConcurrentLinkedQueue<>();
+    try (Server s = new Server(new Work(), FilterTest.filter(TestDb.db()))) {
+      ExecutorService pool = Executors.newFixedThreadPool(8);
+      try {
+        List<Future<Integer>> clients = new ArrayList<>();
+        for (int t = 0; t < 8; t++) {
+          int client = t;
+          clients.add(
+              pool.submit(
+                  () -> {
+                    int afterRestart = 0, n = 0;
+                    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(240);
+                    // each client goes on until it has completed 2 keys begun after the restart
+                    while (afterRestart < 2) {
+                      boolean begunAfter = restarted.get();
+                      String key = prefix + "-" + client + "-" + n++;
+                      keys.add(key);
+                      while (true) { // the same key until it is answered 201
+                        if (System.nanoTime() > deadline) throw new IllegalStateException("no recovery");
+                        HttpResponse<String> r;
+                        try {
+                          r = s.post("/fast", key, "{}");
+                        } catch (IOException e) {
+                          continue; // the service must answer, but a client retries a cut request
+                        }
+                        if (r.statusCode() == 201) break;
+                        assertTrue(
+                            r.statusCode() == 503 || r.statusCode() == 409,
+                            "unexpected " + r.statusCode() + " " + r.body());
+                        Thread.sleep(20); // a client's back-off before its retry
+                      }
+                      done.incrementAndGet();
+                      if (begunAfter) afterRestart++;
+                    }
+                    return n;
+                  }));
+        }
+        while (done.get() < 8) { // until requests are running and answered
+          for (Future<Integer> f : clients) if (f.isDone()) f.get(); // a client that failed
+          Thread.sleep(10);
+        }
+        Process p = new ProcessBuilder("bash", "-c", restart).inheritIO().start();
+        assertEquals(0, p.waitFor(), "the restart command failed");
+        restarted.set(true);
+        for (Future<Integer> f : clients) f.get(300, TimeUnit.SECONDS);
+      } finally {
+        pool.shutdownNow();
+      }
+    }
+    for (String key : keys) assertEquals(1, TestDb.orders("acct-1", key), key);
   }
 }

@@ -17,6 +17,16 @@ import org.apache.tomcat.util.descriptor.web.FilterMap;
 
 /** An embedded Tomcat (Debian's libtomcat10-java) on a free port with filters and a servlet. */
 final class Server implements AutoCloseable {
+  // Tomcat's start and stop notes (and a warning about a class Debian's jars leave out, for a
+  // JDBC driver clean-up this embedded use does not need) are not test output.
+  private static final java.util.logging.Logger TOMCAT_LOG = quiet();
+
+  private static java.util.logging.Logger quiet() {
+    java.util.logging.Logger l = java.util.logging.Logger.getLogger("org.apache");
+    l.setLevel(java.util.logging.Level.SEVERE);
+    return l;
+  }
+
   private final Tomcat tomcat = new Tomcat();
   private final HttpClient http = HttpClient.newHttpClient();
 
