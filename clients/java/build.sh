@@ -31,7 +31,8 @@ find "$here/src/test/java" -name '*.java' -print0 |
   xargs -0 javac --release 17 -Xlint:all,-serial -Werror -encoding UTF-8 -d "$out/test-classes" \
     -cp "$out/classes:$test_cp"
 cd "$here"
-export IDEM_JAVA_CLASSPATH=$out/classes:$test_cp # for DocsTest, which compiles the docs' blocks
+# for DocsTest (it compiles the docs' blocks) and ExampleTest (it runs examples/http-java)
+export IDEM_JAVA_CLASSPATH=$out/classes:$test_cp
 # The standalone launcher brings the Jupiter engine; the tests' class path is given explicitly.
 exec java -jar "$jars/junit-platform-console-standalone.jar" --disable-banner --disable-ansi-colors \
   --details=tree --details-theme=ascii --fail-if-no-tests \
