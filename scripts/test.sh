@@ -5,8 +5,8 @@
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
-#                                        go browser brokers docs sanitizers faults packaging
-#                                        managed)
+#                                        go java browser brokers docs sanitizers faults
+#                                        packaging managed)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 #   IDEM_BUSY_CORES=2 ...                (N CPU burners at nice IDEM_BUSY_NICE, default 5,
 #                                        while the tests run: they must pass on a busy machine)
@@ -21,8 +21,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
-ALL_SUITES="unit regress isolation pgtap scripted examples citus clients go browser brokers"
-ALL_SUITES+=" docs sanitizers faults packaging managed"
+ALL_SUITES="unit regress isolation pgtap scripted examples citus clients go java browser"
+ALL_SUITES+=" brokers docs sanitizers faults packaging managed"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -349,6 +349,35 @@ run_go() {
   record go "$passed" "$failed" "$( ((skipped == 0)) || echo "$skipped skipped, ")log ${log#"$IDEM_ROOT"/}"
 }
 
+# java: the Java client (clients/java: JDBC over Debian's pgjdbc, the Jakarta servlet filter in
+# an embedded Tomcat 10.1) under JUnit 5, against the test cluster over its Unix socket; the
+# restart test restarts the test cluster (IDEM_JAVA_RESTART). Built
+# offline with javac against /usr/share/java (clients/java/build.sh); installs its Debian
+# packages when missing. Counts: the console launcher's "tests successful" / "tests failed"
+# summary; a build failure fails the suite.
+JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
+run_java() {
+  local log=$LOGS/java.log rc=0 passed failed skipped missing restart
+  log "java: the Java client (javac, JUnit 5)"
+  # shellcheck disable=SC2086 # word splitting of the list is intended
+  missing=$(missing_packages $JAVA_PACKAGES | tr '\n' ' ')
+  if [[ -n ${missing// /} ]] && ! apt_install $missing >"$LOGS/java-apt.log" 2>&1; then
+    record java 0 1 "could not install $missing (log ${LOGS#"$IDEM_ROOT"/}/java-apt.log)"
+    return
+  fi
+  restart="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m fast -w restart"
+  if is_root; then restart="cd / && runuser -u postgres -- $restart"; fi
+  PGDATABASE=postgres IDEM_JAVA_RESTART=$restart timeout -k 10 "$TIMEOUT" \
+    bash "$IDEM_ROOT/clients/java/build.sh" test >"$log" 2>&1 </dev/null || rc=$?
+  grep -E '\[X\]|tests (successful|failed)|error:' "$log" | tail -n 20
+  passed=$(sed -nE 's/^\[ *([0-9]+) tests successful *\]$/\1/p' "$log" | tail -n1)
+  failed=$(sed -nE 's/^\[ *([0-9]+) tests failed *\]$/\1/p' "$log" | tail -n1)
+  skipped=$(sed -nE 's/^\[ *([0-9]+) tests skipped *\]$/\1/p' "$log" | tail -n1)
+  passed=${passed:-0} failed=${failed:-0} skipped=${skipped:-0}
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+  record java "$passed" "$failed" "$( ((skipped == 0)) || echo "$skipped skipped, ")log ${log#"$IDEM_ROOT"/}"
+}
+
 # record_node_tap SUITE LOG EXIT: records the totals of node --test's TAP reporter in LOG
 # ("# pass 230", "# fail 0", "# cancelled 0"); a run that printed none is a failure.
 record_node_tap() {
@@ -581,7 +610,7 @@ trap stop_burners EXIT
 wanted unit && timed run_unit
 
 cluster_suites=()
-for s in regress isolation pgtap scripted examples citus clients go browser brokers docs \
+for s in regress isolation pgtap scripted examples citus clients go java browser brokers docs \
   sanitizers managed; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
@@ -633,6 +662,7 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     wanted citus && timed run_citus
     wanted clients && timed run_clients
     wanted go && timed run_go
+    wanted java && timed run_java
     wanted sanitizers && timed run_sanitizers
     wanted browser && timed run_browser
     wanted brokers && timed run_brokers
