@@ -15,5 +15,6 @@ export {
 } from './lib/action.js';
 export { OutboxConsumer } from './lib/consumer.js';
 export {
-  answerFor, IdempotencyKeyHeaderError, idempotencyMiddleware, parseIdempotencyKey,
+  answerFor, IdempotencyKeyHeaderError, idempotencyMiddleware, parseIdempotencyKey, replayOf,
+  STORED_MARK, storedAnswer,
 } from './lib/middleware.js';
