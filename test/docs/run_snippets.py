@@ -10,7 +10,8 @@ before the fence is an HTML comment starting with "fragment" (<!-- fragment: why
 Blocks of another language (ini, text, none: configuration, logs, output) are not code.
 
 Hidden blocks in HTML comments make a page's examples runnable without showing the scaffold:
-    <!-- setup LANG        runs on its own where it stands (a table the examples use)
+    <!-- setup LANG        runs on its own where it stands (never a table or role the examples
+                          use: a reader needs those, so a page shows them; such a setup fails)
     <!-- prelude LANG      is put before the next visible block of LANG (psql variables)
     <!-- check LANG        is put after the previous visible block of LANG (calls what it
     ...                    defined, asserts what it printed)
@@ -19,8 +20,10 @@ Each page gets a fresh database with the extension (PGDATABASE for every block);
 in page order, each in its own process: sql through psql (ON_ERROR_STOP), python with
 --python, js as an ES module inside --node-app (so its imports resolve), sh with bash -e in
 the repository root with HOME in a scratch folder (and the demo cluster's address and port
-3000 replaced with the test cluster's and --port). PORT is --port for every block. Prints one
-line per block; exits 1 when any block failed, naming FILE:LINE.
+3000 replaced with the test cluster's and --port). PORT is --port for every block. IDEM_DOCS_RESTART, passed on to every block,
+is the command that restarts the cluster (test/docs/restart.sh fast|immediate): checks use it
+to see a server example keep serving through a restart. Prints one line per block; exits 1
+when any block failed, naming FILE:LINE.
 """
 import argparse
 import os
@@ -130,8 +133,17 @@ def fresh_database(db):
 SYSTEM_CHANGE = re.compile(r"\b(sudo|apt-get|apt|make( [^\n]*)? install|scripts/demo\.sh)\b")
 
 
+# What a reader must see to run the examples: a hidden setup that makes a table or a role is
+# hidden setup the reader does not have.
+READER_NEEDS = re.compile(r"\bCREATE\s+(?:(?:UNLOGGED|TEMP|TEMPORARY|GLOBAL|LOCAL)\s+)*"
+                          r"(TABLE|ROLE|USER)\b", re.I)
+
+
 def run_block(b, db, args, scratch, n):
     code = "".join(b.before) + b.code + "".join(b.after)
+    if b.hidden == "setup" and READER_NEEDS.search(code):
+        return "refused", (f"a hidden setup makes a {READER_NEEDS.search(code).group(1).upper()}"
+                           " the examples need: show it in the page")
     if b.lang == "sh" and SYSTEM_CHANGE.search(code):
         return "refused", (f"it changes the machine ({SYSTEM_CHANGE.search(code).group(0)}):"
                            " mark it as a fragment")
