@@ -4,7 +4,8 @@
     run_snippets.py --python VENV/bin/python --node-app DIR FILE.md...
 
 Every fenced block whose language is sql, python, js / javascript / mjs (```js commonjs: a
-CommonJS file), sh / bash runs,
+CommonJS file), sh / bash runs (```python file=~/shop/app.py: saved there too, as the page
+tells the reader to, for a later shell block that starts it as a server),
 unless it is marked as a fragment: the info string says so (```sql fragment) or the line
 before the fence is an HTML comment starting with "fragment" (<!-- fragment: why -->).
 Blocks of another language (ini, text, none: configuration, logs, output) are not code.
@@ -52,6 +53,7 @@ class Block:
     code: str
     fragment: bool = False
     commonjs: bool = False  # ```js commonjs: run as a CommonJS file
+    file: str = ""  # ```python file=~/shop/app.py: saved there (~: the blocks' HOME) too
     hidden: str = ""  # setup / prelude / check
     before: list = field(default_factory=list)
     after: list = field(default_factory=list)
@@ -88,8 +90,9 @@ def parse(path):
                     for ln in lines[i + 1:end]]
             lang = LANGS.get(words[0].lower(), "") if words else ""
             fragment = "fragment" in words[1:] or bool(FRAGMENT.match(prev.strip()))
+            file = next((w[5:] for w in words[1:] if w.startswith("file=")), "")
             blocks.append(Block(path, i + 1, lang, "\n".join(body) + "\n", fragment=fragment,
-                                commonjs="commonjs" in words[1:]))
+                                commonjs="commonjs" in words[1:], file=file))
             i = end + 1
             prev = ""
             continue
@@ -152,6 +155,12 @@ def run_block(b, db, args, scratch, n):
     env = dict(os.environ, PGDATABASE=db, HOME=os.path.join(scratch, "home"), PORT=str(args.port),
                PIP_NO_INDEX="1")
     env.setdefault("npm_config_cache", os.path.join(os.path.expanduser("~"), ".npm"))
+    if b.file:
+        saved = os.path.join(env["HOME"], b.file[2:]) if b.file.startswith("~/") else \
+            os.path.join(scratch, b.file)
+        os.makedirs(os.path.dirname(saved), exist_ok=True)
+        with open(saved, "w", encoding="utf-8") as f:
+            f.write(b.code)
     if b.lang == "sql":
         file = os.path.join(scratch, f"block{n}.sql")
         cmd, cwd = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", file], scratch
