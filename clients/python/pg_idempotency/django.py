@@ -65,6 +65,13 @@ def _buffered(streaming) -> HttpResponse:
     return response
 
 
+def _connection_lost(e) -> bool:
+    """Whether the driver's error is a lost connection (no SQLSTATE: nothing came back; 08:
+    connection exceptions; 57P01-57P03: the server going away), not say a lock timeout."""
+    code = getattr(e.__cause__, "pgcode", None) or getattr(e.__cause__, "sqlstate", None)
+    return code is None or code.startswith("08") or code in ("57P01", "57P02", "57P03")
+
+
 class _Rollback(Exception):
     """Leaves transaction.atomic with a rollback, carrying the answer to send."""
 
@@ -134,7 +141,7 @@ class IdempotencyMiddleware:
                     log.error('idempotency: the answer to key "%s" was not stored: %s', key, e)
                     return _response(NOT_STORED)
                 if isinstance(e, OperationalError):
-                    if tries == 1 and self._drop_if_broken(connected):
+                    if tries == 1 and _connection_lost(e) and self._drop_if_broken(connected):
                         log.warning("idempotency: a connection was lost before the claim, "
                                     "trying a new one: %s", e)
                         continue
@@ -144,15 +151,13 @@ class IdempotencyMiddleware:
         return None  # not reached: the second try returns or raises
 
     def _drop_if_broken(self, connected: bool) -> bool:
-        """Whether the connection the claim was sent on (one made before: `connected`) broke;
-        it is closed then, and the next statement connects anew."""
-        conn = connections[self.database]
+        """Whether the claim failed on a connection made before (`connected`): one that broke
+        while idle. It is closed, and the next statement connects anew. (psycopg2 does not
+        always mark such a connection closed, and the claim committed nothing, so it is not
+        asked first.)"""
         if not connected:
             return False                   # connecting failed: the database is unreachable
-        if conn.connection is not None and conn.is_usable():
-            return False
-        conn.close()
+        connections[self.database].close()
         return True
-
 
 __all__ = ["IdempotencyMiddleware"]

@@ -57,7 +57,8 @@ INSERT = "INSERT INTO orders (k, item, code) VALUES (%s, %s, %s) RETURNING id"
 
 def replay_marker(status, response):
     """replay_headers: adds to a replay (Location, X-Order: stored with the first answer)."""
-    return {"X-Replay-Of": str(response["id"])} if status == 201 else {}
+    return ({"X-Replay-Of": str(response["id"])}
+            if status == 201 and isinstance(response, dict) and "id" in response else {})
 
 
 def middleware_options(**extra):
