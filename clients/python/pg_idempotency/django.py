@@ -140,8 +140,9 @@ class IdempotencyMiddleware:
                 if handled:
                     log.error('idempotency: the answer to key "%s" was not stored: %s', key, e)
                     return _response(NOT_STORED)
-                if isinstance(e, OperationalError):
-                    if tries == 1 and _connection_lost(e) and self._drop_if_broken(connected):
+                lost = _connection_lost(e)     # psycopg2 raises some as a bare DatabaseError
+                if isinstance(e, OperationalError) or lost:
+                    if tries == 1 and lost and self._drop_if_broken(connected):
                         log.warning("idempotency: a connection was lost before the claim, "
                                     "trying a new one: %s", e)
                         continue
@@ -157,7 +158,13 @@ class IdempotencyMiddleware:
         asked first.)"""
         if not connected:
             return False                   # connecting failed: the database is unreachable
-        connections[self.database].close()
+        conn = connections[self.database]
+        # Closed inside the failed atomic block, Django keeps the dead connection object until
+        # a later close(), which returns early while closed_in_transaction is set.
+        conn.closed_in_transaction = False
+        conn.needs_rollback = False
+        conn.close()
+        conn.connection = None
         return True
 
 __all__ = ["IdempotencyMiddleware"]

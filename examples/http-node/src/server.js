@@ -13,8 +13,8 @@ import { createRequire } from 'node:module';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import {
-  answerFor, idempotencyMiddleware, parseIdempotencyKey, replayOf, runExternal, STORED_MARK,
-  StaleAttemptError,
+  answerFor, idempotencyMiddleware, parseIdempotencyKey, replayOf as storedReplay, runExternal,
+  STORED_MARK, StaleAttemptError,
 } from '@idempotency/client';
 import pg from 'pg';
 
@@ -240,7 +240,7 @@ export function createService(pool, config) {
     // The middleware stores an answer with the headers its replays carry: its body is shown
     // as the response, the headers beside it.
     if (row.response?.[STORED_MARK] === 1) {
-      const { value, headers } = replayOf(row.response);
+      const { value, headers } = storedReplay(row.response);
       Object.assign(row, { response: value ?? null, response_headers: headers });
     }
     return reply(200, { key, ...row, order_ids: row.order_ids.map(Number) });
