@@ -2,6 +2,7 @@
 # scripts/demo.sh: `stop` keeps the cluster's data and `start` starts it again with that data;
 # a plain run says that it starts afresh (and how to keep the data), and does. On a demo
 # cluster of its own (IDEM_DEMO_CLUSTER, IDEM_DEMO_PORT), never the reader's .cluster.
+# idem: same on every major (the demo script, not the extension)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
