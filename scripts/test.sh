@@ -497,7 +497,10 @@ run_docs() {
     fi
   done
   docs_snippets() {
+    # IDEM_DOCS_RESTART: the command the checks restart the test cluster with (fast and
+    # immediate), to see each server example keep serving.
     npm_config_audit=false npm_config_fund=false npm_config_prefer_offline=true \
+      IDEM_DOCS_RESTART="bash $IDEM_ROOT/test/docs/restart.sh" \
       PATH="$PGBIN:$PATH" timeout -k 10 "$TIMEOUT" /usr/bin/python3 test/docs/run_snippets.py \
       --python "$venv/bin/python" --node-app test/docs/node-app --root "$IDEM_ROOT" "$@"
   }

@@ -374,7 +374,7 @@ export class OutboxConsumer {
 // ---- HTTP ----
 
 export class IdempotencyKeyHeaderError extends Error {
-  code: 'idempotency_key_missing' | 'idempotency_key_malformed';
+  code: 'idempotency_key_missing' | 'idempotency_key_malformed' | 'idempotency_scope_missing';
   httpStatus: 400;
 }
 export function parseIdempotencyKey(raw: string | string[] | undefined): string;
@@ -384,6 +384,24 @@ export interface HttpAnswer {
   headers: Record<string, string>;
 }
 export function answerFor(err: unknown): HttpAnswer | null;
+
+/** What the middleware stores for an answer (docs/clients-node.md#replays). */
+export interface StoredAnswer {
+  idempotency_http: 1;
+  /** Content-Type, Location and the keepHeaders option's, as the first answer set them. */
+  headers: Record<string, string>;
+  /** One of: the JSON value of a JSON answer, any other UTF-8 text, other bytes. */
+  body?: unknown;
+  text?: string;
+  base64?: string;
+}
+export const STORED_MARK: 'idempotency_http';
+/** The stored form of an answer: its body's bytes and its [name, value] header pairs. */
+export function storedAnswer(body: Uint8Array, headers: Iterable<[string, unknown]>,
+  keep?: string[]): StoredAnswer;
+/** What a replay of a stored response sends (a response stored without the mark: JSON). */
+export function replayOf(response: unknown): {
+  headers: Record<string, string>; body: Buffer; value: unknown };
 
 export interface IdempotencyContext {
   /** The pooled client whose transaction holds the claim: run the handler's writes on it. */
@@ -400,12 +418,16 @@ declare module 'node:http' {
   }
 }
 export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage> extends ReserveOptions {
+  /** A pool without an 'error' listener gets one that logs (see docs/clients-node.md). */
   pool: PoolLike;
-  scope: string | ((req: Req) => string);
+  /** undefined or null (a header it reads is missing): 400 idempotency_scope_missing. */
+  scope: string | ((req: Req) => string | null | undefined);
   key?: (req: Req) => string;
   request?: (req: Req) => Body | null | undefined;
   exclude?: ExcludePaths;
   store?: (statusCode: number) => boolean;
+  /** Headers of the first answer that its replays carry besides Content-Type and Location. */
+  keepHeaders?: string[];
   replayHeaders?: (statusCode: number, response: any) => Record<string, string>;
   /** The largest body the middleware reads itself, in bytes (413 above); default 1 MiB. */
   limit?: number;

@@ -19,5 +19,6 @@ export {
   checkExtension, CLIENT_VERSION, EXTENSION_VERSIONS, ExtensionVersionError,
 } from './lib/versions.js';
 export {
-  answerFor, IdempotencyKeyHeaderError, idempotencyMiddleware, parseIdempotencyKey,
+  answerFor, IdempotencyKeyHeaderError, idempotencyMiddleware, parseIdempotencyKey, replayOf,
+  STORED_MARK, storedAnswer,
 } from './lib/middleware.js';

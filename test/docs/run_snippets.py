@@ -4,13 +4,15 @@
     run_snippets.py --python VENV/bin/python --node-app DIR FILE.md...
 
 Every fenced block whose language is sql, python, js / javascript / mjs (```js commonjs: a
-CommonJS file), sh / bash runs,
+CommonJS file), sh / bash runs (```python file=~/shop/app.py: saved there too, as the page
+tells the reader to, for a later shell block that starts it as a server),
 unless it is marked as a fragment: the info string says so (```sql fragment) or the line
 before the fence is an HTML comment starting with "fragment" (<!-- fragment: why -->).
 Blocks of another language (ini, text, none: configuration, logs, output) are not code.
 
 Hidden blocks in HTML comments make a page's examples runnable without showing the scaffold:
-    <!-- setup LANG        runs on its own where it stands (a table the examples use)
+    <!-- setup LANG        runs on its own where it stands (never a table or role the examples
+                          use: a reader needs those, so a page shows them; such a setup fails)
     <!-- prelude LANG      is put before the next visible block of LANG (psql variables)
     <!-- check LANG        is put after the previous visible block of LANG (calls what it
     ...                    defined, asserts what it printed)
@@ -19,8 +21,10 @@ Each page gets a fresh database with the extension (PGDATABASE for every block);
 in page order, each in its own process: sql through psql (ON_ERROR_STOP), python with
 --python, js as an ES module inside --node-app (so its imports resolve), sh with bash -e in
 the repository root with HOME in a scratch folder (and the demo cluster's address and port
-3000 replaced with the test cluster's and --port). PORT is --port for every block. Prints one
-line per block; exits 1 when any block failed, naming FILE:LINE.
+3000 replaced with the test cluster's and --port). PORT is --port for every block. IDEM_DOCS_RESTART, passed on to every block,
+is the command that restarts the cluster (test/docs/restart.sh fast|immediate): checks use it
+to see a server example keep serving through a restart. Prints one line per block; exits 1
+when any block failed, naming FILE:LINE.
 """
 import argparse
 import os
@@ -49,6 +53,7 @@ class Block:
     code: str
     fragment: bool = False
     commonjs: bool = False  # ```js commonjs: run as a CommonJS file
+    file: str = ""  # ```python file=~/shop/app.py: saved there (~: the blocks' HOME) too
     hidden: str = ""  # setup / prelude / check
     before: list = field(default_factory=list)
     after: list = field(default_factory=list)
@@ -85,8 +90,9 @@ def parse(path):
                     for ln in lines[i + 1:end]]
             lang = LANGS.get(words[0].lower(), "") if words else ""
             fragment = "fragment" in words[1:] or bool(FRAGMENT.match(prev.strip()))
+            file = next((w[5:] for w in words[1:] if w.startswith("file=")), "")
             blocks.append(Block(path, i + 1, lang, "\n".join(body) + "\n", fragment=fragment,
-                                commonjs="commonjs" in words[1:]))
+                                commonjs="commonjs" in words[1:], file=file))
             i = end + 1
             prev = ""
             continue
@@ -130,8 +136,17 @@ def fresh_database(db):
 SYSTEM_CHANGE = re.compile(r"\b(sudo|apt-get|apt|make( [^\n]*)? install|scripts/demo\.sh)\b")
 
 
+# What a reader must see to run the examples: a hidden setup that makes a table or a role is
+# hidden setup the reader does not have.
+READER_NEEDS = re.compile(r"\bCREATE\s+(?:(?:UNLOGGED|TEMP|TEMPORARY|GLOBAL|LOCAL)\s+)*"
+                          r"(TABLE|ROLE|USER)\b", re.I)
+
+
 def run_block(b, db, args, scratch, n):
     code = "".join(b.before) + b.code + "".join(b.after)
+    if b.hidden == "setup" and READER_NEEDS.search(code):
+        return "refused", (f"a hidden setup makes a {READER_NEEDS.search(code).group(1).upper()}"
+                           " the examples need: show it in the page")
     if b.lang == "sh" and SYSTEM_CHANGE.search(code):
         return "refused", (f"it changes the machine ({SYSTEM_CHANGE.search(code).group(0)}):"
                            " mark it as a fragment")
@@ -140,6 +155,12 @@ def run_block(b, db, args, scratch, n):
     env = dict(os.environ, PGDATABASE=db, HOME=os.path.join(scratch, "home"), PORT=str(args.port),
                PIP_NO_INDEX="1")
     env.setdefault("npm_config_cache", os.path.join(os.path.expanduser("~"), ".npm"))
+    if b.file:
+        saved = os.path.join(env["HOME"], b.file[2:]) if b.file.startswith("~/") else \
+            os.path.join(scratch, b.file)
+        os.makedirs(os.path.dirname(saved), exist_ok=True)
+        with open(saved, "w", encoding="utf-8") as f:
+            f.write(b.code)
     if b.lang == "sql":
         file = os.path.join(scratch, f"block{n}.sql")
         cmd, cwd = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", file], scratch

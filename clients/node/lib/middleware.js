@@ -75,6 +75,64 @@ export function answerFor(err) {
   return null;
 }
 
+// What complete() stores for an answer is { idempotency_http: 1, headers: {...}, and the body
+// as one of body (the JSON value of a JSON answer), text (any other UTF-8 text) or base64
+// (other bytes); none for an empty body }. The headers are those of the first answer that a
+// client reads (lower-case names): Content-Type, Location and the keepHeaders option's. A
+// replay sends them, and the body, as they were (test/vectors/http_answers.json).
+export const STORED_MARK = 'idempotency_http';
+const KEPT_HEADERS = ['content-type', 'location'];
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+// headers: [name, value] pairs, the first of a name wins.
+export function storedAnswer(body, headers, keep = []) {
+  const wanted = new Set([...KEPT_HEADERS, ...keep.map((name) => name.toLowerCase())]);
+  const kept = {};
+  for (const [name, value] of headers) {
+    const lower = String(name).toLowerCase();
+    if (wanted.has(lower) && !(lower in kept) && value !== undefined)
+      kept[lower] = Array.isArray(value) ? value.join(', ') : String(value);
+  }
+  const stored = { [STORED_MARK]: 1, headers: kept };
+  if (body.length === 0) return stored;
+  let text;
+  try {
+    text = utf8.decode(body);
+  } catch {
+    stored.base64 = Buffer.from(body).toString('base64');
+    return stored;
+  }
+  if (isJsonType(kept['content-type'])) {
+    try {
+      stored.body = JSON.parse(text);
+      return stored;
+    } catch {
+      // sent as JSON, but not JSON: kept as its text
+    }
+  }
+  stored.text = text;
+  return stored;
+}
+
+// The replay of what complete() stored: { headers (lower-case names), body (a Buffer), value
+// (the JSON value or the text; undefined for bytes or no body, for replayHeaders) }. A value
+// stored without the mark (before it existed) is a JSON body, replayed as application/json.
+export function replayOf(response) {
+  if (response !== null && typeof response === 'object' && response[STORED_MARK] === 1) {
+    const headers = { ...response.headers };
+    if ('body' in response)
+      return { headers, body: Buffer.from(JSON.stringify(response.body)), value: response.body };
+    if ('text' in response)
+      return { headers, body: Buffer.from(response.text, 'utf8'), value: response.text };
+    if ('base64' in response)
+      return { headers, body: Buffer.from(response.base64, 'base64'), value: undefined };
+    return { headers, body: Buffer.alloc(0), value: undefined };
+  }
+  const text = response === undefined || response === null ? '' : JSON.stringify(response);
+  return { headers: { 'content-type': 'application/json' }, body: Buffer.from(text),
+    value: response };
+}
+
 function send(res, status, body, headers = {}) {
   const text = body === undefined ? '' : JSON.stringify(body);
   res.writeHead(status, {
@@ -84,6 +142,11 @@ function send(res, status, body, headers = {}) {
   });
   res.end(text);
 }
+
+// The bodies of the middleware's answers are those of the Python middlewares, word for word
+// (test/vectors/http_answers.json, checked by both clients' tests).
+const INVALID_JSON_MESSAGE =
+  'the request body is sent as JSON but is not JSON, or is over the limits of the fingerprint';
 
 const valueOf = (v, req) => (typeof v === 'function' ? v(req) : v);
 
@@ -150,7 +213,9 @@ async function defaultRequestHash(req, exclude, limit) {
 //   lockTtl, retention, wait   as reserve's (strings of intervals, or seconds)
 //   store       statusCode => whether to store the answer; default: below 500 (a 5xx rolls the
 //               claim back with the handler's writes, and the retry starts afresh)
-//   replayHeaders (statusCode, response) => extra headers of a replay (e.g. Location)
+//   keepHeaders names of headers of the first answer that its replays carry besides
+//               Content-Type and Location (say ETag)
+//   replayHeaders (statusCode, response) => extra headers of a replay
 //   prepare     false: send reserve_begin with inlined values, not as a prepared statement
 //               (default true; behind a pooler that mixes up prepared statements, the first
 //               26000 or 42P05 switches it to false)
@@ -163,6 +228,15 @@ export function idempotencyMiddleware(options) {
   const { pool, exclude, lockTtl, retention, wait } = options ?? {};
   if (!pool || typeof pool.connect !== 'function') throw new TypeError('idempotencyMiddleware needs a pg pool');
   if (options.scope === undefined) throw new TypeError('idempotencyMiddleware needs a scope');
+  // A pool emits 'error' when one of its idle connections breaks (a server restart): with no
+  // listener, that event ends the process. One that logs is added when the application has
+  // none; its own listener, added before, is left alone.
+  if (typeof pool.on === 'function' && typeof pool.listenerCount === 'function' &&
+    pool.listenerCount('error') === 0) {
+    pool.on('error', (err) => {
+      console.error(`idempotency: an idle connection of the pool failed: ${err.message}`);
+    });
+  }
   const keyOf = options.key ?? ((req) => parseIdempotencyKey(req.headers['idempotency-key']));
   const limit = options.limit ?? 1 << 20;
   const hashOf = options.request
@@ -170,6 +244,7 @@ export function idempotencyMiddleware(options) {
     : (req) => defaultRequestHash(req, exclude, limit);
   const store = options.store ?? ((status) => status < 500);
   const replayHeaders = options.replayHeaders ?? (() => ({}));
+  const keepHeaders = options.keepHeaders ?? [];
   // reserve_begin, prepared, until the server refuses it (see reserveBegin): then unprepared,
   // or BEGIN + reserve in one round trip
   let useReserveBegin = true;
@@ -209,6 +284,10 @@ export function idempotencyMiddleware(options) {
     let hash;
     try {
       scope = valueOf(options.scope, req);
+      if (scope === undefined || scope === null) { // say a header the scope is read from
+        throw new IdempotencyKeyHeaderError('idempotency_scope_missing',
+          'the request does not say whose it is: the scope of its Idempotency-Key is missing');
+      }
       key = keyOf(req);
       checkNames(scope, key);
       hash = await hashOf(req);
@@ -216,7 +295,7 @@ export function idempotencyMiddleware(options) {
       const answer = answerFor(err);
       if (answer) return send(res, answer.status, answer.body, answer.headers);
       if (err instanceof InvalidJsonError || err instanceof ProgramLimitExceededError)
-        return send(res, 400, { error: 'invalid_json', message: err.message });
+        return send(res, 400, { error: 'invalid_json', message: INVALID_JSON_MESSAGE });
       if (err instanceof BodyTooLargeError) {
         return send(res, 413, { error: 'body_too_large',
           message: 'the request body is over the limit of the idempotency middleware' });
@@ -239,22 +318,30 @@ export function idempotencyMiddleware(options) {
     };
     let reservation;
     let prepared;
-    try {
-      client = await pool.connect();
-    } catch (err) {
-      return isConnectionLost(err) || databaseUnreachable(err) ? unavailable(err) : next(err);
-    }
-    try {
-      unwatch = watchConnection(client);
-      // one round trip: a transaction open after the outcome 'new' only
-      [reservation, prepared] = await reserveOpening(client, scope, key, hash);
-    } catch (err) {
-      if (isConnectionLost(err, client)) {
-        releaseClient(err);
-        return unavailable(err);
+    // A pooled connection that died while idle (the server restarted, the backend was
+    // terminated) fails on the claim, its first statement. The claim commits nothing (a new
+    // key's transaction stays open for the handler), so it is tried once more on another
+    // connection: the first request after the database is back succeeds.
+    for (let tries = 1; ; tries++) {
+      try {
+        client = await pool.connect();
+      } catch (err) {
+        return isConnectionLost(err) || databaseUnreachable(err) ? unavailable(err) : next(err);
       }
-      await endReservation(client, releaseClient);
-      return databaseUnreachable(err) ? unavailable(err) : next(err);
+      try {
+        unwatch = watchConnection(client);
+        // one round trip: a transaction open after the outcome 'new' only
+        [reservation, prepared] = await reserveOpening(client, scope, key, hash);
+        break;
+      } catch (err) {
+        if (isConnectionLost(err, client)) {
+          releaseClient(err);
+          if (tries < 2) continue;
+          return unavailable(err);
+        }
+        await endReservation(client, releaseClient);
+        return databaseUnreachable(err) ? unavailable(err) : next(err);
+      }
     }
 
     if (reservation.outcome !== 'new') {
@@ -263,8 +350,13 @@ export function idempotencyMiddleware(options) {
       try {
         if (reservation.outcome === 'replay') {
           const { statusCode, response } = reservation;
-          send(res, statusCode, response,
-            { 'Idempotent-Replayed': 'true', ...replayHeaders(statusCode, response) });
+          const replay = replayOf(response);
+          const headers = { ...replay.headers, 'content-length': String(replay.body.length),
+            'idempotent-replayed': 'true' };
+          for (const [name, value] of Object.entries(replayHeaders(statusCode, replay.value)))
+            headers[name.toLowerCase()] = String(value);
+          res.writeHead(statusCode, headers);
+          res.end(replay.body);
         } else {
           const Outcome = {
             in_progress: KeyInProgressError, mismatch: KeyMismatchError, too_old: KeyTooOldError,
@@ -335,13 +427,15 @@ export function idempotencyMiddleware(options) {
       const status = head ? head[0] : res.statusCode;
       (async () => {
         if (store(status)) {
-          const text = body.toString('utf8');
-          let response;
-          try {
-            response = text === '' ? null : JSON.parse(text);
-          } catch {
-            response = text; // not JSON: stored, and replayed, as a JSON string
-          }
+          // writeHead's headers, then those set before it (writeHead's win)
+          const given = head?.length > 1 && typeof head[head.length - 1] === 'object'
+            ? head[head.length - 1] : null;
+          const pairs = Array.isArray(given)
+            ? (Array.isArray(given[0]) ? given
+              : given.flatMap((v, i) => (i % 2 === 0 ? [[v, given[i + 1]]] : [])))
+            : Object.entries(given ?? {});
+          const response = storedAnswer(body, [...pairs, ...Object.entries(res.getHeaders())],
+            keepHeaders);
           await finishTransaction(() => completeThen(client, 'COMMIT', scope, key, status,
             response, reservation.attempt, { prepare: prepared && opts.prepare }));
         } else {

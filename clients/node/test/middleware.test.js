@@ -31,7 +31,8 @@ before(async () => {
     scope: (req) => req.get('x-account') ?? 'anonymous',
     exclude: ['sent_at'],
     lockTtl: '30 seconds',
-    replayHeaders: (status, body) => (status === 201 ? { Location: `/orders/${body.id}` } : {}),
+    keepHeaders: ['ETag'], // beside Content-Type and Location
+    replayHeaders: (status, body) => (status === 202 ? { 'X-Replay-Of': String(body.id) } : {}),
   });
   app.post('/orders', idempotency, async (req, res) => {
     runs++;
@@ -46,6 +47,8 @@ before(async () => {
       await client.query('SELECT idempotency.forget($1, $2)', [req.idempotency.scope, key]);
     if (req.query.answer === '503') return res.status(503).json({ error: 'try later' });
     if (req.query.throw === '1') throw new Error('handler failed');
+    if (req.query.text === '1') return res.status(202).type('text/plain').send(`order ${rows[0].id} café`);
+    if (req.query.accepted === '1') return res.status(202).json({ id: rows[0].id });
     return res.status(201).location(`/orders/${rows[0].id}`)
       .json({ id: rows[0].id, item: body.item, attempt });
   });
@@ -70,7 +73,8 @@ async function post({ key, body = { item: 'widget' }, account = 'acct_1', query 
     method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body),
   });
   const text = await res.text();
-  return { status: res.status, headers: res.headers, text, body: text ? JSON.parse(text) : null };
+  const json = /json/.test(res.headers.get('content-type') ?? '');
+  return { status: res.status, headers: res.headers, text, body: text && json ? JSON.parse(text) : null };
 }
 
 test('400 when the key is missing or malformed; nothing runs', async () => {
@@ -84,6 +88,24 @@ test('400 when the key is missing or malformed; nothing runs', async () => {
     assert.equal(res.body.error, 'idempotency_key_malformed');
   }
   assert.equal(runs, before);
+});
+
+test('a text answer replays as it was; replayHeaders adds to a replay', async () => {
+  const key = randomUUID();
+  const first = await post({ key, query: 'text=1' });
+  assert.equal(first.status, 202);
+  const again = await post({ key, query: 'text=1' });
+  assert.equal(again.headers.get('idempotent-replayed'), 'true');
+  assert.equal(again.status, 202);
+  assert.equal(again.text, first.text);
+  assert.match(again.text, /^order \d+ café$/);
+  assert.equal(again.headers.get('content-type'), first.headers.get('content-type'));
+  assert.equal(again.headers.get('content-length'), first.headers.get('content-length'));
+  const json = randomUUID();
+  const accepted = await post({ key: json, query: 'accepted=1' });
+  assert.equal(accepted.headers.get('x-replay-of'), null);
+  const replayed = await post({ key: json, query: 'accepted=1' });
+  assert.equal(replayed.headers.get('x-replay-of'), String(accepted.body.id));
 });
 
 test('201, then the stored answer replayed with Idempotent-Replayed: true', async () => {
@@ -100,9 +122,14 @@ test('201, then the stored answer replayed with Idempotent-Replayed: true', asyn
   assert.equal(again.headers.get('location'), `/orders/${first.body.id}`);
   assert.equal(runs, before + 1, 'the handler ran once');
   assert.deepEqual(await ordersOf(key), [first.body.id]);
+  for (const name of ['content-type', 'location', 'etag'])
+    assert.equal(again.headers.get(name), first.headers.get(name), `the replay's ${name}`);
+  assert.equal(again.text, first.text);
   const rec = await lookup(check, 'acct_1', key);
   assert.equal(rec.statusCode, 201);
-  assert.deepEqual(rec.response, first.body);
+  assert.deepEqual(rec.response, { idempotency_http: 1, body: first.body, headers: {
+    'content-type': first.headers.get('content-type'), location: first.headers.get('location'),
+    etag: first.headers.get('etag') } });
   // another account with the same key is another request
   const other = await post({ key, account: 'acct_2' });
   assert.equal(other.status, 201);

@@ -33,8 +33,8 @@ from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, RESERVE_SQL, autoco
                      reserve_params)
 from .errors import KeyInProgress, KeyMismatch, KeyTooOld, translate
 from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
-                  RequestInfo, answer_for, connector, encode_json, options_from,
-                  stored_response)
+                  RequestInfo, StaleConnection, answer_for, connector, encode_json,
+                  headers_of_replay, options_from, replay_of, stored_answer)
 
 log = logging.getLogger("pg_idempotency")
 
@@ -110,7 +110,9 @@ class IdempotencyMiddleware:
       exclude     fields left out of a JSON body's fingerprint (dotted paths)
       lock_ttl, retention, wait     as reserve's
       store       status -> whether to store the answer; default: below 500
-      replay_headers (status, response) -> extra headers of a replay (e.g. Location)
+      keep_headers  names of headers of the first answer that its replays carry besides
+                  Content-Type and Location (say ETag)
+      replay_headers (status, response) -> extra headers of a replay
       applies     (method, path) -> whether the middleware handles the request; default:
                   POST and PATCH
       max_body    the largest body read, in bytes (413 above); default 1 MiB
@@ -119,6 +121,7 @@ class IdempotencyMiddleware:
     def __init__(self, app, *, pool=None, conninfo=None, connect=None, scope=None, **options):
         self.app = app
         self.connect = connector(pool, conninfo, connect, _one_connection)
+        self.pool = pool
         self.options = options_from(scope, **options)
         self.reserve_begin = True  # until the server refuses it (reserve_begin_refused)
 
@@ -159,18 +162,32 @@ class IdempotencyMiddleware:
             delivered = True
             return {"type": "http.request", "body": body, "more_body": False}
 
-        try:
-            async with self.connect() as conn:
-                autocommit = conn.autocommit
-                try:
-                    await self._handle(conn, scope, replay_receive, send, id_scope, key, params)
-                finally:
-                    await _restore_autocommit(conn, autocommit)
-        except psycopg.OperationalError as e:
-            # Not reached once an answer went out: _handle answers every database error
-            # after the connection was made itself.
-            log.error("idempotency: the database is unreachable: %s", e)
+        for tries in (1, 2):
+            try:
+                async with self.connect() as conn:
+                    autocommit = conn.autocommit
+                    try:
+                        await self._handle(conn, scope, replay_receive, send, id_scope, key,
+                                           params)
+                    finally:
+                        await _restore_autocommit(conn, autocommit)
+                return
+            except StaleConnection as e:
+                if tries == 1:
+                    # The pool's other idle connections died with this one: check() drops
+                    # them (one SELECT 1 each), so that the second try gets a live one.
+                    log.warning("idempotency: a connection was lost before the claim, trying "
+                                "another: %s", e.error)
+                    if self.pool is not None and hasattr(self.pool, "check"):
+                        await self.pool.check()
+                    continue
+                log.error("idempotency: the database is unreachable: %s", e.error)
+            except psycopg.OperationalError as e:
+                # Not reached once an answer went out: _handle answers every database error
+                # after the connection was made itself.
+                log.error("idempotency: the database is unreachable: %s", e)
             await _send_answer(send, DATABASE_UNAVAILABLE)
+            return
 
     async def _reserve(self, conn, params):
         """reserve_begin where the connection allows it (one round trip, a transaction open
@@ -199,15 +216,19 @@ class IdempotencyMiddleware:
         except psycopg.Error as e:
             await _rollback(conn)
             if isinstance(e, psycopg.OperationalError):
+                if conn.broken or conn.closed:
+                    raise StaleConnection(e) from e
                 raise
             raise translate(e) from e
         if reservation.outcome != "new":
             await _rollback(conn)  # nothing open after reserve_begin: no round trip
             if reservation.outcome == "replay":
-                extra = {"Idempotent-Replayed": "true",
-                         **opts.replay_headers(reservation.status_code, reservation.response)}
-                await _send_answer(send, Answer(reservation.status_code, reservation.response),
-                                   extra)
+                replay = replay_of(reservation.response)
+                headers = headers_of_replay(opts, reservation.status_code, replay)
+                await send({"type": "http.response.start", "status": reservation.status_code,
+                            "headers": [(k.encode("latin-1"), v.encode("latin-1"))
+                                        for k, v in headers.items()]})
+                await send({"type": "http.response.body", "body": replay.body})
                 return
             outcome = _OUTCOMES[reservation.outcome](id_scope, key, reservation,
                                                      reservation.outcome)
@@ -243,7 +264,9 @@ class IdempotencyMiddleware:
         try:
             if opts.store(status):
                 await psycopg.AsyncClientCursor(conn).execute(COMPLETE_COMMIT_SQL, (
-                    id_scope, key, status, Jsonb(stored_response(body)), reservation.attempt))
+                    id_scope, key, status,
+                    Jsonb(stored_answer(body, start.get("headers", []), opts.keep_headers)),
+                    reservation.attempt))
             else:
                 await conn.rollback()
         except Exception as e:

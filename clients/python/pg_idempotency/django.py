@@ -24,7 +24,7 @@ from django.http import HttpResponse
 from .client import Reservation, reserve_params
 from .errors import KeyInProgress, KeyMismatch, KeyTooOld
 from .web import (DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context, RequestInfo, answer_for,
-                  options_from, stored_response)
+                  headers_of_replay, options_from, replay_of, stored_answer)
 
 log = logging.getLogger("pg_idempotency")
 
@@ -49,11 +49,27 @@ def _response(answer: Answer, extra=None) -> HttpResponse:
     return response
 
 
+def _replay(opts, reservation) -> HttpResponse:
+    replay = replay_of(reservation.response)
+    response = HttpResponse(replay.body, status=reservation.status_code)
+    del response["Content-Type"]                 # only if the first answer had one
+    for name, value in headers_of_replay(opts, reservation.status_code, replay).items():
+        response[name] = value
+    return response
+
+
 def _buffered(streaming) -> HttpResponse:
     response = HttpResponse(b"".join(streaming.streaming_content), status=streaming.status_code)
     for name, value in streaming.items():
         response[name] = value
     return response
+
+
+def _connection_lost(e) -> bool:
+    """Whether the driver's error is a lost connection (no SQLSTATE: nothing came back; 08:
+    connection exceptions; 57P01-57P03: the server going away), not say a lock timeout."""
+    code = getattr(e.__cause__, "pgcode", None) or getattr(e.__cause__, "sqlstate", None)
+    return code is None or code.startswith("08") or code in ("57P01", "57P02", "57P03")
 
 
 class _Rollback(Exception):
@@ -85,46 +101,70 @@ class IdempotencyMiddleware:
             if answer is None:
                 raise
             return _response(answer)
-        handled = False
-        try:
-            with transaction.atomic(using=self.database):
-                with connections[self.database].cursor() as cursor:
-                    cursor.execute(_RESERVE, params)
-                    reservation = _reservation(cursor.fetchone())
-                if reservation.outcome == "replay":
-                    extra = {"Idempotent-Replayed": "true",
-                             **opts.replay_headers(reservation.status_code,
-                                                   reservation.response)}
-                    raise _Rollback(_response(Answer(reservation.status_code,
-                                                     reservation.response), extra))
-                if reservation.outcome != "new":
-                    outcome = _OUTCOMES[reservation.outcome](scope, key, reservation,
-                                                             reservation.outcome)
-                    raise _Rollback(_response(answer_for(outcome)))
-                request.idempotency = Context(connections[self.database], scope, key,
-                                              reservation.attempt, reservation.recovery_point,
-                                              reservation)
-                handled = True
-                response = self.get_response(request)  # Django turns exceptions into a 500
-                if response.streaming:
-                    response = _buffered(response)
-                if not opts.store(response.status_code):
-                    raise _Rollback(response)
-                with connections[self.database].cursor() as cursor:
-                    cursor.execute(_COMPLETE, (scope, key, response.status_code,
-                                               json.dumps(stored_response(response.content)),
-                                               reservation.attempt))
-            return response                    # after COMMIT
-        except _Rollback as r:
-            return r.response
-        except DatabaseError as e:
-            if handled:
-                log.error('idempotency: the answer to key "%s" was not stored: %s', key, e)
-                return _response(NOT_STORED)
-            if isinstance(e, OperationalError):
-                log.error("idempotency: the database is unreachable: %s", e)
-                return _response(DATABASE_UNAVAILABLE)
-            raise
+        # A connection that died while idle (the server restarted, the backend was
+        # terminated) fails on the claim, its first statement. The claim commits nothing, so
+        # the request is tried once more on a new connection.
+        for tries in (1, 2):
+            connected = connections[self.database].connection is not None
+            handled = False
+            try:
+                with transaction.atomic(using=self.database):
+                    with connections[self.database].cursor() as cursor:
+                        cursor.execute(_RESERVE, params)
+                        reservation = _reservation(cursor.fetchone())
+                    if reservation.outcome == "replay":
+                        raise _Rollback(_replay(opts, reservation))
+                    if reservation.outcome != "new":
+                        outcome = _OUTCOMES[reservation.outcome](scope, key, reservation,
+                                                                 reservation.outcome)
+                        raise _Rollback(_response(answer_for(outcome)))
+                    request.idempotency = Context(connections[self.database], scope, key,
+                                                  reservation.attempt,
+                                                  reservation.recovery_point, reservation)
+                    handled = True
+                    response = self.get_response(request)  # Django turns exceptions into a 500
+                    if response.streaming:
+                        response = _buffered(response)
+                    if not opts.store(response.status_code):
+                        raise _Rollback(response)
+                    with connections[self.database].cursor() as cursor:
+                        cursor.execute(_COMPLETE, (scope, key, response.status_code,
+                                                   json.dumps(stored_answer(
+                                                       response.content, response.items(),
+                                                       opts.keep_headers)),
+                                                   reservation.attempt))
+                return response                    # after COMMIT
+            except _Rollback as r:
+                return r.response
+            except DatabaseError as e:
+                if handled:
+                    log.error('idempotency: the answer to key "%s" was not stored: %s', key, e)
+                    return _response(NOT_STORED)
+                lost = _connection_lost(e)     # psycopg2 raises some as a bare DatabaseError
+                if isinstance(e, OperationalError) or lost:
+                    if tries == 1 and lost and self._drop_if_broken(connected):
+                        log.warning("idempotency: a connection was lost before the claim, "
+                                    "trying a new one: %s", e)
+                        continue
+                    log.error("idempotency: the database is unreachable: %s", e)
+                    return _response(DATABASE_UNAVAILABLE)
+                raise
+        return None  # not reached: the second try returns or raises
 
+    def _drop_if_broken(self, connected: bool) -> bool:
+        """Whether the claim failed on a connection made before (`connected`): one that broke
+        while idle. It is closed, and the next statement connects anew. (psycopg2 does not
+        always mark such a connection closed, and the claim committed nothing, so it is not
+        asked first.)"""
+        if not connected:
+            return False                   # connecting failed: the database is unreachable
+        conn = connections[self.database]
+        # Closed inside the failed atomic block, Django keeps the dead connection object until
+        # a later close(), which returns early while closed_in_transaction is set.
+        conn.closed_in_transaction = False
+        conn.needs_rollback = False
+        conn.close()
+        conn.connection = None
+        return True
 
 __all__ = ["IdempotencyMiddleware"]

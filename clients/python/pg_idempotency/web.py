@@ -3,6 +3,7 @@ the request's fingerprint, and the answers they send. The answers are those of t
 client's Express middleware."""
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import json
@@ -98,29 +99,106 @@ def answer_for(err: BaseException) -> Optional[Answer]:
     if isinstance(err, (InvalidJson, ProgramLimitExceeded)) and err.pgerror is None:
         # the request's body, refused by the client-side fingerprint (the server's own 54000,
         # say a response over 10 MB, is not the client's fault: no answer here)
-        return _problem(400, "invalid_json", err.message)
+        return INVALID_JSON
     return None
 
 
+# The bodies of these answers are those of the Node middleware, word for word
+# (test/vectors/http_answers.json, checked by both clients' tests).
 DATABASE_UNAVAILABLE = _problem(503, "database_unavailable",
-                                "the database is unreachable; retry with the same "
+                                "the database could not be reached; retry with the same "
                                 "Idempotency-Key", {"Retry-After": "1"})
+INVALID_JSON = _problem(400, "invalid_json",
+                        "the request body is sent as JSON but is not JSON, or is over the "
+                        "limits of the fingerprint")
+SCOPE_MISSING = _problem(400, "idempotency_scope_missing",
+                         "the request does not say whose it is: the scope of its "
+                         "Idempotency-Key is missing")
 NOT_STORED = _problem(500, "internal_error",
                       "the request failed; retry with the same Idempotency-Key")
 BODY_TOO_LARGE = _problem(413, "body_too_large",
                           "the request body is over the limit of the idempotency middleware")
 
 
-def stored_response(body: bytes) -> Any:
-    """What complete() stores for an answer's body: its JSON value, the text as a JSON string
-    when it is not JSON, None when empty."""
+# What complete() stores for an answer is {"idempotency_http": 1, "headers": {...}, and the
+# body as one of "body" (the JSON value of a JSON answer), "text" (any other UTF-8 text) or
+# "base64" (other bytes); none for an empty body}. The headers are those of the first answer
+# that a client reads (lower-case names): Content-Type, Location and the keep_headers option's.
+# A replay sends them, and the body, as they were (test/vectors/http_answers.json).
+STORED_MARK = "idempotency_http"
+KEPT_HEADERS = ("content-type", "location")
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def stored_answer(body: bytes, headers, keep=()) -> dict:
+    """What complete() stores for an answer: `headers` are its (name, value) pairs."""
+    wanted = {*KEPT_HEADERS, *(name.lower() for name in keep)}
+    kept: dict = {}
+    for name, value in headers:
+        name = name.decode("latin-1") if isinstance(name, bytes) else str(name)
+        value = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+        if name.lower() in wanted and name.lower() not in kept:
+            kept[name.lower()] = value
+    stored: dict = {STORED_MARK: 1, "headers": kept}
     if not body:
-        return None
-    text = body.decode("utf-8", errors="replace")
+        return stored
     try:
-        return json.loads(text)
-    except ValueError:
-        return text
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        stored["base64"] = base64.b64encode(body).decode("ascii")
+        return stored
+    if is_json_type(kept.get("content-type")):
+        try:
+            stored["body"] = json.loads(text, parse_constant=_refuse_constant)
+            return stored
+        except ValueError:
+            pass                        # sent as JSON, but not JSON: kept as its text
+    stored["text"] = text
+    return stored
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """A stored answer as a replay sends it: headers (lower-case names), the body's bytes, and
+    `value` (the JSON value or the text; None for bytes or no body) for replay_headers."""
+    headers: Mapping[str, str]
+    body: bytes
+    value: Any
+
+
+def replay_of(response) -> Replay:
+    """The replay of what complete() stored; a value stored without the mark (before it
+    existed) is a JSON body, replayed as application/json."""
+    if isinstance(response, dict) and response.get(STORED_MARK) == 1:
+        headers = dict(response.get("headers") or {})
+        if "body" in response:
+            value = response["body"]
+            body = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            return Replay(headers, body, value)
+        if "text" in response:
+            return Replay(headers, response["text"].encode("utf-8"), response["text"])
+        if "base64" in response:
+            return Replay(headers, base64.b64decode(response["base64"]), None)
+        return Replay(headers, b"", None)
+    return Replay({"content-type": "application/json"}, encode_json(response), response)
+
+
+def headers_of_replay(opts, status: int, replay: Replay) -> dict:
+    """The headers of a replay: the stored ones, Content-Length, Idempotent-Replayed: true and
+    those of the replay_headers option (which win)."""
+    headers = {**replay.headers, "content-length": str(len(replay.body)),
+               "idempotent-replayed": "true"}
+    for name, value in opts.replay_headers(status, replay.value).items():
+        headers[name.lower()] = str(value)
+    return headers
+
+
+def _scope_missing() -> KeyMalformed:
+    """A 400: the scope function found nothing (a header it reads is missing)."""
+    return KeyMalformed(SCOPE_MISSING.body["error"], SCOPE_MISSING.body["message"])
 
 
 @dataclasses.dataclass
@@ -146,6 +224,7 @@ class Options:
     replay_headers: Callable[[int, Any], Mapping[str, str]] = lambda status, response: {}
     applies: Optional[Callable[[str, str], bool]] = None
     max_body: int = DEFAULT_MAX_BODY
+    keep_headers: tuple = ()            # more headers of the first answer that replays carry
 
     def applies_to(self, method: str, path: str) -> bool:
         """applies(method, path); by default POST and PATCH (the methods that are not
@@ -156,7 +235,12 @@ class Options:
 
     def identify(self, req: RequestInfo):
         """(scope, key, request_hash); raises KeyMalformed, InvalidJson, ProgramLimitExceeded."""
-        scope = self.scope(req) if callable(self.scope) else self.scope
+        try:
+            scope = self.scope(req) if callable(self.scope) else self.scope
+        except KeyError as e:       # req.headers["x-account"] of a request without it
+            raise _scope_missing() from e
+        if scope is None:
+            raise _scope_missing()
         key = (self.key(req) if self.key is not None
                else parse_idempotency_key(req.headers.get("idempotency-key")))
         return scope, key, request_fingerprint(req.body, req.headers.get("content-type"),
@@ -182,6 +266,17 @@ def options_from(scope, **kwargs) -> Options:
         raise TypeError("the idempotency middleware needs a scope (a string, or a callable of "
                         "the request)")
     return Options(scope=scope, **{k: v for k, v in kwargs.items() if v is not None})
+
+
+class StaleConnection(Exception):
+    """The connection broke on the claim, its first statement (a pooled connection that died
+    while idle: the server restarted, the backend was terminated). The claim commits nothing
+    (a new key's transaction stays open for the handler), so the request may be tried again on
+    another connection."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclasses.dataclass

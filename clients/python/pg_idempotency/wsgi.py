@@ -31,7 +31,8 @@ from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, autocommit_to_resto
                      reserve_begin_usable, reserve_params)
 from .errors import KeyInProgress, KeyMismatch, KeyTooOld, check_names
 from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
-                  RequestInfo, answer_for, connector, options_from, stored_response)
+                  RequestInfo, StaleConnection, answer_for, connector, headers_of_replay,
+                  options_from, replay_of, stored_answer)
 
 log = logging.getLogger("pg_idempotency")
 
@@ -111,6 +112,7 @@ class IdempotencyMiddleware:
     def __init__(self, app, *, pool=None, conninfo=None, connect=None, scope=None, **options):
         self.app = app
         self.connect = connector(pool, conninfo, connect, _one_connection)
+        self.pool = pool
         self.options = options_from(scope, **options)
         self.reserve_begin = True  # until the server refuses it (reserve_begin_refused)
 
@@ -133,16 +135,27 @@ class IdempotencyMiddleware:
             if answer is None:
                 raise
             return _answer(start_response, answer)
-        try:
-            with self.connect() as conn:
-                autocommit = conn.autocommit
-                try:
-                    return self._handle(conn, environ, start_response, id_scope, key,
-                                        request_hash)
-                finally:
-                    _restore_autocommit(conn, autocommit)
-        except psycopg.OperationalError as e:
-            log.error("idempotency: the database is unreachable: %s", e)
+        for tries in (1, 2):
+            try:
+                with self.connect() as conn:
+                    autocommit = conn.autocommit
+                    try:
+                        return self._handle(conn, environ, start_response, id_scope, key,
+                                            request_hash)
+                    finally:
+                        _restore_autocommit(conn, autocommit)
+            except StaleConnection as e:
+                if tries == 1:
+                    # The pool's other idle connections died with this one: check() drops
+                    # them (one SELECT 1 each), so that the second try gets a live one.
+                    log.warning("idempotency: a connection was lost before the claim, trying "
+                                "another: %s", e.error)
+                    if self.pool is not None and hasattr(self.pool, "check"):
+                        self.pool.check()
+                    continue
+                log.error("idempotency: the database is unreachable: %s", e.error)
+            except psycopg.OperationalError as e:
+                log.error("idempotency: the database is unreachable: %s", e)
             return _answer(start_response, DATABASE_UNAVAILABLE)
 
     def _reserve(self, conn, id_scope, key, request_hash):
@@ -170,16 +183,21 @@ class IdempotencyMiddleware:
         opts = self.options
         try:
             reservation = self._reserve(conn, id_scope, key, request_hash)
+        except psycopg.OperationalError as e:
+            _rollback(conn)
+            if conn.broken or conn.closed:
+                raise StaleConnection(e) from e
+            raise
         except BaseException:
             _rollback(conn)
             raise
         if reservation.outcome != "new":
             _rollback(conn)  # nothing open after reserve_begin: no round trip
             if reservation.outcome == "replay":
-                extra = {"Idempotent-Replayed": "true",
-                         **opts.replay_headers(reservation.status_code, reservation.response)}
-                return _answer(start_response,
-                               Answer(reservation.status_code, reservation.response), extra)
+                replay = replay_of(reservation.response)
+                headers = headers_of_replay(opts, reservation.status_code, replay)
+                start_response(_status_line(reservation.status_code), list(headers.items()))
+                return [replay.body]
             outcome = _OUTCOMES[reservation.outcome](id_scope, key, reservation,
                                                      reservation.outcome)
             return _answer(start_response, answer_for(outcome))
@@ -206,7 +224,9 @@ class IdempotencyMiddleware:
         try:
             if opts.store(status):
                 psycopg.ClientCursor(conn).execute(COMPLETE_COMMIT_SQL, (
-                    id_scope, key, status, Jsonb(stored_response(body)), reservation.attempt))
+                    id_scope, key, status,
+                    Jsonb(stored_answer(body, held["headers"], opts.keep_headers)),
+                    reservation.attempt))
             else:
                 conn.rollback()
         except Exception as e:

@@ -5,6 +5,7 @@ answers of the Node client's Express middleware."""
 import json
 import os
 import threading
+import time
 import uuid
 
 import psycopg
@@ -45,20 +46,25 @@ def answer_of(query: dict, order_id: int, item, attempt: int):
         return 503, {"error": "try later"}, {}
     if query.get("throw") == "1":
         raise RuntimeError("handler failed")
+    if query.get("text") == "1":
+        return 202, f"order {order_id} caf\u00e9", {"X-Order": str(order_id)}
     return 201, {"id": order_id, "item": item, "attempt": attempt}, {
-        "Location": f"/orders/{order_id}"}
+        "Location": f"/orders/{order_id}", "X-Order": str(order_id), "X-Not-Kept": "1"}
 
 
 INSERT = "INSERT INTO orders (k, item, code) VALUES (%s, %s, %s) RETURNING id"
 
 
-def replay_location(status, response):
-    return {"Location": f"/orders/{response['id']}"} if status == 201 and "id" in response else {}
+def replay_marker(status, response):
+    """replay_headers: adds to a replay (Location, X-Order: stored with the first answer)."""
+    return ({"X-Replay-Of": str(response["id"])}
+            if status == 201 and isinstance(response, dict) and "id" in response else {})
 
 
 def middleware_options(**extra):
     return dict(scope=lambda req: req.headers.get("x-account", "anonymous"),
-                lock_ttl="30 seconds", replay_headers=replay_location, **extra)
+                lock_ttl="30 seconds", replay_headers=replay_marker, keep_headers=["X-Order"],
+                **extra)
 
 
 class Response:
@@ -85,6 +91,9 @@ async def asgi_orders(request: Request):
         await anyio.to_thread.run_sync(wait_at_gate, request.query_params["hold"])
     status, payload, headers = answer_of(dict(request.query_params), order_id, item,
                                          ctx.attempt)
+    if isinstance(payload, str):
+        from starlette.responses import PlainTextResponse
+        return PlainTextResponse(payload, status_code=status, headers=headers)
     return JSONResponse(payload, status_code=status, headers=headers)
 
 
@@ -132,7 +141,7 @@ def _asgi_with_pool(app, dsn, pool_kind, middleware):
     return app
 
 
-def flask_app(dsn):
+def flask_app(dsn, min_size=1):
     import flask
     from psycopg_pool import ConnectionPool
     from pg_idempotency.wsgi import IdempotencyMiddleware
@@ -150,9 +159,11 @@ def flask_app(dsn):
             wait_at_gate(flask.request.args["hold"])
         status, payload, headers = answer_of(flask.request.args.to_dict(), order_id, item,
                                              ctx.attempt)
+        if isinstance(payload, str):
+            return payload, status, {**headers, "Content-Type": "text/plain; charset=utf-8"}
         return flask.jsonify(payload), status, headers
 
-    pool = ConnectionPool(dsn, min_size=1, max_size=4)
+    pool = ConnectionPool(dsn, min_size=min_size, max_size=4)
     app.wsgi_app = IdempotencyMiddleware(app.wsgi_app, pool=pool, **middleware_options())
     return app, pool
 
@@ -169,7 +180,9 @@ def django_orders(request):
     if "hold" in request.GET:
         wait_at_gate(request.GET["hold"])
     status, payload, headers = answer_of(request.GET.dict(), order_id, item, ctx.attempt)
-    response = JsonResponse(payload, status=status)
+    from django.http import HttpResponse
+    response = (HttpResponse(payload, status=status, content_type="text/plain; charset=utf-8")
+                if isinstance(payload, str) else JsonResponse(payload, status=status))
     for k, v in headers.items():
         response[k] = v
     return response
@@ -326,10 +339,29 @@ def test_new_then_replay(web, check):
     again = web.post(key=key.upper(), body={"item": "widget"})
     assert again.status == 201 and again.headers["idempotent-replayed"] == "true"
     assert again.body == first.body
-    assert again.headers["location"] == f"/orders/{first.body['id']}"
+    # the headers the first answer set that a client reads: stored, and replayed as they were
+    for name in ("content-type", "location", "x-order"):
+        assert again.headers[name] == first.headers[name], name
+    assert "x-not-kept" in first.headers and "x-not-kept" not in again.headers
+    assert again.headers["x-replay-of"] == str(first.body["id"])     # replay_headers
+    stored = pi.lookup(check, ACCOUNT, key)["response"]
+    assert stored == {"idempotency_http": 1, "body": first.body, "headers": {
+        "content-type": first.headers["content-type"], "location": first.headers["location"],
+        "x-order": first.headers["x-order"]}}
     assert orders_of(check, key) == [first.body["id"]]
     other = web.post(key=key, account="acct_2")          # another scope: another request
     assert other.status == 201 and other.body["id"] != first.body["id"]
+
+
+def test_a_text_answer_replays_as_it_was(web, check):
+    key = new_key()
+    first = web.post(key=key, query="text=1")
+    assert first.status == 202, first.body_bytes
+    again = web.post(key=key, query="text=1")
+    assert again.status == 202 and again.headers["idempotent-replayed"] == "true"
+    assert again.body_bytes == first.body_bytes and "caf\u00e9".encode() in again.body_bytes
+    for name in ("content-type", "x-order"):
+        assert again.headers[name] == first.headers[name], name
 
 
 def test_422_changed_json_body(web, check):
@@ -500,3 +532,82 @@ def test_503_when_the_database_is_unreachable(name, orders_table):
             assert r.body["error"] == "database_unavailable"
     finally:
         h.close()
+
+
+# ---- the database comes back: the first request succeeds ----
+
+def until(what, condition, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"still not {what} after {seconds} s"
+        time.sleep(0.05)
+
+
+def backends(check, app_name):
+    return check.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                         (app_name,)).fetchone()[0]
+
+
+def terminate(check, app_name):
+    """Ends the backends of app_name, as a server restart does, and waits until they are gone:
+    the pool's connections die while idle."""
+    check.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                  "WHERE application_name = %s", (app_name,))
+    until("gone", lambda: backends(check, app_name) == 0)
+
+
+@pytest.mark.parametrize("name", ["fastapi", "flask"])
+def test_first_request_after_the_pools_connections_died_succeeds(name, orders_table, check):
+    """Four pooled connections die while idle: the first request after that is served, not
+    answered 503 (once per dead connection, as before)."""
+    app_name = f"recovery_{name}"
+    dsn = f"{orders_table} application_name={app_name}"
+    if name == "fastapi":
+        from fastapi import FastAPI
+        from psycopg_pool import AsyncConnectionPool
+        from pg_idempotency.asgi import IdempotencyMiddleware
+        app = FastAPI()
+        app.post("/orders")(asgi_orders)
+        pool = AsyncConnectionPool(dsn, min_size=4, max_size=4, open=False)
+        app.add_event_handler("startup", pool.open)
+        app.add_event_handler("shutdown", pool.close)
+        app.add_middleware(IdempotencyMiddleware, pool=pool, **middleware_options())
+        h = starlette_harness(app, name)
+    else:
+        h = flask_harness(*flask_app(dsn, min_size=4))
+    try:
+        assert h.post(key=new_key()).status == 201
+        until("four connections", lambda: backends(check, app_name) == 4)
+        terminate(check, app_name)
+        for _ in range(2):
+            key = new_key()
+            r = h.post(key=key)
+            assert r.status == 201, (r.status, r.body)
+            assert len(orders_of(check, key)) == 1
+    finally:
+        h.close()
+
+
+def test_django_first_request_after_its_connection_died_succeeds(orders_table, check):
+    from django.db import connections
+    from django.test import RequestFactory
+    from pg_idempotency.django import IdempotencyMiddleware
+    django_setup(psycopg.conninfo.conninfo_to_dict(orders_table)["dbname"])
+    mw = IdempotencyMiddleware(django_orders)
+
+    def post(key):
+        return mw(RequestFactory().post("/orders", data=b'{"item": "w"}',
+                                        content_type="application/json",
+                                        HTTP_IDEMPOTENCY_KEY=key, HTTP_X_ACCOUNT=ACCOUNT))
+    # No request_finished signal here: the connection stays open between requests, as it
+    # does with CONN_MAX_AGE.
+    assert post(new_key()).status_code == 201
+    pid = connections["default"].connection.get_backend_pid()
+    check.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    until("gone", lambda: check.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                                        (pid,)).fetchone()[0] == 0)
+    key = new_key()
+    r = post(key)
+    assert r.status_code == 201, r.content
+    assert len(orders_of(check, key)) == 1
+    assert connections["default"].connection.get_backend_pid() != pid

@@ -13,7 +13,8 @@ import { createRequire } from 'node:module';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import {
-  answerFor, idempotencyMiddleware, parseIdempotencyKey, runExternal, StaleAttemptError,
+  answerFor, idempotencyMiddleware, parseIdempotencyKey, replayOf as storedReplay, runExternal,
+  STORED_MARK, StaleAttemptError,
 } from '@idempotency/client';
 import pg from 'pg';
 
@@ -159,8 +160,7 @@ export function createService(pool, config) {
     ...claimOptions(),
     scope: (req) => req.ctx.account,
     key: (req) => req.ctx.key,
-    request: (req) => req.ctx.raw,
-    replayHeaders: location,
+    request: (req) => req.ctx.raw, // the replay carries the first answer's Location: stored
   });
 
   async function createInOneTransaction(req, res) {
@@ -237,6 +237,12 @@ export function createService(pool, config) {
     if (rows.length === 0)
       return problem(404, 'not_found', 'no live record for this key in your account');
     const row = rows[0];
+    // The middleware stores an answer with the headers its replays carry: its body is shown
+    // as the response, the headers beside it.
+    if (row.response?.[STORED_MARK] === 1) {
+      const { value, headers } = storedReplay(row.response);
+      Object.assign(row, { response: value ?? null, response_headers: headers });
+    }
     return reply(200, { key, ...row, order_ids: row.order_ids.map(Number) });
   }
 

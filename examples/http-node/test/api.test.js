@@ -114,6 +114,7 @@ test('GET /orders/by-key/:key shows the record of the caller\'s account only', a
   assert.equal(record.state, 'completed');
   assert.equal(record.status_code, 201);
   assert.deepEqual(record.response, created.body);
+  assert.equal(record.response_headers.location, created.headers.get('location'));
   assert.equal(record.attempt, 1);
   assert.match(record.request_hash, /^[0-9a-f]{64}$/);
   assert.deepEqual(record.order_ids, [created.body.id]);

@@ -1,0 +1,88 @@
+"""The middlewares' answers and what they store, against test/vectors/http_answers.json, which
+the Node middleware's tests check too: the same bodies, word for word, in both clients. No
+database: the answers given before a connection is taken come from the WSGI middleware (the
+three middlewares share them: web.py), the 503 from a server nothing listens on."""
+import base64
+import io
+import json
+import pathlib
+
+import pytest
+
+from pg_idempotency.errors import KeyInProgress, KeyMismatch, KeyTooOld
+from pg_idempotency.web import NOT_STORED, answer_for, replay_of, stored_answer
+from pg_idempotency.wsgi import IdempotencyMiddleware
+
+VECTORS = json.loads((pathlib.Path(__file__).resolve().parents[3] / "test" / "vectors" /
+                      "http_answers.json").read_text(encoding="utf-8"))
+UNREACHABLE = "host=127.0.0.1 port=1 connect_timeout=2"   # nothing listens on port 1
+
+
+def expect(status, headers, body, name):
+    want = VECTORS["answers"][name]
+    assert status == want["status"], name
+    assert body == want["body"], name
+    for header, value in want["headers"].items():
+        assert headers[header.lower()] == value, (name, header)
+
+
+def post(headers, body=b'{"item": "widget"}'):
+    def app(environ, start_response):
+        start_response("599 Never", [])
+        return [b""]
+    mw = IdempotencyMiddleware(app, conninfo=UNREACHABLE, max_body=64,
+                               scope=lambda req: req.headers["x-account"])
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/orders", "CONTENT_TYPE":
+               "application/json", "CONTENT_LENGTH": str(len(body)),
+               "wsgi.input": io.BytesIO(body)}
+    environ.update({"HTTP_" + k.upper().replace("-", "_"): v for k, v in headers.items()})
+    got = {}
+
+    def start_response(status, response_headers, exc_info=None):
+        got["status"] = int(status.split(" ", 1)[0])
+        got["headers"] = {k.lower(): v for k, v in response_headers}
+    text = b"".join(mw(environ, start_response))
+    return got["status"], got["headers"], json.loads(text)
+
+
+def test_the_answers_given_before_the_claim():
+    key = {"Idempotency-Key": "k-1", "X-Account": "acct_1"}
+    expect(*post({"X-Account": "acct_1"}), "idempotency_key_missing")
+    expect(*post({**key, "Idempotency-Key": "has space"}), "idempotency_key_malformed")
+    expect(*post({"Idempotency-Key": "k-1"}), "idempotency_scope_missing")   # no X-Account
+    expect(*post({**key, "X-Account": ""}), "idempotency_scope_empty")
+    expect(*post({**key, "X-Account": "a" * 256}), "idempotency_scope_too_long")
+    expect(*post(key, b'{"item": '), "invalid_json")
+    expect(*post(key, json.dumps({"item": "x" * 100}).encode()), "body_too_large")
+    expect(*post(key), "database_unavailable")                # nothing listens there
+
+
+def test_the_reserve_outcomes_answers():
+    holder = type("Reservation", (), {"locked_until": None})()   # inside its transaction
+    for error, name in ((KeyInProgress("s", "k", holder, "in_progress"), "idempotency_key_in_use"),
+                        (KeyMismatch("s", "k", None, "mismatch"), "idempotency_key_reused"),
+                        (KeyTooOld("s", "k", None, "too_old"), "idempotency_key_too_old")):
+        answer = answer_for(error)
+        expect(answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.body,
+               name)
+    expect(NOT_STORED.status, {}, NOT_STORED.body, "internal_error")
+
+
+def _bytes(x):
+    return base64.b64decode(x["body_base64"]) if "body_base64" in x else x["body"].encode()
+
+
+@pytest.mark.parametrize("case", VECTORS["stored"], ids=lambda c: str(c["stored"]["headers"]))
+def test_what_is_stored_and_what_its_replay_sends(case):
+    answer = case["answer"]
+    assert stored_answer(_bytes(answer), list(answer["headers"].items()), ["ETag"]) == \
+        case["stored"]
+    replay = replay_of(case["stored"])
+    assert dict(replay.headers) == case["replay"]["headers"]
+    assert replay.body == _bytes(case["replay"])
+
+
+def test_a_value_stored_before_the_mark_replays_as_json():
+    replay = replay_of(VECTORS["legacy"]["stored"])
+    assert dict(replay.headers) == VECTORS["legacy"]["replay"]["headers"]
+    assert replay.body.decode() == VECTORS["legacy"]["replay"]["body"]
