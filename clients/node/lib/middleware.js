@@ -151,7 +151,7 @@ async function defaultRequestHash(req, exclude, limit) {
 //   store       statusCode => whether to store the answer; default: below 500 (a 5xx rolls the
 //               claim back with the handler's writes, and the retry starts afresh)
 //   replayHeaders (statusCode, response) => extra headers of a replay (e.g. Location)
-//   prepare     false: send reserve_begin with inlined values, not as a prepared statement
+//   prepare     false: send reserve_begin unnamed (its values bound), not as a prepared statement
 //               (default true; behind a pooler that mixes up prepared statements, the first
 //               26000 or 42P05 switches it to false)
 // The middleware's promise settles when the answer has been sent. A database or network that

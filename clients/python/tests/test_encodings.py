@@ -114,7 +114,6 @@ def encoding_databases():
         with psycopg.connect(psycopg.conninfo.make_conninfo(dbname=db), autocommit=True) as c:
             c.execute("CREATE EXTENSION idempotency")
             c.execute("CREATE TABLE canary (x int)")
-            c.execute("CREATE TABLE applied (tag text, v text)")
     return DATABASES
 
 
