@@ -94,6 +94,9 @@ export class FeatureNotSupportedError extends IdempotencyError {}
 export class InvalidJsonError extends IdempotencyError {}
 export class TransactionAbortedError extends IdempotencyError {}
 export class TransactionOpenError extends IdempotencyError {}
+/** The session's client_encoding is not UTF8 (SET client_encoding on this connection): node-postgres
+ * sends values as UTF-8. Refused before anything is sent; code 22021. */
+export class ClientEncodingError extends IdempotencyError {}
 /** The connection broke or could not be made (code 08006); answer 503 and retry. */
 export class ConnectionLostError extends IdempotencyError {
   readonly httpStatus: 503;
@@ -431,7 +434,7 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
   replayHeaders?: (statusCode: number, response: any) => Record<string, string>;
   /** The largest body the middleware reads itself, in bytes (413 above); default 1 MiB. */
   limit?: number;
-  /** false: reserve_begin with inlined values, never a prepared statement (default true). */
+  /** false: reserve_begin unnamed (values bound), never a prepared statement (default true). */
   prepare?: boolean;
 }
 export function idempotencyMiddleware<Req extends IncomingMessage = IncomingMessage>(

@@ -2,9 +2,9 @@
 // function takes a connected pg client (pg.Client, or a pool's client): this package never
 // opens connections itself, so it works with whatever pg the application has.
 import {
-  isConnectionLost, KeyEmptyError, KeyInProgressError, KeyMismatchError, KeyTooLongError,
-  KeyTooOldError, PositionBelowWatermarkError, StaleAttemptError, TransactionAbortedError,
-  TransactionOpenError, translate,
+  ClientEncodingError, isConnectionLost, KeyEmptyError, KeyInProgressError, KeyMismatchError,
+  KeyTooLongError, KeyTooOldError, PositionBelowWatermarkError, StaleAttemptError,
+  TransactionAbortedError, TransactionOpenError, translate,
 } from './errors.js';
 import { fingerprint } from './fingerprint.js';
 // Registers the translation of a missing function or schema of the extension (lib/versions.js).
@@ -17,10 +17,38 @@ export function transactionStatus(client) {
     ? client.getTransactionStatus() ?? undefined : undefined;
 }
 
+// The client_encoding the server last reported (ParameterStatus) on each pg connection this
+// package has used, followed from its first call there (pg itself does not follow it); UTF8
+// until a report comes, as pg asks for it when it connects. undefined for a client without pg's
+// protocol connection (pg-native, a wrapper).
+const clientEncodings = new WeakMap();
+function clientEncoding(client) {
+  const connection = client?.connection;
+  if (typeof connection?.on !== 'function') return undefined;
+  let seen = clientEncodings.get(connection);
+  if (seen === undefined) {
+    seen = { value: 'UTF8' };
+    connection.on('parameterStatus', (msg) => {
+      if (msg.parameterName === 'client_encoding') seen.value = msg.parameterValue;
+    });
+    clientEncodings.set(connection, seen);
+  }
+  return seen.value;
+}
+
+// Throws, before anything is sent, on a connection inside a failed transaction, and on one
+// whose client_encoding is not UTF8 (node-postgres sends every value as UTF-8: the server would
+// read the bytes as that other encoding and store other characters).
 function checkUsable(client) {
   if (transactionStatus(client) === 'E') {
     throw new TransactionAbortedError('the connection is inside a failed transaction',
       { hint: 'roll the transaction back before calling the idempotency helpers' });
+  }
+  const encoding = clientEncoding(client);
+  if (encoding !== undefined && encoding.toUpperCase() !== 'UTF8') {
+    throw new ClientEncodingError(
+      `the session's client_encoding is ${encoding}, and node-postgres sends UTF-8`,
+      { hint: 'leave client_encoding at UTF8 (RESET client_encoding)' });
   }
 }
 
@@ -275,49 +303,25 @@ export async function checkpoint(client, scope, key, recoveryPoint, attempt = nu
 
 // ---- several statements in one round trip ----
 // A transaction that opens, reserves, and later completes and commits costs five round trips
-// one statement at a time (BEGIN, reserve, the work, complete, COMMIT). pg sends a query
-// without values as a simple query, which may hold several statements; the server runs them in
-// order and stops at the first error (the rest are skipped, so a COMMIT after a failed
-// complete never runs and the transaction is left failed, to be rolled back). The values go
-// in as literals (inlined). A text holding a NUL cannot be sent in a query text: then the
-// statements go one by one with parameters as before (and fail the same way).
-
-// A SQL string literal of text: 'it''s', or E'a\\b' when it holds a backslash.
-function sqlLiteral(text) {
-  const s = String(text);
-  const quoted = `'${s.replaceAll("'", "''").replaceAll('\\', '\\\\')}'`;
-  return s.includes('\\') ? ` E${quoted}` : quoted;
-}
-
-// A value as a literal: NULL, bytes through decode(hex), anything else as a string literal;
-// undefined for a text holding a NUL.
-function literal(v) {
-  if (v === null || v === undefined) return 'NULL';
-  if (Buffer.isBuffer(v) || v instanceof Uint8Array)
-    return `decode('${Buffer.from(v).toString('hex')}', 'hex')`;
-  const s = String(v);
-  return s.includes('\0') ? undefined : sqlLiteral(s);
-}
-
-// text with $1, $2, ... replaced by the literals of values, or null if one cannot be inlined.
-function inlined(text, values) {
-  const literals = values.map(literal);
-  if (literals.includes(undefined)) return null;
-  return text.replace(/\$(\d+)/g, (_, n) => literals[Number(n) - 1]);
-}
+// one statement at a time (BEGIN, reserve, the work, complete, COMMIT). On pg's own client,
+// Statements sends BEGIN and reserve (or complete and COMMIT) in one write with the values
+// bound; the server runs them in order and stops at the first error (the rest are skipped, so
+// a COMMIT after a failed complete never runs and the transaction is left failed, to be rolled
+// back). No value is ever written into a query text: a client without pg's protocol connection
+// (pg-native, a wrapper) sends the statements one by one, with parameters.
 
 // `before` (say 'BEGIN' or 'SAVEPOINT s') then reserve, in one round trip. If it fails, it is
 // unknown whether `before` ran: roll back as after a failed reserve.
 export async function reserveAfter(client, before, scope, key, requestHash = null,
   options = {}) {
   const values = reserveValues(scope, key, requestHash, options);
-  const text = inlined(RESERVE, values);
-  if (text === null) {
+  if (!writesProtocol(client)) {
     await query(client, before);
     return reservationOf((await query(client, RESERVE, values, TEXT_ROWS)).rows[0], client);
   }
-  const results = await query(client, `${before}; ${text}`, [], TEXT_ROWS);
-  return reservationOf(results.at(-1).rows[0], client); // BEGIN's result, then reserve's
+  const [, rows] = await queryStatements(client, [{ text: before, values: [] },
+    { text: RESERVE, values }]);
+  return reservationOfFields(rows[0], client); // `before`'s rows (none), then reserve's
 }
 
 const RESERVE_BEGIN = RESERVE.replace('idempotency.reserve(', 'idempotency.reserve_begin(');
@@ -342,10 +346,12 @@ export async function reserveBegin(client, scope, key, requestHash = null, optio
       { name: RESERVE_BEGIN_NAME, text: RESERVE_BEGIN, values }]);
     return reservationOfFields(rows[0], client);
   }
-  const text = prepare ? null : inlined(RESERVE_BEGIN, values);
-  const { rows } = text === null
-    ? await query(client, RESERVE_BEGIN, values, TEXT_ROWS, prepare ? RESERVE_BEGIN_NAME : undefined)
-    : await query(client, text, [], TEXT_ROWS);
+  if (!prepare && writesProtocol(client)) {
+    const [rows] = await queryStatements(client, [{ text: RESERVE_BEGIN, values }]);
+    return reservationOfFields(rows[0], client);
+  }
+  const { rows } = await query(client, RESERVE_BEGIN, values, TEXT_ROWS,
+    prepare ? RESERVE_BEGIN_NAME : undefined);
   return reservationOf(rows[0], client);
 }
 
@@ -375,13 +381,8 @@ export async function completeThen(client, after, scope, key, statusCode, respon
     ]);
     return;
   }
-  const text = inlined(COMPLETE, values);
-  if (text === null) {
-    await query(client, COMPLETE, values);
-    await query(client, after);
-    return;
-  }
-  await query(client, `${text}; ${after}`);
+  await query(client, COMPLETE, values);
+  await query(client, after);
 }
 
 // What the server knows of a key, or null.
@@ -493,22 +494,24 @@ async function inTransaction(client, fn, { opens = false, closes = false } = {})
   }
 }
 
-// One transaction whose first statement is text (one row): resolves to then(row). On a client
-// with no transaction open, BEGIN and text go to the server as one simple query (the values
-// inlined; one round trip instead of two, as a consumer pays per message), and COMMIT follows
-// then(); otherwise, or with a value that cannot be inlined, inTransaction (a savepoint inside
-// the caller's transaction). An error rolls everything back and comes out typed.
+// One transaction whose first statement is text (one boolean column): resolves to
+// then(boolean). On pg's own client with no transaction open, BEGIN and text go to the server in
+// one write with the values bound (Statements: one round trip instead of two, as a consumer pays
+// per message), and COMMIT follows then(); otherwise inTransaction (a savepoint inside the
+// caller's transaction). An error rolls everything back and comes out typed.
 async function transactionWith(client, text, values, then) {
-  const statement = transactionStatus(client) === 'I' ? inlined(text, values) : null;
-  if (statement === null)
-    return inTransaction(client, async () => then((await query(client, text, values)).rows[0]));
+  if (transactionStatus(client) !== 'I' || !writesProtocol(client)) {
+    return inTransaction(client, async () =>
+      then(Object.values((await query(client, text, values)).rows[0])[0]));
+  }
   checkUsable(client);
   const unwatch = watchConnection(client);
   try {
     let out;
     try {
-      const results = await client.query(`BEGIN; ${statement}`);
-      out = await then(results.at(-1).rows[0]); // BEGIN's result, then the statement's
+      const [, rows] = await queryStatements(client, [{ text: 'BEGIN', values: [] },
+        { text, values }]);
+      out = await then(rows[0][0] === 't'); // BEGIN's rows (none), then the statement's
     } catch (err) {
       await rollbackQuietly(client);
       throw translate(err, client);
@@ -672,8 +675,9 @@ const positionValue = (p) => (typeof p === 'string' && UUID.test(p)
 // position below the watermark (not equal to it) throws PositionBelowWatermarkError instead of
 // returning false, for partitions that must arrive in order.
 export async function applyOnce(client, consumer, partition, position, fn, { strict = false } = {}) {
-  return transactionWith(client, ...acceptQuery(consumer, partition, position), async (row) => {
-    if (!row.accepted) {
+  const [text, values] = acceptQuery(consumer, partition, position);
+  return transactionWith(client, text, values, async (accepted) => {
+    if (!accepted) {
       if (strict) {
         const mark = await watermark(client, consumer, partition);
         if (mark !== null && positionValue(position) < mark)
@@ -723,9 +727,9 @@ export async function consumeOnce(client, scope, key, work,
   checkNames(scope, key);
   try {
     return await transactionWith(client, CLAIM_ONCE,
-      [scope, key, interval(retention), interval(wait)], async (row) => {
-        if (row.claimed) await work(client);
-        return row.claimed;
+      [scope, key, interval(retention), interval(wait)], async (claimed) => {
+        if (claimed) await work(client);
+        return claimed;
       });
   } catch (err) {
     throw withKey(err, scope, key);

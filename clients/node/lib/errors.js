@@ -62,6 +62,12 @@ export const TransactionAbortedError = sqlstateError('TransactionAbortedError', 
 export const TransactionOpenError = sqlstateError('TransactionOpenError', '25001',
   'the cross-transaction helper needs a connection with no transaction open');
 
+// The session's client_encoding is not UTF8 (the application ran SET client_encoding on this
+// connection): node-postgres sends every value as UTF-8, which the server would read as that
+// other encoding and store as other characters. Refused before anything is sent.
+export const ClientEncodingError = sqlstateError('ClientEncodingError', '22021',
+  "the session's client_encoding is not UTF8, the encoding node-postgres sends");
+
 // The connection to the server broke (the server restarted or was stopped, the backend was
 // terminated, the network cut it, or no connection could be made). The transaction in flight
 // is rolled back by the server, unless the break came while COMMIT was under way: then it

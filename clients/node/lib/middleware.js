@@ -216,7 +216,7 @@ async function defaultRequestHash(req, exclude, limit) {
 //   keepHeaders names of headers of the first answer that its replays carry besides
 //               Content-Type and Location (say ETag)
 //   replayHeaders (statusCode, response) => extra headers of a replay
-//   prepare     false: send reserve_begin with inlined values, not as a prepared statement
+//   prepare     false: send reserve_begin unnamed (its values bound), not as a prepared statement
 //               (default true; behind a pooler that mixes up prepared statements, the first
 //               26000 or 42P05 switches it to false)
 // The middleware's promise settles when the answer has been sent. A database or network that

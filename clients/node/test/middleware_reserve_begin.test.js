@@ -159,14 +159,14 @@ test('a server that refuses reserve_begin (before 0.3.0): BEGIN + reserve, and R
 });
 
 // A new key and its replay once the middleware has met a prepared statement it cannot use
-// (26000 or 42P05): that statement, then reserve_begin inlined, the insert, complete + COMMIT;
-// the replay in one statement. Returns the first answer.
-async function switchesToInlined(s) {
+// (26000 or 42P05): that statement, then reserve_begin unnamed (its values bound), the insert,
+// complete + COMMIT; the replay in one statement. Returns the first answer.
+async function switchesToUnnamed(s) {
   const key = randomUUID();
   const first = await s.send(key);
   assert.equal(first.status, 201);
   assert.equal(first.statements.length, 4, first.statements.join(' | '));
-  assert.match(first.statements[1], /FROM idempotency\.reserve_begin\('recorded', /);
+  assert.match(first.statements[1], /^SELECT .* FROM idempotency\.reserve_begin\(\$1, \$2, /s);
   const replay = await s.send(key);
   assert.equal(replay.replayed, 'true');
   assert.equal(replay.statements.length, 1);
@@ -181,7 +181,7 @@ test('a prepared reserve_begin the server lost (a pooler, DISCARD ALL): unprepar
     const c = await s.pool.connect(); // the pool's one connection, which prepared it
     await c.query('DEALLOCATE idempotency_reserve_begin_v1');
     c.release();
-    await switchesToInlined(s); // the lost statement: 26000
+    await switchesToUnnamed(s); // the lost statement: 26000
     assert.equal(await s.busy(), 0);
   } finally {
     await s.close();
@@ -197,7 +197,7 @@ test('a prepared statement of either name already on the server connection (a po
       const c = await s.pool.connect();
       await c.query(`PREPARE ${name} AS SELECT 1`);
       c.release();
-      const { key, first } = await switchesToInlined(s); // the refused Parse: 42P05
+      const { key, first } = await switchesToUnnamed(s); // the refused Parse: 42P05
       assert.match(first.statements[0], new RegExp(`\\[${name}\\]`));
       assert.deepEqual(await ordersOf(key), [first.body.id]);
     } finally {
@@ -223,7 +223,7 @@ test('complete\'s prepared statement lost inside the transaction: 500, nothing c
     const retry = await s.send(key);
     assert.equal(retry.status, 201);
     assert.equal(retry.replayed, null);
-    assert.match(retry.statements[0], /FROM idempotency\.reserve_begin\('recorded', /);
+    assert.match(retry.statements[0], /^SELECT .* FROM idempotency\.reserve_begin\(\$1, \$2, /s);
     assert.match(retry.statements.at(-1), /^SELECT idempotency\.complete\(\$1.*; COMMIT$/s);
     assert.deepEqual(await ordersOf(key), [retry.body.id]);
     assert.equal(await s.busy(), 0);
@@ -248,12 +248,12 @@ test('requests whose prepared statements all meet 42P05 at once: each retries un
   }
 });
 
-test('prepare: false sends reserve_begin with its values inlined, never a prepared statement', async () => {
+test('prepare: false sends reserve_begin unnamed with its values bound, never a prepared statement', async () => {
   const s = await recordingServer({ prepare: false });
   try {
     const first = await s.send(randomUUID());
     assert.equal(first.status, 201);
-    assert.match(first.statements[0], /^SELECT .* FROM idempotency\.reserve_begin\('recorded', /s);
+    assert.match(first.statements[0], /^SELECT .* FROM idempotency\.reserve_begin\(\$1, \$2, /s);
     assert.equal(first.statements.filter((t) => t.startsWith('[')).length, 0);
   } finally {
     await s.close();

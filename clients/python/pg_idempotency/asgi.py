@@ -29,9 +29,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, RESERVE_SQL, autocommit_to_restore,
-                     begin_needed, reservation_of, reserve_begin_refused, reserve_begin_usable,
-                     reserve_params)
-from .errors import KeyInProgress, KeyMismatch, KeyTooOld, translate
+                     begin_needed, check_encodable, cursor_of, reservation_of,
+                     reserve_begin_refused, reserve_begin_usable, reserve_params)
+from .errors import KeyInProgress, KeyMalformed, KeyMismatch, KeyTooOld, translate
 from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
                   RequestInfo, StaleConnection, answer_for, connector, encode_json,
                   headers_of_replay, options_from, replay_of, stored_answer)
@@ -165,6 +165,11 @@ class IdempotencyMiddleware:
         for tries in (1, 2):
             try:
                 async with self.connect() as conn:
+                    try:
+                        check_encodable(conn, (("scope", id_scope), ("key", key)))
+                    except KeyMalformed as e:  # the session's encoding cannot carry it: a 400
+                        await _send_answer(send, answer_for(e))
+                        return
                     autocommit = conn.autocommit
                     try:
                         await self._handle(conn, scope, replay_receive, send, id_scope, key,
@@ -197,7 +202,7 @@ class IdempotencyMiddleware:
             autocommit = conn.autocommit
             await conn.set_autocommit(True)
             try:
-                cur = await conn.execute(RESERVE_BEGIN_SQL, params)
+                cur = await cursor_of(conn).execute(RESERVE_BEGIN_SQL, params)
                 return reservation_of(await cur.fetchone())
             except psycopg.Error as e:
                 if not reserve_begin_refused(e):
@@ -206,7 +211,7 @@ class IdempotencyMiddleware:
             await conn.set_autocommit(autocommit)  # refused in autocommit: nothing is open
         if begin_needed(conn):
             await conn.execute("BEGIN")  # the claim, the work and the answer: one transaction
-        cur = await conn.execute(RESERVE_SQL, params)
+        cur = await cursor_of(conn).execute(RESERVE_SQL, params)
         return reservation_of(await cur.fetchone())
 
     async def _handle(self, conn, scope, receive, send, id_scope, key, params):

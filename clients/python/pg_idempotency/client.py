@@ -5,17 +5,19 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import functools
+import json
 import re
 import uuid
 from typing import Any, Callable, Optional
 
 import psycopg
-from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
+from psycopg.adapt import Loader
+from psycopg.pq import ConnStatus, Escaping, ExecStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
-from .errors import (KeyInProgress, KeyMismatch, KeyTooOld, PositionBelowWatermark,
-                     TransactionAborted, TransactionOpen, check_names, lost_connection,
-                     translate)
+from .errors import (KeyInProgress, KeyMismatch, KeyTooOld, KeyUntranslatable,
+                     PositionBelowWatermark, TransactionAborted, TransactionOpen,
+                     UntranslatableCharacter, check_names, lost_connection, translate)
 from .fingerprint import fingerprint
 
 
@@ -61,40 +63,82 @@ def _guard(conn):
         raise lost from e
 
 
-def _literal(value) -> Optional[str]:
-    """A str, int or UUID as an SQL literal (E'' quoting: right whatever
-    standard_conforming_strings says), or None for a text holding a NUL."""
+def check_encodable(conn, names=(), values=()):
+    """Refuses, before anything is sent, a text that holds a NUL or that the session's
+    client_encoding cannot carry as it is: names are (what, value) pairs of a scope and key
+    (KeyUntranslatable, a 400), values of other texts (UntranslatableCharacter). The encoding
+    is the one libpq last heard from the server (its ParameterStatus follows SET
+    client_encoding), the one psycopg encodes parameters with and PQescapeLiteral escapes for.
+    A text must encode and decode back to itself: Python's EUC_JP and SJIS codecs send U+00A5
+    as 0x5C, a backslash to the server, and two different keys would then be one."""
+    codec = conn.info.encoding
+    for kind, pairs in ((KeyUntranslatable, names), (UntranslatableCharacter, values)):
+        for what, value in pairs:
+            if not isinstance(value, str):
+                continue
+            if "\0" in value:
+                message = f"the {what} holds a NUL character, which no PostgreSQL text can hold"
+                hint = None
+            else:
+                try:
+                    if value.encode(codec).decode(codec) == value:
+                        continue
+                except UnicodeError:
+                    pass
+                message = (f"the {what} holds a character that the session's client_encoding "
+                           f"({conn.pgconn.parameter_status(b'client_encoding').decode()}) "
+                           "cannot carry as it is")
+                hint = ("use UTF8 as the client_encoding, or texts of the encoding's own "
+                        "characters")
+            if kind is KeyUntranslatable:
+                err = kind(f"idempotency_{what}_malformed", message)
+                err.hint = hint
+                raise err
+            raise kind(message, hint=hint)
+
+
+def _escaped(escaping, codec, value) -> Optional[bytes]:
+    """A str, int or UUID as an SQL literal escaped by libpq (PQescapeLiteral) on the bytes that
+    are sent, in the session's encoding; None for a value that cannot be sent in a query text
+    (a NUL, an unencodable text, libpq's refusal): psycopg's bound path then says what is
+    wrong with it."""
     if isinstance(value, uuid.UUID):
-        return f"'{value}'"
+        return b"'%s'" % str(value).encode("ascii")
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
+        return str(value).encode("ascii")
     text = str(value)
     if "\0" in text:
         return None
-    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+    try:
+        return escaping.escape_literal(text.encode(codec))
+    except (UnicodeError, psycopg.Error):
+        return None
 
 
 def _begin_with(conn, first_sql: str, params) -> Optional[bool]:
     """Sends BEGIN and first_sql (one boolean) as one simple query through libpq itself and
     returns the boolean, or None (nothing sent) if a value cannot be inlined. psycopg's own
     path for that query costs the client about as much CPU as the server spends on it; a
-    consumer pays it per message (bench/brokers.sh). libpq blocks here, for no longer than the
-    statement runs (claim_once's `wait` at most)."""
-    literals = [_literal(v) for v in params]
-    if None in literals or conn.pgconn.pipeline_status:
+    consumer pays it per message (bench/brokers.sh). The values are escaped by libpq on the
+    encoded bytes, for the encoding it tracks for the session (check_encodable refused a text
+    that encoding does not carry as it is). libpq blocks here, for no longer than the statement
+    runs (claim_once's `wait` at most)."""
+    if conn.pgconn.pipeline_status:
         return None
-    try:
-        query = ("BEGIN; " + first_sql % tuple(literals)).encode(conn.info.encoding)
-    except (UnicodeEncodeError, LookupError):
-        return None  # psycopg's path says what is wrong with the value
+    codec = conn.info.encoding
+    escaping = Escaping(conn.pgconn)
+    literals = [_escaped(escaping, codec, v) for v in params]
+    if None in literals:
+        return None
+    query = b"BEGIN; " + first_sql.encode("ascii") % tuple(literals)
     with conn.lock:
         result = conn.pgconn.exec_(query)  # OperationalError if it could not be sent
     if result.status == ExecStatus.TUPLES_OK:
         return result.get_value(0, 0) == b"t"
     if conn.pgconn.status == ConnStatus.BAD:  # as psycopg reports it: OperationalError
-        message = result.error_message.decode(conn.info.encoding, "replace").strip()
+        message = result.error_message.decode(codec, "replace").strip()
         raise psycopg.OperationalError(message or "the connection to the server was lost")
-    raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+    raise psycopg.errors.error_from_result(result, encoding=codec)
 
 
 def _check_work_left_usable(conn):
@@ -124,11 +168,9 @@ def _transaction_with(conn, first_sql: str, params, then: Callable):
         try:
             try:
                 value = _begin_with(conn, first_sql, params)
-                if value is None:
-                    cur = psycopg.ClientCursor(conn)
-                    cur.execute("BEGIN; " + first_sql, params)
-                    cur.nextset()  # BEGIN's result has no rows; first_sql's comes next
-                    value = cur.fetchone()[0]
+                if value is None:  # psycopg's path, the values bound: two round trips
+                    conn.execute("BEGIN")
+                    value = conn.execute(first_sql, params).fetchone()[0]
             except psycopg.Error as e:
                 raise (lost_connection(conn, e) or translate(e)) from e
             out = then(value)
@@ -146,12 +188,35 @@ def _transaction_with(conn, first_sql: str, params, then: Callable):
         return out
 
 
+class _SessionJsonLoader(Loader):
+    """json / jsonb as text in the session's encoding: psycopg 3.1's own loader hands the bytes
+    to json.loads, which reads them as UTF-8 (a stored response with non-ASCII text came back
+    as other characters, or failed, on an EUC_JP or SJIS session)."""
+
+    def __init__(self, oid, context=None):
+        super().__init__(oid, context)
+        self._codec = self.connection.info.encoding if self.connection else "utf-8"
+
+    def load(self, data):
+        return json.loads(bytes(data).decode(self._codec))
+
+
+def cursor_of(conn):
+    """A cursor of conn (sync or async) whose json and jsonb values are read in the session's
+    encoding; on a UTF8 session, conn's own."""
+    cur = conn.cursor()
+    if conn.info.encoding != "utf-8":
+        for name in ("json", "jsonb"):
+            cur.adapters.register_loader(name, _SessionJsonLoader)
+    return cur
+
+
 def execute(conn: psycopg.Connection, sql: str, params=()):
     """Runs one statement; psycopg errors come out as the typed exceptions of errors.py
     (ConnectionLost for a connection that broke)."""
     _check_usable(conn)
     try:
-        return conn.execute(sql, params)
+        return cursor_of(conn).execute(sql, params)
     except psycopg.Error as e:
         raise (lost_connection(conn, e) or translate(e)) from e
 
@@ -226,24 +291,33 @@ def reservation_of(row) -> Reservation:
 def reserve(conn, scope, key, request_hash=None, *, lock_ttl="5 minutes",
             retention="24 hours", wait="0") -> Reservation:
     params = reserve_params(scope, key, request_hash, lock_ttl, retention, wait)
+    check_encodable(conn, _names(scope, key))
     return reservation_of(execute(conn, RESERVE_SQL, params).fetchone())
 
 
+def _names(scope, key):
+    return (("scope", scope), ("key", key))
+
+
 def complete(conn, scope, key, status_code, response, attempt=None):
+    check_encodable(conn, _names(scope, key))
     execute(conn, COMPLETE_SQL, (scope, key, status_code, Jsonb(response), attempt))
 
 
 def fail(conn, scope, key, error=None, attempt=None):
+    check_encodable(conn, _names(scope, key))
     execute(conn, "SELECT idempotency.fail(%s, %s, %s, %s)",
             (scope, key, None if error is None else Jsonb(error), attempt))
 
 
 def checkpoint(conn, scope, key, recovery_point, attempt=None):
+    check_encodable(conn, _names(scope, key), (("recovery point", recovery_point),))
     execute(conn, "SELECT idempotency.checkpoint(%s, %s, %s, %s)",
             (scope, key, recovery_point, attempt))
 
 
 def lookup(conn, scope, key) -> Optional[dict]:
+    check_encodable(conn, _names(scope, key))
     cur = execute(conn, "SELECT * FROM idempotency.lookup(%s, %s)", (scope, key))
     row = cur.fetchone()
     if row is None:
@@ -419,7 +493,8 @@ def _run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=No
 
 # ---- streams, watermarks, outbox keys ----
 
-def _accept_query(consumer, partition, position):
+def _accept_query(conn, consumer, partition, position):
+    check_encodable(conn, (), (("consumer", consumer), ("partition", partition)))
     if isinstance(position, int):
         return "SELECT idempotency.accept(%s, %s, %s::bigint)", (consumer, partition, position)
     return ("SELECT idempotency.accept(%s, %s, %s::uuid)",
@@ -428,10 +503,11 @@ def _accept_query(consumer, partition, position):
 
 def accept(conn, consumer, partition, position) -> bool:
     """idempotency.accept with an int (bigint) or uuid.UUID / UUID string (128-bit) position."""
-    return execute(conn, *_accept_query(consumer, partition, position)).fetchone()[0]
+    return execute(conn, *_accept_query(conn, consumer, partition, position)).fetchone()[0]
 
 
 def watermark(conn, consumer, partition) -> Optional[int]:
+    check_encodable(conn, (), (("consumer", consumer), ("partition", partition)))
     """The stored position as an int (None if none)."""
     cur = execute(conn, "SELECT idempotency.watermark(%s, %s)::text", (consumer, partition))
     v = cur.fetchone()[0]
@@ -459,7 +535,7 @@ def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=Fals
         fn(conn)
         return True
 
-    return _transaction_with(conn, *_accept_query(consumer, partition, position), then)
+    return _transaction_with(conn, *_accept_query(conn, consumer, partition, position), then)
 
 
 # ---- a key per message: queue consumers ----
@@ -479,6 +555,7 @@ def claim_once(conn, scope, key, *, retention="24 hours", wait="0") -> bool:
     KeyInProgress (IK003) if another holder has the key after `wait`, KeyTooOld (IK004) for a
     UUIDv7 / ULID key older than `retention`; KeyMalformed before any query."""
     check_names(scope, key)
+    check_encodable(conn, _names(scope, key))
     try:
         cur = execute(conn, CLAIM_ONCE_SQL, (scope, key, _interval(retention), _interval(wait)))
     except (KeyInProgress, KeyTooOld) as e:
@@ -497,6 +574,7 @@ def consume_once(conn, scope, key, work: Callable, *, retention="24 hours", wait
     breaks comes out as ConnectionLost (nothing of the transaction was kept, unless it broke
     during COMMIT: the redelivery then answers false)."""
     check_names(scope, key)
+    check_encodable(conn, _names(scope, key))
 
     def then(claimed):
         if claimed:
@@ -512,10 +590,12 @@ def consume_once(conn, scope, key, work: Callable, *, retention="24 hours", wait
 
 
 def next_key(conn, stream) -> int:
+    check_encodable(conn, (), (("stream", stream),))
     return execute(conn, "SELECT idempotency.next_key(%s)", (stream,)).fetchone()[0]
 
 
 def emit(conn, topic, payload) -> "Lsn":
+    check_encodable(conn, (), (("topic", topic),))
     cur = execute(conn, "SELECT idempotency.emit(%s, %s)::text", (topic, Jsonb(payload)))
     return Lsn.parse(cur.fetchone()[0])
 

@@ -139,6 +139,20 @@ class KeyTooLong(KeyMalformed, ProgramLimitExceeded):
     """A key or scope over 255 bytes (the server's 54000)."""
 
 
+class UntranslatableCharacter(IdempotencyError, ValueError):
+    """A text value (a consumer or partition name, a recovery point) that holds a NUL, or that
+    the session's client_encoding cannot carry as it is: a character the encoding lacks, or one
+    its codec would send as other characters (Python's EUC_JP and SJIS codecs send U+00A5 as
+    the byte 0x5C, which the server reads as a backslash). Refused before any query (22P05, as
+    the server's own "has no equivalent in encoding")."""
+    sqlstate = "22P05"
+
+
+class KeyUntranslatable(KeyMalformed, UntranslatableCharacter):
+    """A key or scope the session's client_encoding cannot carry as it is (see
+    UntranslatableCharacter): a 400 for the HTTP layer, as any malformed key."""
+
+
 class PositionBelowWatermark(IdempotencyError):
     """apply_once(..., strict=True) got a position below the partition's watermark: a message
     that arrived out of order (or an older one redelivered), which accept would skip without a
@@ -175,12 +189,17 @@ MAX_NAME_BYTES = 255
 
 
 def check_names(scope, key):
-    """KeyMalformed unless scope and key are each 1 to 255 bytes of UTF-8 (the server's rule)."""
+    """KeyMalformed unless scope and key are each 1 to 255 bytes of UTF-8 (the server's rule);
+    KeyUntranslatable for a text that is not valid Unicode (a lone surrogate)."""
     for what, value, code in (("scope", scope, "idempotency_scope_malformed"),
                               ("key", key, "idempotency_key_malformed")):
         if value is None:
             continue
-        size = len(str(value).encode("utf-8"))
+        try:
+            size = len(str(value).encode("utf-8"))
+        except UnicodeEncodeError:
+            raise KeyUntranslatable(code, f"the idempotency {what} is not valid Unicode text "
+                                    "(it holds a lone surrogate)") from None
         if size == 0:
             raise KeyEmpty(code, f"the idempotency {what} must not be empty")
         if size > MAX_NAME_BYTES:
@@ -236,6 +255,7 @@ BY_SQLSTATE["IK004"] = KeyTooOld       # claim_once: a UUIDv7 / ULID key older t
 
 __all__ = ["IdempotencyError", "ConnectionLost", "OutcomeError", "KeyInProgress", "KeyMismatch",
            "KeyTooOld", "TransactionAborted", "TransactionOpen", "KeyMalformed", "KeyEmpty",
-           "KeyTooLong", "PositionBelowWatermark", "PoisonMessage",
+           "KeyTooLong", "PositionBelowWatermark", "PoisonMessage", "UntranslatableCharacter",
+           "KeyUntranslatable",
            "check_names", "translate", "BY_SQLSTATE",
            *(cls.__name__ for cls in set(BY_SQLSTATE.values()))]

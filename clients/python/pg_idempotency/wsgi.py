@@ -27,9 +27,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, autocommit_to_restore,
-                     begin_needed, execute, reservation_of, reserve, reserve_begin_refused,
-                     reserve_begin_usable, reserve_params)
-from .errors import KeyInProgress, KeyMismatch, KeyTooOld, check_names
+                     begin_needed, check_encodable, execute, reservation_of, reserve,
+                     reserve_begin_refused, reserve_begin_usable, reserve_params)
+from .errors import KeyInProgress, KeyMalformed, KeyMismatch, KeyTooOld, check_names
 from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
                   RequestInfo, StaleConnection, answer_for, connector, headers_of_replay,
                   options_from, replay_of, stored_answer)
@@ -138,6 +138,10 @@ class IdempotencyMiddleware:
         for tries in (1, 2):
             try:
                 with self.connect() as conn:
+                    try:
+                        check_encodable(conn, (("scope", id_scope), ("key", key)))
+                    except KeyMalformed as e:  # the session's encoding cannot carry it: a 400
+                        return _answer(start_response, answer_for(e))
                     autocommit = conn.autocommit
                     try:
                         return self._handle(conn, environ, start_response, id_scope, key,
