@@ -1,5 +1,7 @@
 #include "pg/subtransaction.hpp"
 
+#include "pg/fault_points.hpp"
+
 extern "C" {
 #include "utils/resowner.h"
 }
@@ -23,6 +25,7 @@ bool run_in_subtransaction(void (*step)(void *) noexcept, void *arg, ErrorData *
         MemoryContextSwitchTo(context);
         *error = CopyErrorData();
         FlushErrorState();
+        IDEM_FAULT_POINT("subtransaction-rollback");
         RollbackAndReleaseCurrentSubTransaction();
     }
     PG_END_TRY();
