@@ -22,11 +22,15 @@ bool run_in_subtransaction(void (*step)(void *) noexcept, void *arg, ErrorData *
     }
     PG_CATCH();
     {
+        // Rolled back first, as PostgresMain aborts before it flushes the error (the error
+        // data lives in ErrorContext, which the rollback leaves alone): an error while copying
+        // the error (out of memory) then leaves no subtransaction open behind it, which would
+        // leave the session's transaction aborted.
+        RollbackAndReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(context);
+        IDEM_FAULT_POINT("subtransaction-rolled-back");
         *error = CopyErrorData();
         FlushErrorState();
-        IDEM_FAULT_POINT("subtransaction-rollback");
-        RollbackAndReleaseCurrentSubTransaction();
     }
     PG_END_TRY();
     MemoryContextSwitchTo(context);
