@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # A shard move under load, with Citus's default transfer mode. The key calls write the local
-# shard directly, outside Citus's executor; they take Citus's lock on the shard's placement
-# metadata as its executor does for a write, so the move's last catch-up and switch wait for
-# them and they wait for it (src/pg/storage/citus.cpp, local_key_shard). Load through the
-# coordinator (test/citus/lib/move_load.py: reserve + business INSERT + complete, and
-# claim_once + INSERT, fresh and hot keys) over the moved tenant and one tenant of each worker,
-# while the tenant's shard moves away and back. Pass: both moves succeed; every call either
-# succeeds or is refused with a clear error (the shard is on another node, 0A000, or Citus's
-# distributed deadlock detection, 40P01); no acknowledged key lost or claimed twice; exactly
-# one business row per completed key and none without one; no prepared transaction left;
-# the load ran on the new placement between the moves.
+# shard directly, outside Citus's executor; at the commit they take Citus's lock on the
+# shard's placement metadata, as its executor holds it for a write, and fail (40001) when the
+# placement moved meanwhile (src/pg/storage/citus.cpp, UsedShards): a commit either precedes
+# the move's last catch-up or is refused. Load through the coordinator
+# (test/citus/lib/move_load.py: reserve + business INSERT + complete, and claim_once + INSERT,
+# fresh and hot keys) over the moved tenant and one tenant of each worker, while the tenant's
+# shard moves away and back. Pass: both moves succeed (no deadlock makes Citus cancel them);
+# every call either succeeds or is refused with a clear error (40001, the shard moved during
+# the transaction; 0A000, the call reached a node without the shard; 40P01, Citus's
+# distributed deadlock detection); no acknowledged key lost or claimed twice; exactly one
+# business row per completed key and none without one; no prepared transaction left; the
+# load ran on the new placement between the moves.
 set -euo pipefail
 CITUS_NAME=citus-move CITUS_PORT=54520
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -75,11 +77,15 @@ echo "$requests requests committed, $acknowledged keys claimed"
 for state, e in sorted(json.load(open(sys.argv[1]))["errors"].items()):
     print(f"  error {state} x{e[\"count\"]}: {e[\"message\"].splitlines()[0]}")' "$WORK/load.json" |
   tee "$WORK/errors"
-unexpected=$(grep -vE '^  error (0A000|40P01) ' "$WORK/errors" || true)
+unexpected=$(grep -vE '^  error (0A000|40001|40P01) ' "$WORK/errors" || true)
 [[ -z $unexpected ]] || fail "calls failed with other errors than a clear refusal: $unexpected"
 if grep -q '^  error 0A000 ' "$WORK/errors"; then
   grep '^  error 0A000 ' "$WORK/errors" | grep -q "must run on the node that holds the scope's shard" ||
     fail "a 0A000 other than the refusal of a call on the wrong node"
+fi
+if grep -q '^  error 40001 ' "$WORK/errors"; then
+  grep '^  error 40001 ' "$WORK/errors" | grep -q "moved to another node while this transaction" ||
+    fail "a 40001 other than a shard moved during the transaction"
 fi
 expect "every call succeeded or was refused with a clear error" ok ok
 expect "no acknowledged key claimed twice" "$doubled" 0

@@ -221,11 +221,9 @@ int shard_index(Oid table, int64 shard) noexcept {
 }
 
 // The lock Citus takes on the placement metadata of shard `shard` of `table` (Citus 12.1,
-// resource_lock.h, LockShardDistributionMetadata): its executor holds it in ShareLock for a
-// write into the shard, and a shard move takes it in ExclusiveLock on every node before its
-// last catch-up and the switch of the placement, so that no write reaches the old placement
-// after that point. For a table in a co-location group it is the group's lock for the
-// shard's index, shared by the co-located shards.
+// resource_lock.h, LockShardDistributionMetadata; see UsedShards below). For a table in a
+// co-location group it is the group's lock for the shard's index, shared by the co-located
+// shards.
 void citus_metadata_lock_tag(Oid table, int64 shard, LOCKTAG *tag) noexcept {
     constexpr uint16 kShardMetadata = 4, kColocatedShardsMetadata = 8;  // Citus's lock classes
     Datum colocation;
@@ -290,6 +288,79 @@ bool is_last_lookup(const text *scope) noexcept {
            memcmp(last_shard.scope, VARDATA_ANY(scope), length) == 0;
 }
 
+// The shards this transaction reads and writes directly, outside Citus's executor, checked at
+// its commit. Citus's executor holds its lock on a shard's placement metadata (ShareLock) from
+// a write until the commit; a shard move takes it exclusively on every node before its last
+// catch-up and the switch of the placement, so that no write commits into the old placement
+// after that point. Held from the call on, here it would make a deadlock across nodes: the
+// call's transaction holds it on the worker and waits on the coordinator (its next statement,
+// for Citus's lock there), where the move holds it and waits for the worker's. So it is
+// taken at the commit (or PREPARE), when the transaction waits for nothing else: a commit
+// before the move's lock precedes its last catch-up and is carried over; a commit after the
+// switch finds the placement gone and fails with 40001 (retry: the call then runs where the
+// shard is). Past kUsedShards shards in one transaction, the lock is taken at the call.
+struct UsedShard {
+    Oid table;
+    int64 shard;
+    Oid relation;
+    LOCKTAG metadata_lock;
+};
+constexpr int kUsedShards = 16;
+struct UsedShards {
+    LocalTransactionId transaction = InvalidLocalTransactionId;
+    int count = 0;
+    UsedShard entries[kUsedShards];
+} used_shards;
+
+void check_shards_at_commit(XactEvent event, void *) noexcept {
+    if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
+        event == XACT_EVENT_PRE_PREPARE) {
+        if (used_shards.transaction != compat::local_transaction_id()) return;
+        for (int i = 0; i < used_shards.count; i++)
+            (void)LockAcquire(&used_shards.entries[i].metadata_lock, ShareLock, false, false);
+        AcceptInvalidationMessages();  // a move that committed while this waited
+        for (int i = 0; i < used_shards.count; i++) {
+            const UsedShard &used = used_shards.entries[i];
+            if (placement_of(used.table, used.shard).relation == used.relation) continue;
+            used_shards.count = 0;
+            ereport(ERROR,
+                    (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                     errmsg("a shard of idempotency.keys moved to another node while this "
+                            "transaction used it"),
+                     errdetail("Shard " INT64_FORMAT " was moved by Citus before this transaction "
+                               "committed; its key calls are rolled back.",
+                               used.shard),
+                     errhint("Retry the transaction: its key calls then run on the shard's new "
+                             "node.")));
+        }
+        return;
+    }
+    used_shards.count = 0;  // the transaction ended (commit, abort or prepare)
+}
+
+void check_at_commit(Oid table, const Placement &placement) noexcept {
+    static bool registered = false;
+    if (!registered) {
+        RegisterXactCallback(pg_callback(check_shards_at_commit), nullptr);
+        registered = true;
+    }
+    if (used_shards.transaction != compat::local_transaction_id()) {
+        used_shards.transaction = compat::local_transaction_id();
+        used_shards.count = 0;
+    }
+    for (int i = 0; i < used_shards.count; i++)
+        if (used_shards.entries[i].shard == placement.shard &&
+            used_shards.entries[i].table == table)
+            return;
+    if (used_shards.count == kUsedShards) {
+        LOCKTAG tag = placement.metadata_lock;
+        (void)LockAcquire(&tag, ShareLock, false, false);
+        return;
+    }
+    used_shards.entries[used_shards.count++] =
+        UsedShard{table, placement.shard, placement.relation, placement.metadata_lock};
+}
+
 }  // namespace
 
 bool is_citus_table(Oid relation) noexcept {
@@ -308,19 +379,9 @@ Oid local_key_shard(Oid table, Datum scope) noexcept {
     if (is_last_lookup(scope_text)) return last_shard.relation;
     AcceptInvalidationMessages();  // placement changes committed by now
     int64 shard = shard_of(table, scope);
-    Oid relation = placement_of(table, shard).relation;
-    if (OidIsValid(relation)) {
-        // The key calls read and write the shard directly, outside Citus's executor: they take
-        // its lock on the shard's placement metadata as it does for a write, held until the
-        // transaction ends, so that a shard move waits for them before it switches the
-        // placement, and they wait for a move that is switching it. Taken only now, the lock
-        // may have waited for a move that has since committed: the placement is read again.
-        LOCKTAG tag = placement_of(table, shard).metadata_lock;
-        if (LockAcquire(&tag, ShareLock, false, false) == LOCKACQUIRE_OK) {
-            AcceptInvalidationMessages();
-            relation = placement_of(table, shard).relation;
-        }
-    }
+    const Placement &placement = placement_of(table, shard);
+    Oid relation = placement.relation;
+    if (OidIsValid(relation)) check_at_commit(table, placement);
     size_t length = VARSIZE_ANY_EXHDR(scope_text);
     if (length <= sizeof(last_shard.scope)) {
         last_shard.transaction = compat::local_transaction_id();
