@@ -78,8 +78,9 @@ def client(conninfo, stop_file, scopes, number, result, lock):
 
 
 def check(conninfo, out):
-    """Prints 'requests R acknowledged A doubled D lost L': D acknowledged twice, L acknowledged
-    but not completed (as seen through the coordinator)."""
+    """Prints 'requests R acknowledged A doubled D lost L' (D acknowledged twice, L acknowledged
+    but not completed, as seen through the coordinator), then a line per SQLSTATE of the
+    errors: '  error STATE xCOUNT: first line of the first message'."""
     with open(out) as f:
         result = json.load(f)
     acknowledged = [tuple(k) for k in result["acknowledged"]]
@@ -92,6 +93,9 @@ def check(conninfo, out):
     lost = sum(1 for k in set(acknowledged) if k not in completed)
     print(f"requests {result['requests']} acknowledged {len(acknowledged)} doubled {doubled} "
           f"lost {lost}")
+    for state, error in sorted(result["errors"].items()):
+        first_line = error["message"].splitlines()[0] if error["message"] else ""
+        print(f"  error {state} x{error['count']}: {first_line}")
 
 
 def main(argv):
