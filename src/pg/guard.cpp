@@ -79,6 +79,35 @@ void raise_report(const ErrorReport &report, const ErrorStack &entry) noexcept {
     pg_unreachable();
 }
 
+namespace {
+
+// Fills report from the error being handled; call only inside a PG_CATCH, in `context` (not
+// ErrorContext). Whatever happens, it returns: copying the error allocates, and an error
+// raised by that copy (out of memory) would longjmp past the PG_CATCH into frames above, the
+// C++ frames of call_postgres's caller included. So the copy runs in a PG_TRY of its own; if
+// it fails, the report keeps the first error's SQLSTATE and says that its text was lost. The
+// caller flushes both errors with FlushErrorState().
+void describe_postgres_error(ErrorReport *report, MemoryContext context) noexcept {
+    report->sqlstate = geterrcode();
+    copy_text(report->message, sizeof report->message,
+              "out of memory while copying an error's message");
+    report->detail[0] = '\0';
+    report->hint[0] = '\0';
+    PG_TRY();
+    {
+        ErrorData *edata = CopyErrorData();
+        copy_text(report->message, sizeof report->message, edata->message);
+        copy_text(report->detail, sizeof report->detail, edata->detail);
+        copy_text(report->hint, sizeof report->hint, edata->hint);
+        FreeErrorData(edata);
+    }
+    PG_CATCH();
+    { MemoryContextSwitchTo(context); }
+    PG_END_TRY();
+}
+
+}  // namespace
+
 void call_postgres(void (*fn)(void *) noexcept, void *arg) {
     MemoryContext context = CurrentMemoryContext;
     ErrorReport report;
@@ -88,13 +117,8 @@ void call_postgres(void (*fn)(void *) noexcept, void *arg) {
     PG_CATCH();
     {
         MemoryContextSwitchTo(context);
-        ErrorData *edata = CopyErrorData();
+        describe_postgres_error(&report, context);
         FlushErrorState();
-        report.sqlstate = edata->sqlerrcode;
-        copy_text(report.message, sizeof report.message, edata->message);
-        copy_text(report.detail, sizeof report.detail, edata->detail);
-        copy_text(report.hint, sizeof report.hint, edata->hint);
-        FreeErrorData(edata);
         failed = true;
     }
     PG_END_TRY();

@@ -1,5 +1,7 @@
 #include "pg/subtransaction.hpp"
 
+#include "pg/fault_points.hpp"
+
 extern "C" {
 #include "utils/resowner.h"
 }
@@ -20,10 +22,15 @@ bool run_in_subtransaction(void (*step)(void *) noexcept, void *arg, ErrorData *
     }
     PG_CATCH();
     {
+        // Rolled back first, as PostgresMain aborts before it flushes the error (the error
+        // data lives in ErrorContext, which the rollback leaves alone): an error while copying
+        // the error (out of memory) then leaves no subtransaction open behind it, which would
+        // leave the session's transaction aborted.
+        RollbackAndReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(context);
+        IDEM_FAULT_POINT("subtransaction-rolled-back");
         *error = CopyErrorData();
         FlushErrorState();
-        RollbackAndReleaseCurrentSubTransaction();
     }
     PG_END_TRY();
     MemoryContextSwitchTo(context);

@@ -53,6 +53,23 @@ prepared_xacts() {
   done
   echo "$total"
 }
+# check_books WHAT: every completed key has exactly one business row in orders (tenant, key),
+# every row a completed key.
+check_books() {
+  local dup orphan missing
+  read -r dup orphan missing <<<"$(coord -F ' ' -c "
+    SELECT (SELECT count(*) FROM (SELECT tenant, key FROM orders GROUP BY 1, 2
+                                  HAVING count(*) > 1) d),
+           (SELECT count(*) FROM orders o LEFT JOIN idempotency.keys k
+              ON k.scope = o.tenant AND k.key = o.key AND k.state = 'completed'
+              WHERE k.key IS NULL),
+           (SELECT count(*) FROM idempotency.keys k LEFT JOIN orders o
+              ON o.tenant = k.scope AND o.key = k.key
+              WHERE k.state = 'completed' AND o.key IS NULL)")"
+  expect "$1: no key with two business rows" "$dup" "0"
+  expect "$1: no business row without its completed key" "$orphan" "0"
+  expect "$1: no completed key without its business row" "$missing" "0"
+}
 # citus_setup: the cluster, the business table, partitions, distribute().
 citus_setup() {
   citus_cluster_start || fail "the Citus cluster did not start"

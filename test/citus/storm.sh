@@ -51,21 +51,6 @@ bench() { # bench LOG CLIENTS SECONDS SCRIPT
   "$PGBIN/pgbench" -n -h "$COORD_SOCK" -p "$COORD_PORT" -U postgres -c "$2" -j 2 -T "$3" \
     -f "$4" postgres >"$1" 2>&1
 }
-check_books() { # check_books WHAT: every completed key has exactly one row, every row a key
-  local dup orphan missing
-  read -r dup orphan missing <<<"$(coord -F ' ' -c "
-    SELECT (SELECT count(*) FROM (SELECT tenant, key FROM orders GROUP BY 1, 2
-                                  HAVING count(*) > 1) d),
-           (SELECT count(*) FROM orders o LEFT JOIN idempotency.keys k
-              ON k.scope = o.tenant AND k.key = o.key AND k.state = 'completed'
-              WHERE k.key IS NULL),
-           (SELECT count(*) FROM idempotency.keys k LEFT JOIN orders o
-              ON o.tenant = k.scope AND o.key = k.key
-              WHERE k.state = 'completed' AND o.key IS NULL)")"
-  expect "$1: no key with two business rows" "$dup" "0"
-  expect "$1: no business row without its completed key" "$orphan" "0"
-  expect "$1: no completed key without its business row" "$missing" "0"
-}
 deadlocks() {
   local n total=0 c
   for n in coord w1 w2; do

@@ -6,6 +6,7 @@
 // other. Storage goes through key_store (SPI); keys new in this transaction stay in memory
 // until they are completed, failed or committed (pending_claims).
 
+#include "pg/fault_points.hpp"
 #include "pg/guard.hpp"
 #include "pg/storage/key_store.hpp"
 #include "pg/keys/pending_claims.hpp"
@@ -25,6 +26,7 @@ extern "C" {
 #include "tcop/pquery.h"
 #include "tcop/tcopprot.h"
 #include "tcop/utility.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
@@ -201,18 +203,28 @@ bool lease_is_live(const KeyRecord &record, TimestampTz now) {
 // visible in pg_locks and pg_blocking_pids, and subject to deadlock detection. The lock
 // timeout that ends it is caught in a subtransaction; false then. Other errors propagate.
 void acquire_key_lock_step(void *tag) noexcept {
+    IDEM_FAULT_POINT("key-lock-wait");
     (void)acquire_key_lock(static_cast<const LOCKTAG *>(tag), false);
 }
 
 bool wait_for_key_lock(const LOCKTAG *tag, int64 usecs) {
     const int caller_lock_timeout = LockTimeout;
     const int usecs_ms = int(Min((usecs + 999) / 1000, int64(INT_MAX)));
-    LockTimeout = caller_lock_timeout > 0 ? Min(usecs_ms, caller_lock_timeout) : usecs_ms;
+    char timeout[16];
+    snprintf(timeout, sizeof timeout, "%d",
+             caller_lock_timeout > 0 ? Min(usecs_ms, caller_lock_timeout) : usecs_ms);
+    // The short timeout is set at a GUC nest level of its own, as a function's SET clause
+    // is: put back when this returns, and by the abort of the (sub)transaction when an error
+    // leaves on any other path (starting or rolling back the subtransaction included).
+    const int guc_level = NewGUCNestLevel();
+    (void)set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+                            true, 0, false);
+    IDEM_FAULT_POINT("key-lock-start");
     ErrorData *error = nullptr;
     // On success the lock passes to the caller's transaction with the subtransaction.
     bool acquired =
         run_in_subtransaction(acquire_key_lock_step, const_cast<LOCKTAG *>(tag), &error);
-    LockTimeout = caller_lock_timeout;
+    AtEOXact_GUC(true, guc_level);
     if (!acquired && error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE) ReThrowError(error);
     return acquired;
 }

@@ -20,7 +20,9 @@ extern "C" {
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_func.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/rel.h"
@@ -57,19 +59,23 @@ bool citus_catalog_value(const char *name, Oid first, int column, Datum *value) 
 // Citus's get_shard_id_for_distribution_column(regclass, "any"), called through fmgr
 // with an expression that gives its second argument the type text (it reads the type from
 // there). Looked up again after any change to pg_proc (Citus dropped and created again).
+// The FmgrInfo and its expression live in a memory context of their own under
+// TopMemoryContext, reset before each lookup: pg_proc changes often (every CREATE FUNCTION),
+// and each lookup would otherwise leave the last one's allocations behind for the session.
 struct ShardFunction {
     bool ready = false;
+    MemoryContext memory = nullptr;
     FmgrInfo call;
 } shard_function;
 
-void forget_shard_function(Datum, int, uint32) {
+void forget_shard_function(Datum, int, uint32) noexcept {
     shard_function.ready = false;
 }
 
-int64 shard_of(Oid table, Datum scope) {
+int64 shard_of(Oid table, Datum scope) noexcept {
     static bool registered = false;
     if (!registered) {
-        CacheRegisterSyscacheCallback(PROCOID, forget_shard_function, (Datum)0);
+        CacheRegisterSyscacheCallback(PROCOID, pg_callback(forget_shard_function), (Datum)0);
         registered = true;
     }
     if (!shard_function.ready) {
@@ -77,8 +83,13 @@ int64 shard_of(Oid table, Datum scope) {
         List *name = list_make2(makeString(pstrdup("pg_catalog")),
                                 makeString(pstrdup("get_shard_id_for_distribution_column")));
         Oid function = LookupFuncName(name, 2, types, false);
-        MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-        fmgr_info(function, &shard_function.call);
+        if (shard_function.memory == nullptr)
+            shard_function.memory = AllocSetContextCreate(
+                TopMemoryContext, "idempotency Citus shard lookup", ALLOCSET_SMALL_SIZES);
+        else
+            MemoryContextReset(shard_function.memory);
+        MemoryContext old = MemoryContextSwitchTo(shard_function.memory);
+        fmgr_info_cxt(function, &shard_function.call, shard_function.memory);
         List *args = list_make2(makeNullConst(REGCLASSOID, -1, InvalidOid),
                                 makeNullConst(TEXTOID, -1, DEFAULT_COLLATION_OID));
         fmgr_info_set_expr(
@@ -103,15 +114,15 @@ struct LocalGroup {
 
 void forget_placements() noexcept;
 
-void forget_local_group(Datum, int, uint32) {
+void forget_local_group(Datum, int, uint32) noexcept {
     local_group.known = false;
     forget_placements();  // they are relative to the group
 }
 
-bool local_group_id(Datum *group) {
+bool local_group_id(Datum *group) noexcept {
     static bool registered = false;
     if (!registered) {
-        CacheRegisterSyscacheCallback(RELOID, forget_local_group, (Datum)0);
+        CacheRegisterSyscacheCallback(RELOID, pg_callback(forget_local_group), (Datum)0);
         registered = true;
     }
     if (!local_group.known) {
@@ -124,7 +135,7 @@ bool local_group_id(Datum *group) {
 }
 
 // Whether pg_dist_placement places shard `shard` in this node's group (a catalog scan).
-bool placed_here(int64 shard) {
+bool placed_here(int64 shard) noexcept {
     Datum group;
     if (!local_group_id(&group)) return false;
     Oid catalog = get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
@@ -158,6 +169,7 @@ bool placed_here(int64 shard) {
 struct Placement {
     int64 shard;
     Oid relation;
+    LOCKTAG metadata_lock;  // Citus's lock on the shard's placement metadata (when local)
 };
 constexpr int kPlacementSlots = 64;  // Citus's default is 32 shards per table
 struct Placements {
@@ -170,22 +182,92 @@ void forget_placements() noexcept {
     placements.count = 0;
 }
 
-// The local relation of shard `shard` of `table` (InvalidOid: on another node), from the
-// cache or from the catalogs.
-Oid placed_relation(Oid table, int64 shard) {
+// The index of shard `shard` among the shards of `table` in Citus's order (its metadata cache
+// sorts a hash-distributed table's shards by the low end of their hash range), from
+// pg_dist_shard; -1 when the shard is not there.
+int shard_index(Oid table, int64 shard) noexcept {
+    Oid catalog = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
+    Oid index = get_relname_relid("pg_dist_shard_logical_relid_index", PG_CATALOG_NAMESPACE);
+    if (!OidIsValid(catalog) || !OidIsValid(index)) return -1;
+    constexpr int kTableColumn = 1, kShardColumn = 2, kMinColumn = 5;  // pg_dist_shard's
+    Relation rel = table_open(catalog, AccessShareLock);
+    ScanKeyData key;
+    ScanKeyInit(&key, kTableColumn, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(table));
+    SysScanDesc scan = systable_beginscan(rel, index, true, nullptr, 1, &key);
+    int32 mins[kPlacementSlots * 4];
+    int n = 0;
+    bool found = false;
+    int32 own_min = 0;
+    for (HeapTuple tuple; HeapTupleIsValid(tuple = systable_getnext(scan));) {
+        bool id_null, min_null;
+        Datum id = heap_getattr(tuple, kShardColumn, RelationGetDescr(rel), &id_null);
+        Datum min = heap_getattr(tuple, kMinColumn, RelationGetDescr(rel), &min_null);
+        if (id_null || min_null) continue;
+        int32 low = pg_strtoint32(TextDatumGetCString(min));
+        if (DatumGetInt64(id) == shard) {
+            found = true;
+            own_min = low;
+        } else if (n < int(lengthof(mins))) {
+            mins[n++] = low;
+        }
+    }
+    systable_endscan(scan);
+    table_close(rel, AccessShareLock);
+    if (!found) return -1;
+    int position = 0;
+    for (int i = 0; i < n; i++)
+        if (mins[i] < own_min) position++;
+    return position;
+}
+
+// The lock Citus takes on the placement metadata of shard `shard` of `table` (Citus 12.1,
+// resource_lock.h, LockShardDistributionMetadata; see UsedShards below). For a table in a
+// co-location group it is the group's lock for the shard's index, shared by the co-located
+// shards.
+void citus_metadata_lock_tag(Oid table, int64 shard, LOCKTAG *tag) noexcept {
+    constexpr uint16 kShardMetadata = 4, kColocatedShardsMetadata = 8;  // Citus's lock classes
+    Datum colocation;
+    if (citus_catalog_value("pg_dist_partition", table, 4, &colocation) &&
+        DatumGetUInt32(colocation) != 0) {
+        int index = shard_index(table, shard);
+        if (index < 0)
+            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                            errmsg("shard " INT64_FORMAT " of idempotency.keys is not in Citus's "
+                                   "pg_dist_shard",
+                                   shard)));
+        SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, uint32(index), DatumGetUInt32(colocation),
+                             kColocatedShardsMetadata);
+    } else {
+        SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, uint32(uint64(shard) >> 32), uint32(shard),
+                             kShardMetadata);
+    }
+}
+
+// Shard `shard` of `table` as this node has it (relation InvalidOid: on another node), from
+// the cache or from the catalogs.
+const Placement &placement_of(Oid table, int64 shard) noexcept {
     if (placements.table != table) placements = Placements{table, 0, {}};
     for (int i = 0; i < placements.count; i++)
-        if (placements.entries[i].shard == shard) return placements.entries[i].relation;
+        if (placements.entries[i].shard == shard) return placements.entries[i];
     Oid relation = InvalidOid;
+    LOCKTAG tag{};
     if (placed_here(shard)) {
-        // Citus names a shard after its table and shard id, in the table's schema.
+        // Citus names a shard after its table and shard id, in the table's schema. The table
+        // may have been dropped since the caller looked it up (no lock is held on it yet).
+        const char *table_name = get_rel_name(table);
+        if (table_name == nullptr)
+            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                            errmsg("idempotency.keys was dropped while a key call looked up its "
+                                   "shard"),
+                            errdetail("Relation %u no longer exists.", table)));
         char name[NAMEDATALEN];
-        snprintf(name, sizeof(name), "%s_" INT64_FORMAT, get_rel_name(table), shard);
+        snprintf(name, sizeof(name), "%s_" INT64_FORMAT, table_name, shard);
         relation = get_relname_relid(name, get_rel_namespace(table));
+        if (OidIsValid(relation)) citus_metadata_lock_tag(table, shard, &tag);
     }
     if (placements.count == kPlacementSlots) placements.count = 0;
-    placements.entries[placements.count++] = Placement{shard, relation};
-    return relation;
+    placements.entries[placements.count] = Placement{shard, relation, tag};
+    return placements.entries[placements.count++];
 }
 
 // The last lookup, kept for the rest of the statement that made it (a call looks its scope
@@ -198,12 +280,85 @@ struct LastShard {
     Oid relation = InvalidOid;
 } last_shard;
 
-bool is_last_lookup(const text *scope) {
+bool is_last_lookup(const text *scope) noexcept {
     size_t length = VARSIZE_ANY_EXHDR(scope);
     return last_shard.transaction == compat::local_transaction_id() &&
            last_shard.statement == GetCurrentStatementStartTimestamp() &&
            last_shard.scope_length == length && length <= sizeof(last_shard.scope) &&
            memcmp(last_shard.scope, VARDATA_ANY(scope), length) == 0;
+}
+
+// The shards this transaction reads and writes directly, outside Citus's executor, checked at
+// its commit. Citus's executor holds its lock on a shard's placement metadata (ShareLock) from
+// a write until the commit; a shard move takes it exclusively on every node before its last
+// catch-up and the switch of the placement, so that no write commits into the old placement
+// after that point. Held from the call on, here it would make a deadlock across nodes: the
+// call's transaction holds it on the worker and waits on the coordinator (its next statement,
+// for Citus's lock there), where the move holds it and waits for the worker's. So it is
+// taken at the commit (or PREPARE), when the transaction waits for nothing else: a commit
+// before the move's lock precedes its last catch-up and is carried over; a commit after the
+// switch finds the placement gone and fails with 40001 (retry: the call then runs where the
+// shard is). Past kUsedShards shards in one transaction, the lock is taken at the call.
+struct UsedShard {
+    Oid table;
+    int64 shard;
+    Oid relation;
+    LOCKTAG metadata_lock;
+};
+constexpr int kUsedShards = 16;
+struct UsedShards {
+    LocalTransactionId transaction = InvalidLocalTransactionId;
+    int count = 0;
+    UsedShard entries[kUsedShards];
+} used_shards;
+
+void check_shards_at_commit(XactEvent event, void *) noexcept {
+    if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
+        event == XACT_EVENT_PRE_PREPARE) {
+        if (used_shards.transaction != compat::local_transaction_id()) return;
+        for (int i = 0; i < used_shards.count; i++)
+            (void)LockAcquire(&used_shards.entries[i].metadata_lock, ShareLock, false, false);
+        AcceptInvalidationMessages();  // a move that committed while this waited
+        for (int i = 0; i < used_shards.count; i++) {
+            const UsedShard &used = used_shards.entries[i];
+            if (placement_of(used.table, used.shard).relation == used.relation) continue;
+            used_shards.count = 0;
+            ereport(ERROR,
+                    (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                     errmsg("a shard of idempotency.keys moved to another node while this "
+                            "transaction used it"),
+                     errdetail("Shard " INT64_FORMAT " was moved by Citus before this transaction "
+                               "committed; its key calls are rolled back.",
+                               used.shard),
+                     errhint("Retry the transaction: its key calls then run on the shard's new "
+                             "node.")));
+        }
+        return;
+    }
+    used_shards.count = 0;  // the transaction ended (commit, abort or prepare)
+}
+
+void check_at_commit(Oid table, const Placement &placement) noexcept {
+    static bool registered = false;
+    if (!registered) {
+        RegisterXactCallback(pg_callback(check_shards_at_commit), nullptr);
+        registered = true;
+    }
+    if (used_shards.transaction != compat::local_transaction_id()) {
+        used_shards.transaction = compat::local_transaction_id();
+        used_shards.count = 0;
+    }
+    for (int i = 0; i < used_shards.count; i++)
+        if (used_shards.entries[i].shard == placement.shard &&
+            used_shards.entries[i].table == table)
+            return;
+    if (used_shards.count == kUsedShards) {
+        LOCKTAG tag = placement.metadata_lock;
+        (void)LockAcquire(&tag, ShareLock, false, false);
+        return;
+    }
+    used_shards.entries[used_shards.count++] =
+        UsedShard{table, placement.shard, placement.relation, placement.metadata_lock};
 }
 
 }  // namespace
@@ -219,12 +374,14 @@ bool is_citus_worker() {
            DatumGetInt32(group) != 0;
 }
 
-Oid local_key_shard(Oid table, Datum scope) {
+Oid local_key_shard(Oid table, Datum scope) noexcept {
     const text *scope_text = DatumGetTextPP(scope);
     if (is_last_lookup(scope_text)) return last_shard.relation;
     AcceptInvalidationMessages();  // placement changes committed by now
     int64 shard = shard_of(table, scope);
-    Oid relation = placed_relation(table, shard);
+    const Placement &placement = placement_of(table, shard);
+    Oid relation = placement.relation;
+    if (OidIsValid(relation)) check_at_commit(table, placement);
     size_t length = VARSIZE_ANY_EXHDR(scope_text);
     if (length <= sizeof(last_shard.scope)) {
         last_shard.transaction = compat::local_transaction_id();

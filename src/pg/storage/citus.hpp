@@ -20,8 +20,8 @@ bool is_citus_worker();
 // holds `scope`, or InvalidOid when that shard is placed on another node. Computed with
 // Citus's own shard lookup and pg_dist_placement, without SPI or Citus's planner; the answer
 // is reused within the statement, and the placement of the shard until Citus invalidates it
-// (see forget_key_shards).
-Oid local_key_shard(Oid table, Datum scope);
+// (see forget_key_shards). C-style: errors are raised with ereport.
+Oid local_key_shard(Oid table, Datum scope) noexcept;
 
 // Forgets the shards of the key table looked up so far when `relation` is the key table, one
 // of those shards, or InvalidOid (all relations); for a relcache invalidation callback.

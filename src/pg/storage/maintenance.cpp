@@ -552,9 +552,9 @@ void partition_default_rows(ActionSink *out, int64 now, int64 width, core::Parti
 namespace idem::pg {
 namespace {
 
-// The run itself, C-style (no C++ object, no exception): its errors are caught by
-// idem_maintain to keep a record of the failed run.
-void maintain_run(ActionSink *sink) {
+// The steps of a run, C-style (no C++ object; C++ that may throw runs in guarded(), as
+// plan_for does).
+void maintain_steps(ActionSink *sink) {
     StepReport report{nullptr,
                       0,
                       0,
@@ -593,6 +593,13 @@ void maintain_run(ActionSink *sink) {
                                        "stats snapshot"});
 }
 
+// The run itself, inside idem_maintain's PG_TRY: an exception anywhere in the steps becomes a
+// PostgreSQL error here, which the PG_CATCH sees (and records as a failed run); none leaves
+// this function to unwind through the PG_TRY block.
+void maintain_run(ActionSink *sink) noexcept {
+    guarded([sink] { maintain_steps(sink); });
+}
+
 }  // namespace
 }  // namespace idem::pg
 
@@ -606,7 +613,12 @@ IDEM_FUNCTION(idem_maintain) {
     MaintenanceScope scope = enter_maintenance("idempotency.maintain()");
     TimestampTz started = GetCurrentTimestamp();
     const char *caller = maintenance_caller();
+    // Looked up now: the PG_CATCH below reads no catalog (the error may have come from one).
+    const char *role = GetUserNameFromId(GetSessionUserId(), false);
     MemoryContext context = CurrentMemoryContext;
+    // Only noexcept code inside PG_TRY (src/pg/guard.hpp, rule 3).
+    static_assert(noexcept(record_stashed_runs()) &&noexcept(maintain_run(&sink)) &&noexcept(
+        record_run(started, caller, "", "", nullptr)));
     // Failed runs kept from earlier calls first, then this run; an error on the way (the
     // run's or the record's) keeps this run's record for the next call, and re-raises.
     PG_TRY();
@@ -620,7 +632,7 @@ IDEM_FUNCTION(idem_maintain) {
     {
         MemoryContextSwitchTo(context);
         ErrorData *edata = CopyErrorData();
-        stash_failed_run(started, caller, edata->message);
+        stash_failed_run(started, caller, role, edata->message);
         PG_RE_THROW();
     }
     PG_END_TRY();

@@ -121,9 +121,11 @@ void append_step_json(StringInfo steps, const char *action, const char *partitio
 // Writes a run that returned into idempotency.maintenance_log (SPI connected, as the table
 // owner) and keeps the last 100; nothing on a database without the table (0.1.0).
 void record_run(TimestampTz started, const char *caller, const char *result, const char *steps,
-                const char *error);
-// Keeps a run that ended with an error for later: callable in PG_CATCH (no elog).
-void stash_failed_run(TimestampTz started, const char *caller, const char *error) noexcept;
+                const char *error) noexcept;
+// Keeps a run that ended with an error for later: callable in PG_CATCH (no elog, no catalog
+// access, no allocation: the texts are copied into shared memory).
+void stash_failed_run(TimestampTz started, const char *caller, const char *role,
+                      const char *error) noexcept;
 // Writes the kept failed runs of this database (SPI connected, as the table owner); they go
 // back to the stash if this transaction aborts. Returns how many.
 int record_stashed_runs() noexcept;

@@ -78,9 +78,11 @@ PendingRun flushed[kPendingRuns];
 int n_flushed = 0;
 bool callback_registered = false;
 // True while insert_run writes this backend's own history: keep_local_rows lets those rows
-// through even in a session_replication_role = replica session. Cleared at transaction end
-// too, in case an error skipped the reset.
+// through even in a session_replication_role = replica session. Cleared when the
+// (sub)transaction that set it aborts and at transaction end too, in case an error skipped
+// the reset: a rolled-back savepoint must not leave it set for the rest of the transaction.
 bool writing_own_history = false;
+SubTransactionId own_history_subtransaction = InvalidSubTransactionId;
 
 void push_pending(const PendingRun &run) noexcept {
     PendingRuns *p = pending();
@@ -104,9 +106,16 @@ void at_transaction_end(XactEvent event, void *) noexcept {
     }
 }
 
+void at_subtransaction_end(SubXactEvent event, SubTransactionId subtransaction, SubTransactionId,
+                           void *) noexcept {
+    if (event == SUBXACT_EVENT_ABORT_SUB && subtransaction == own_history_subtransaction)
+        writing_own_history = false;
+}
+
 void register_callback() noexcept {
     if (callback_registered) return;
     RegisterXactCallback(pg_callback(at_transaction_end), nullptr);
+    RegisterSubXactCallback(pg_callback(at_subtransaction_end), nullptr);
     callback_registered = true;
 }
 
@@ -138,6 +147,8 @@ void insert_run(TimestampTz started, TimestampTz ended, const char *caller, cons
     char nulls[] = {' ', ' ', ' ', ' ', ' ', ' ', error ? ' ' : 'n'};
     register_callback();
     writing_own_history = true;
+    own_history_subtransaction = GetCurrentSubTransactionId();
+    IDEM_FAULT_POINT("maintain-record-insert");
     int rc = SPI_execute_with_args(kInsertSql, 7, types, args, nulls, false, 1);
     spi_check(rc, SPI_OK_INSERT_RETURNING, "recording the maintenance run");
     bool isnull;
@@ -189,20 +200,20 @@ void append_step_json(StringInfo steps, const char *action, const char *partitio
 }
 
 void record_run(TimestampTz started, const char *caller, const char *result, const char *steps,
-                const char *error) {
+                const char *error) noexcept {
     if (!log_table_exists()) return;  // a database still at 0.1.0
     IDEM_FAULT_POINT("maintain-record");
     insert_run(started, GetCurrentTimestamp(), caller, GetUserNameFromId(GetSessionUserId(), false),
                result, steps, error);
 }
 
-void stash_failed_run(TimestampTz started, const char *caller, const char *error) noexcept {
+void stash_failed_run(TimestampTz started, const char *caller, const char *role,
+                      const char *error) noexcept {
     PendingRun run;
     run.database = MyDatabaseId;
     run.started = started;
     run.ended = GetCurrentTimestamp();
     strlcpy(run.caller, caller, sizeof run.caller);
-    const char *role = GetUserNameFromId(GetSessionUserId(), true);
     strlcpy(run.role, role ? role : "?", sizeof run.role);
     strlcpy(run.error, error ? error : "(no message)", sizeof run.error);
     push_pending(run);
