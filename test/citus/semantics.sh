@@ -166,7 +166,7 @@ until_true 60 late_lapsed || fail "the 1-second lease did not lapse"
 expect "takeover near the end of the window: attempt 2, expiring an hour after its lease" \
   "$(coord -c "SELECT outcome || ' ' || attempt || ' ' || (expires_at = locked_until + interval '1 hour')
                 FROM idempotency.reserve('tenant-8', 'late', lock_ttl => '10 minutes',
-                                         retention => '1 hour')")" "new 2 t"
+                                         retention => '1 hour')")" "new 2 true"
 expect "takeover: one row in tenant-8's shard, expiring after the lease" \
   "$(citus_node "$(node_of tenant-8)" -qAt -c "SELECT count(*) || ' ' || bool_and(expires_at > now() + interval '1 hour')
       FROM idempotency.keys_$(coord -c "SELECT get_shard_id_for_distribution_column('idempotency.keys', 'tenant-8')")
