@@ -170,7 +170,7 @@ expect "takeover near the end of the window: attempt 2, expiring an hour after i
 expect "takeover: one row in tenant-8's shard, expiring after the lease" \
   "$(citus_node "$(node_of tenant-8)" -qAt -c "SELECT count(*) || ' ' || bool_and(expires_at > now() + interval '1 hour')
       FROM idempotency.keys_$(coord -c "SELECT get_shard_id_for_distribution_column('idempotency.keys', 'tenant-8')")
-      WHERE scope = 'tenant-8' AND key = 'late'")" "1 t"
+      WHERE scope = 'tenant-8' AND key = 'late'")" "1 true"
 coord -c "SELECT idempotency.complete('tenant-8', 'late', 201, '{}', attempt => 2)" >/dev/null ||
   fail "the new holder's complete was refused"
 expect "takeover: the answer is replayed" \
