@@ -76,4 +76,8 @@ SELECT pg_temp.try($$SELECT idempotency.reserve('edges', 'far', lock_ttl => '300
 SELECT count(*) FROM idempotency.keys WHERE scope = 'edges' AND key = 'far';
 SELECT outcome, locked_until > now() + interval '98000 years' AS leased_long
   FROM idempotency.reserve('edges', 'far-but-valid', lock_ttl => '100000 years');
+-- Its retention counts from the end of that lease: gone, so that no partition is made for it.
+SELECT expires_at = locked_until + interval '24 hours' AS from_lease_end
+  FROM idempotency.lookup('edges', 'far-but-valid');
+SELECT idempotency.forget('edges', 'far-but-valid');
 SELECT outcome FROM idempotency.reserve('edges', 'far-wait', wait => '290000 years');

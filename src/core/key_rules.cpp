@@ -36,4 +36,28 @@ std::uint64_t lock_hash(std::string_view scope, std::string_view key) {
     return h;
 }
 
+namespace {
+
+std::int64_t saturating_add(std::int64_t a, std::int64_t b) {
+    std::int64_t sum;
+    if (__builtin_add_overflow(a, b, &sum)) return b > 0 ? INT64_MAX : INT64_MIN;
+    return sum;
+}
+
+}  // namespace
+
+std::int64_t expiry_at_claim(std::int64_t expires_at, std::int64_t locked_until,
+                             std::int64_t retention) {
+    const std::int64_t from_lease = saturating_add(locked_until, retention);
+    return from_lease > expires_at ? from_lease : expires_at;
+}
+
+std::int64_t expiry_at_complete(std::int64_t expires_at, std::int64_t locked_until,
+                                std::int64_t completed_at) {
+    if (completed_at <= locked_until) return expires_at;
+    std::int64_t late;
+    if (__builtin_sub_overflow(completed_at, locked_until, &late)) return INT64_MAX;
+    return saturating_add(expires_at, late);
+}
+
 }  // namespace idem::core

@@ -147,13 +147,34 @@ expect "claim_once: the redelivery is not" \
 expect "claim_once: its row is completed in tenant-7's shard on $t7" \
   "$(citus_node "$t7" -qAt -c "SELECT state FROM idempotency.keys_$shard
                               WHERE scope = 'tenant-7' AND key = 'msg-1'")" "completed"
-# Retention: a record past its window is absent.
-coord -c "SELECT outcome FROM idempotency.reserve('tenant-8', 'short', retention => '1 second')" \
+# Retention: a record past its window (which counts from the end of the lease) is absent.
+coord -c "SELECT outcome FROM idempotency.reserve('tenant-8', 'short', lock_ttl => '1 second',
+                                                  retention => '1 second')" \
   -c "SELECT idempotency.complete('tenant-8', 'short', 200, '{}')" >/dev/null
 expired() { [[ $(coord -c "SELECT count(*) FROM idempotency.lookup('tenant-8', 'short')") == 0 ]]; }
 until_true 60 expired || fail "the record did not expire after its 1-second retention"
 expect "past retention: new" \
   "$(coord -c "SELECT outcome FROM idempotency.reserve('tenant-8', 'short')")" "new"
+# A takeover near the end of the window moves expires_at past its lease (the row moves to a
+# later partition in the scope's shard): the new holder's complete is accepted, then replayed.
+coord -c "SELECT outcome FROM idempotency.reserve('tenant-8', 'late', lock_ttl => '1 second',
+                                                  retention => '5 seconds')" >/dev/null
+late_lapsed() {
+  [[ $(coord -c "SELECT locked_until < clock_timestamp() FROM idempotency.lookup('tenant-8', 'late')") == t ]]
+}
+until_true 60 late_lapsed || fail "the 1-second lease did not lapse"
+expect "takeover near the end of the window: attempt 2, expiring an hour after its lease" \
+  "$(coord -c "SELECT outcome || ' ' || attempt || ' ' || (expires_at = locked_until + interval '1 hour')
+                FROM idempotency.reserve('tenant-8', 'late', lock_ttl => '10 minutes',
+                                         retention => '1 hour')")" "new 2 true"
+expect "takeover: one row in tenant-8's shard, expiring after the lease" \
+  "$(citus_node "$(node_of tenant-8)" -qAt -c "SELECT count(*) || ' ' || bool_and(expires_at > now() + interval '1 hour')
+      FROM idempotency.keys_$(coord -c "SELECT get_shard_id_for_distribution_column('idempotency.keys', 'tenant-8')")
+      WHERE scope = 'tenant-8' AND key = 'late'")" "1 true"
+coord -c "SELECT idempotency.complete('tenant-8', 'late', 201, '{}', attempt => 2)" >/dev/null ||
+  fail "the new holder's complete was refused"
+expect "takeover: the answer is replayed" \
+  "$(coord -c "SELECT outcome FROM idempotency.reserve('tenant-8', 'late')")" "replay"
 
 # --- two coordinator sessions on one key ------------------------------------------------------
 # Session A holds the key in an open transaction until a gate opens (a session holding an

@@ -4,8 +4,9 @@
 # (reserve + business row + complete, reserve + fail, reserve / commit / complete; next_key
 # and accept inside the business transactions) while its worker keeps short partitions
 # (width 2 s, premake 2, every second): keys with a one-hour retention land in the default
-# partition and are moved into partitions of their own, keys with a 3-second one fill premade
-# partitions that are dropped again. A new server (subscriber, its own worker running too)
+# partition and are moved into partitions of their own, keys with a 3-second one (and a
+# 1-second lease: the retention counts from its end) fill premade partitions that are dropped
+# again. A new server (subscriber, its own worker running too)
 # follows through a publication with publish_via_partition_root. Then: stop writes, wait for
 # the subscriber to catch up, move the next_key high-water marks, switch, verify:
 #   - every live key of the old server is on the new one, in the same state, attempt and
@@ -74,6 +75,7 @@ SELECT (extract(epoch FROM clock_timestamp()) * 5)::bigint % 100000000 AS g \gse
 BEGIN;
 SELECT (outcome = 'new')::int AS is_new, coalesce(attempt, 0) AS attempt
   FROM idempotency.reserve('move', 'g' || :g || '-k' || :k, retention => CASE WHEN :short = 1 THEN interval '3 seconds' ELSE interval '1 hour' END,
+                           lock_ttl => CASE WHEN :short = 1 THEN interval '1 second' ELSE interval '5 minutes' END,
                            wait => '20 milliseconds') \gset
 \if :is_new
 SELECT idempotency.accept('billing', 'p' || (:k % 4), :g::bigint * 100 + :k) AS accepted \gset
@@ -87,6 +89,7 @@ COMMIT;
 BEGIN;
 SELECT (outcome = 'new')::int AS is_new, coalesce(attempt, 0) AS attempt
   FROM idempotency.reserve('move', 'g' || :g || '-k' || :k, retention => CASE WHEN :short = 1 THEN interval '3 seconds' ELSE interval '1 hour' END,
+                           lock_ttl => CASE WHEN :short = 1 THEN interval '1 second' ELSE interval '5 minutes' END,
                            wait => '0') \gset
 \if :is_new
 SELECT idempotency.fail('move', 'g' || :g || '-k' || :k, '{"error": "transient"}', :attempt);

@@ -129,5 +129,24 @@ actions=$(q -d $DB -c "SET client_min_messages = warning" -c "SELECT string_agg(
 echo "maintain() after it: $actions"
 [[ $actions == *dropped:$old6* ]] || fail "the expired partition was not dropped: $actions"
 
+# A takeover near the end of a key's window moves expires_at past its lease: the row moves to
+# pg_partman's partition of its new expires_at (out of the partition of its old one), and
+# the new holder's complete is accepted.
+q -d $DB -c "INSERT INTO idempotency.keys (scope, key, state, attempt, first_seen_at, locked_until, expires_at)
+    VALUES ('pm', 'late', 'processing', 1, now() - interval '1 day', clock_timestamp() - interval '1 minute',
+            clock_timestamp() + interval '1 minute')"
+where_late="SELECT tableoid::regclass FROM idempotency.keys WHERE scope = 'pm' AND key = 'late'"
+late_before=$(q -d $DB -c "$where_late")
+expect "takeover near the end of the window: attempt 2, expiring 2 days after its lease" \
+  "$(q -d $DB -c "SELECT outcome || ' ' || attempt || ' ' || (expires_at = locked_until + interval '48 hours')
+     FROM idempotency.reserve('pm', 'late', lock_ttl => '5 minutes', retention => '2 days')")" "new 2 true"
+late_after=$(q -d $DB -c "$where_late")
+[[ $late_after != "$late_before" && $late_after != idempotency.keys_default ]] ||
+  fail "the row stayed in $late_before (now in $late_after)"
+passed "the row moved from $late_before to $late_after"
+q -d $DB -c "SELECT idempotency.complete('pm', 'late', 201, '{}', attempt => 2)" >/dev/null ||
+  fail "the new holder's complete was refused"
+expect "the answer is replayed" "$(q -d $DB -c "SELECT (idempotency.reserve('pm', 'late')).outcome")" replay
+
 q -d $DB -c "SET client_min_messages = warning" -c "DROP EXTENSION idempotency CASCADE" >/dev/null
 echo "partman_handoff: $CHECKS checks passed"

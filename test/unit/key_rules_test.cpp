@@ -81,5 +81,47 @@ TEST(LockHash, SeparatesScopeFromKey) {
     EXPECT_NE(lock_hash("a", "b"), lock_hash("b", "a"));
 }
 
+constexpr std::int64_t kSec = 1000000;
+
+TEST(Expiry, NewClaimExpiresRetentionAfterItsLease) {
+    // now 100 s, lock_ttl 30 s, retention 10 s: the lease outlives now + retention.
+    EXPECT_EQ(expiry_at_claim(kNoExpiry, 130 * kSec, 10 * kSec), 140 * kSec);
+    EXPECT_EQ(expiry_at_claim(kNoExpiry, 100 * kSec, 10 * kSec), 110 * kSec);  // no lease
+}
+
+TEST(Expiry, ClaimNeverShortensAnExpiry) {
+    // A takeover near the end of the window moves expires_at past its lease...
+    EXPECT_EQ(expiry_at_claim(105 * kSec, 134 * kSec, 10 * kSec), 144 * kSec);
+    // ...and one with a shorter lease and retention than the first claim keeps it.
+    EXPECT_EQ(expiry_at_claim(500 * kSec, 134 * kSec, 10 * kSec), 500 * kSec);
+}
+
+TEST(Expiry, ClaimIsNeverAbsentWhileItsLeaseIsLive) {
+    for (std::int64_t old : {kNoExpiry, std::int64_t{0}, 50 * kSec, 131 * kSec})
+        for (std::int64_t retention : {std::int64_t{1}, kSec, 1000 * kSec})
+            EXPECT_GT(expiry_at_claim(old, 130 * kSec, retention), 130 * kSec);
+}
+
+TEST(Expiry, CompleteWithinTheLeaseKeepsTheExpiry) {
+    EXPECT_EQ(expiry_at_complete(140 * kSec, 130 * kSec, 120 * kSec), 140 * kSec);
+    EXPECT_EQ(expiry_at_complete(140 * kSec, 130 * kSec, 130 * kSec), 140 * kSec);
+}
+
+TEST(Expiry, LateCompleteKeepsTheRetentionAfterIt) {
+    // The lease ended at 130 s, the complete came at 137 s: the answer stays 10 s after it.
+    EXPECT_EQ(expiry_at_complete(140 * kSec, 130 * kSec, 137 * kSec), 147 * kSec);
+    // Every claim then complete: the answer is replayable for the retention after complete.
+    for (std::int64_t done : {120 * kSec, 130 * kSec, 139 * kSec}) {
+        const std::int64_t expires = expiry_at_claim(kNoExpiry, 130 * kSec, 10 * kSec);
+        EXPECT_GE(expiry_at_complete(expires, 130 * kSec, done), done + 10 * kSec);
+    }
+}
+
+TEST(Expiry, SumsSaturate) {
+    EXPECT_EQ(expiry_at_claim(kNoExpiry, INT64_MAX - kSec, 10 * kSec), INT64_MAX);
+    EXPECT_EQ(expiry_at_complete(INT64_MAX - kSec, 0, 10 * kSec), INT64_MAX);
+    EXPECT_EQ(expiry_at_complete(10 * kSec, INT64_MIN, kSec), INT64_MAX);
+}
+
 }  // namespace
 }  // namespace idem::core

@@ -124,13 +124,14 @@ bool record_to_write(Datum scope, Datum key, TimestampTz now, KeyRecord *record,
     return found;
 }
 
-// Writes a finished record: the first write of a pending claim, or an update of the row.
-void store_record(const KeyRecord &record, PendingClaim *claim) {
+// Writes a finished record: the first write of a pending claim, or an update of the row
+// stored with expires_at stored_expires_at.
+void store_record(const KeyRecord &record, PendingClaim *claim, TimestampTz stored_expires_at) {
     if (claim != nullptr) {
         insert_key(record);
         mark_claim_written(claim);
     } else {
-        update_key(record);
+        update_key(record, stored_expires_at);
     }
 }
 
@@ -175,16 +176,20 @@ KeyRecord new_claim(const ReserveRequest &req, TimestampTz now, int32 attempt) {
     if (req.request_hash != nullptr) record.set(kRequestHash, PointerGetDatum(req.request_hash));
     record.set(kFirstSeenAt, TimestampTzGetDatum(now));
     record.set(kLockedUntil, TimestampTzGetDatum(now + req.lock_ttl));
-    record.set(kExpiresAt, TimestampTzGetDatum(now + req.retention));
+    record.set(kExpiresAt, TimestampTzGetDatum(core::expiry_at_claim(
+                               core::kNoExpiry, now + req.lock_ttl, req.retention)));
     return record;
 }
 
-// The next attempt on a record whose claim lapsed or failed.
+// The next attempt on a record whose claim lapsed or failed. Its expires_at moves past the new
+// lease, so the record cannot expire under its new holder (core::expiry_at_claim).
 void take_over(KeyRecord *record, const ReserveRequest &req, TimestampTz now) {
     record->set_state("processing");
     record->set(kAttempt, Int32GetDatum(record->attempt() + 1));
     if (req.request_hash != nullptr) record->set(kRequestHash, PointerGetDatum(req.request_hash));
     record->set(kLockedUntil, TimestampTzGetDatum(now + req.lock_ttl));
+    record->set(kExpiresAt, TimestampTzGetDatum(core::expiry_at_claim(
+                                record->timestamp(kExpiresAt), now + req.lock_ttl, req.retention)));
 }
 
 // claim_once's record: completed by the call that claims it (no lease, no answer stored).
@@ -313,7 +318,7 @@ Reservation reserve_key(const ReserveRequest &req) {
             PendingClaim *pending = add_pending_claim(result.record);
             // Without the direct path on Citus the row is written now, inside the delegated
             // call (at pre-commit SPI would go through Citus, which refuses it there).
-            if (!claims_can_wait_for_commit()) store_record(result.record, pending);
+            if (!claims_can_wait_for_commit()) store_record(result.record, pending, 0);
             return result;
         }
         if (hashes_differ(result.record, req.request_hash) || result.record.state() == 'c') {
@@ -328,10 +333,11 @@ Reservation reserve_key(const ReserveRequest &req) {
             result.outcome = Outcome::InProgress;
         } else {
             if (waited) end_if_client_gone();
+            TimestampTz stored_expires_at = result.record.timestamp(kExpiresAt);
             take_over(&result.record, req, now);
             if (req.complete_now) mark_completed(&result.record, now);
             count_stat(kStatTakeover);
-            update_key(result.record);
+            update_key(result.record, stored_expires_at);
             result.outcome = Outcome::New;
         }
         return result;
@@ -413,13 +419,17 @@ Datum reservation_datum(FunctionCallInfo fcinfo, const Reservation &r) {
 }
 
 // The time arguments of reserve and claim_once: retention within idempotency.max_retention;
-// leases and expiry times must stay valid timestamps (until the year 294276); a longer wait
-// is a wait without end.
+// leases and expiry times (the retention counts from the lease's end) must stay valid
+// timestamps (until the year 294276); a longer wait is a wait without end.
 void check_request_times(ReserveRequest *req) {
     check_retention(req->retention);
     TimestampTz now = GetCurrentTimestamp();
     check_reachable(now, req->lock_ttl, "lock_ttl");
     check_reachable(now, req->retention, "retention");
+    int64 lease_and_retention;
+    if (pg_add_s64_overflow(req->lock_ttl, req->retention, &lease_and_retention))
+        raise_sql(ERRCODE_INVALID_PARAMETER_VALUE, "expiry is out of range");
+    check_reachable(now, lease_and_retention, "expiry");
     req->wait = Min(req->wait, END_TIMESTAMP - now);
 }
 
@@ -551,7 +561,8 @@ struct ClaimCall {
     Storage storage;
     TimestampTz now;
     KeyRecord record;
-    PendingClaim *claim;  // the record is this transaction's unwritten claim
+    PendingClaim *claim;            // the record is this transaction's unwritten claim
+    TimestampTz stored_expires_at;  // the record's expires_at as read
 };
 
 ClaimCall open_claim_call(FunctionCallInfo fcinfo, Datum scope, Datum key, const char *call,
@@ -564,6 +575,7 @@ ClaimCall open_claim_call(FunctionCallInfo fcinfo, Datum scope, Datum key, const
         raise_no_claim(call,
                        "The key has no live record: it was never reserved, was forgotten, "
                        "or its retention window has ended.");
+    c.stored_expires_at = c.record.timestamp(kExpiresAt);
     int32 current = c.record.attempt();
     if (attempt_is_stale(fcinfo, attempt_arg, current)) raise_stale(fcinfo, attempt_arg, current);
     return c;
@@ -594,8 +606,15 @@ IDEM_FUNCTION(idem_complete) {
         record.set(kStatusCode, Int32GetDatum(status_code));
         record.set_or_null(kResponse, response, response_null);
         record.set(kCompletedAt, TimestampTzGetDatum(c.now));
+        // A complete after the lease lapsed keeps the answer for the retention after it.
+        if (!record.is_null(kLockedUntil))
+            record.set(kExpiresAt,
+                       TimestampTzGetDatum(
+                           Min(core::expiry_at_complete(c.stored_expires_at,
+                                                        record.timestamp(kLockedUntil), c.now),
+                               END_TIMESTAMP - 1)));
         record.set_null(kLockedUntil);
-        store_record(record, c.claim);
+        store_record(record, c.claim, c.stored_expires_at);
         count_stat(kStatComplete);
     }
     close_storage(c.storage);
@@ -617,7 +636,7 @@ IDEM_FUNCTION(idem_fail) {
     record.set_state("failed");
     record.set_or_null(kLastError, error, error_null);
     record.set_null(kLockedUntil);
-    store_record(record, c.claim);
+    store_record(record, c.claim, c.stored_expires_at);
     count_stat(kStatFail);
     close_storage(c.storage);
     PG_RETURN_VOID();
@@ -635,7 +654,7 @@ IDEM_FUNCTION(idem_checkpoint) {
     record.set_or_null(kRecoveryPoint, PG_GETARG_DATUM(2), point_null);
     // A claim still in memory is written now: a savepoint rolled back later undoes the
     // checkpoint with the row.
-    store_record(record, c.claim);
+    store_record(record, c.claim, c.stored_expires_at);
     close_storage(c.storage);
     PG_RETURN_VOID();
 }

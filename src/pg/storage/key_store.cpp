@@ -32,9 +32,9 @@ constexpr const char *kInsertSql =
 constexpr const char *kUpdateSql =
     "UPDATE idempotency.keys SET state = $3, attempt = $4, request_hash = $5,"
     " status_code = $6, response = $7, recovery_point = $8, last_error = $9,"
-    " completed_at = $11, locked_until = $12"
+    " completed_at = $11, locked_until = $12, expires_at = $13"
     " WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
-    " AND expires_at OPERATOR(pg_catalog.=) $13";
+    " AND expires_at OPERATOR(pg_catalog.=) $14";
 
 constexpr const char *kDeleteSql =
     "DELETE FROM idempotency.keys"
@@ -53,7 +53,7 @@ char null_flags(const bool *nulls, int i) noexcept {
 
 void execute(SPIPlanPtr plan, const Datum *values, const bool *nulls, int nargs, bool read_only,
              int expected) noexcept {
-    char flags[kKeyColumnCount];
+    char flags[kKeyColumnCount + 1];
     for (int i = 0; i < nargs; i++) flags[i] = null_flags(nulls, i);
     int rc = SPI_execute_plan(plan, const_cast<Datum *>(values), flags, read_only, 0);
     spi_check(rc, expected, "SPI_execute_plan");
@@ -206,9 +206,23 @@ void insert_key(const KeyRecord &record) noexcept {
             record.nulls, kKeyColumnCount, false, SPI_OK_INSERT);
 }
 
-void update_key(const KeyRecord &record) {
-    execute(saved_plan(&update_plan, kUpdateSql, kKeyColumnCount, kRecordTypes), record.values,
-            record.nulls, kKeyColumnCount, false, SPI_OK_UPDATE);
+void update_key(const KeyRecord &record, TimestampTz stored_expires_at) {
+    // The record's columns, then the expires_at that identifies the stored row. A later
+    // expires_at may move the row to a later partition (PostgreSQL moves it, Citus too inside
+    // the scope's shard).
+    Oid types[kKeyColumnCount + 1];
+    Datum values[kKeyColumnCount + 1];
+    bool nulls[kKeyColumnCount + 1];
+    for (int i = 0; i < kKeyColumnCount; i++) {
+        types[i] = kRecordTypes[i];
+        values[i] = record.values[i];
+        nulls[i] = record.nulls[i];
+    }
+    types[kKeyColumnCount] = TIMESTAMPTZOID;
+    values[kKeyColumnCount] = TimestampTzGetDatum(stored_expires_at);
+    nulls[kKeyColumnCount] = false;
+    execute(saved_plan(&update_plan, kUpdateSql, kKeyColumnCount + 1, types), values, nulls,
+            kKeyColumnCount + 1, false, SPI_OK_UPDATE);
     if (SPI_processed != 1) elog(ERROR, "idempotency: key record vanished during update");
 }
 

@@ -87,8 +87,9 @@ bool claims_can_wait_for_commit();
 bool find_live_key(Datum scope, Datum key, TimestampTz now, KeyRecord *record,
                    Snapshot snapshot = InvalidSnapshot);
 void insert_key(const KeyRecord &record) noexcept;
-// Rewrites the mutable columns of the row identified by (scope, key, expires_at).
-void update_key(const KeyRecord &record);
+// Rewrites the mutable columns of the row identified by (scope, key, stored_expires_at),
+// expires_at included.
+void update_key(const KeyRecord &record, TimestampTz stored_expires_at);
 // Deletes every row of (scope, key), live or expired; returns how many.
 uint64 delete_key(Datum scope, Datum key);
 
