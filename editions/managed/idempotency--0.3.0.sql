@@ -1291,8 +1291,19 @@ CREATE VIEW idempotency.abandoned AS
     FROM idempotency.keys
     WHERE state = 'processing' AND locked_until <= now() AND expires_at > now();
 
+-- Keys whose last attempt failed and that have not expired; `dead` when the consumer helpers
+-- stored the failure as final (a message that used up its attempts and was dead-lettered).
+CREATE VIEW idempotency.failed_keys AS
+    SELECT k.scope, k.key, k.attempt,
+           COALESCE(k.last_error OPERATOR(pg_catalog.->) 'dead'::pg_catalog.text
+                        OPERATOR(pg_catalog.=) 'true'::pg_catalog.jsonb, false) AS dead,
+           k.last_error AS error, k.first_seen_at, k.expires_at
+    FROM idempotency.keys k
+    WHERE k.state OPERATOR(pg_catalog.=) 'failed'
+      AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now();
+
 REVOKE ALL ON idempotency.partitions, idempotency.in_flight, idempotency.abandoned,
-    idempotency.key_locks FROM PUBLIC;
+    idempotency.failed_keys, idempotency.key_locks FROM PUBLIC;
 
 -- One row per run of maintain(), the last 100 kept; each server's own (keep_local_rows).
 CREATE TABLE idempotency.maintenance_log (

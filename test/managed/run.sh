@@ -21,7 +21,7 @@ cd "$IDEM_ROOT" || exit 1
 
 # The regression files and isolation specs that define the behaviour both editions share.
 REGRESS_FILES="lifecycle lifecycle_edges claim_once fingerprint fingerprint_vectors bad_input
-  errors watermarks roles views partitions"
+  errors watermarks roles views partitions failed_keys"
 # The edition's own tests, of what only it has (editions/managed/sql).
 REGRESS_FILES+=" managed_streams"
 ISOLATION_SPECS="reserve_wait takeover rollback_no_trace claim_once_wait accept_concurrent
