@@ -258,3 +258,36 @@ func TestReplayOfStoredRows(t *testing.T) {
 		}
 	}
 }
+
+// A replay carries the headers a client read the first time: Content-Type (here the one
+// net/http sniffed), Location and the KeepHeaders, and the body byte for byte.
+func TestReplayKeepsHeaders(t *testing.T) {
+	db := open(t, "pgx")
+	runs := 0
+	mw := idempotency.New(db).Middleware(idempotency.MiddlewareOptions{Scope: scopeFromHeader, KeepHeaders: []string{"x-order"}})
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.Header().Set("X-Order", "o-1")
+		w.Header().Set("X-Trace", "t-1") // not kept
+		w.Header().Set("Location", "/orders/1")
+		w.WriteHeader(202)
+		_, _ = w.Write([]byte("accepted \u2615"))
+	})))
+	t.Cleanup(srv.Close)
+	first := post(t, srv.URL, "keep-headers-1", "text/plain", "plain body")
+	again := post(t, srv.URL, "keep-headers-1", "text/plain", "plain body")
+	if runs != 1 || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("runs %d, replay %v", runs, again.header)
+	}
+	if again.status != 202 || again.body != first.body || again.body != "accepted \u2615" {
+		t.Errorf("replay %d %q, first %d %q", again.status, again.body, first.status, first.body)
+	}
+	for _, h := range []string{"Content-Type", "Location", "X-Order"} {
+		if again.header.Get(h) == "" || again.header.Get(h) != first.header.Get(h) {
+			t.Errorf("%s: replay %q, first %q", h, again.header.Get(h), first.header.Get(h))
+		}
+	}
+	if again.header.Get("X-Trace") != "" {
+		t.Errorf("X-Trace was kept")
+	}
+}
