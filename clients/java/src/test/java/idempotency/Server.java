@@ -81,6 +81,13 @@ final class Server implements AutoCloseable {
       tomcat.stop();
       tomcat.destroy();
     } finally {
+      // Tomcat keeps the first one's directory as catalina.home for the JVM, and every later
+      // one would make it again
+      for (String property : new String[] {"catalina.home", "catalina.base"}) {
+        if (base.getAbsolutePath().equals(System.getProperty(property))) {
+          System.clearProperty(property);
+        }
+      }
       try {
         TestDb.removeTree(base.toPath()); // Tomcat's work directory
       } catch (IOException e) {
