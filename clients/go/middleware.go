@@ -2,7 +2,7 @@
 // answers of the Express middleware:
 //   400 missing or malformed key or scope, or a JSON body that is not JSON; 413 a body over
 //   the limit; what the handler answers the first time; the stored answer with
-//   Idempotent-Replayed: true on a retry; 409 + Retry-After while another request holds the
+//   Idempotent-Replayed: true on a retry (its status, kept headers and body as they were); 409 + Retry-After while another request holds the
 //   key; 422 when the key was used with another body or is too old; 503 + Retry-After when
 //   the database cannot be reached.
 // The handler's writes and the stored answer commit in one transaction: the handler runs its
@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 var (
@@ -40,6 +42,15 @@ type KeyHeaderError struct {
 
 func (e *KeyHeaderError) Error() string   { return "idempotency: " + e.Message }
 func (e *KeyHeaderError) HTTPStatus() int { return 400 }
+
+// ErrScopeMissing: what a Scope function returns when the request does not say whose it is (a
+// header it reads is missing); answered 400 idempotency_scope_missing.
+var ErrScopeMissing error = &KeyHeaderError{"idempotency_scope_missing",
+	"the request does not say whose it is: the scope of its Idempotency-Key is missing"}
+
+// The bodies of the middleware's answers are those of the Node and Python middlewares, word
+// for word (test/vectors/http_answers.json, checked by every client's tests).
+const invalidJSONMessage = "the request body is sent as JSON but is not JSON, or is over the limits of the fingerprint"
 
 // ParseIdempotencyKey: a UUID (lower-cased) or a token of 1 to 255 visible ASCII characters;
 // the quoted form of the IETF draft ("...") is accepted too.
@@ -151,8 +162,9 @@ func TxFrom(ctx context.Context) Querier {
 
 // MiddlewareOptions configure Client.Middleware.
 type MiddlewareOptions struct {
-	// Scope: whose keys (the account, the tenant); required. An error is answered 401 unless
-	// it has an answer of its own (AnswerFor).
+	// Scope: whose keys (the account, the tenant); required. ErrScopeMissing is answered 400
+	// idempotency_scope_missing; another error 401 unless it has an answer of its own
+	// (AnswerFor).
 	Scope func(r *http.Request) (string, error)
 	// Key: default ParseIdempotencyKey of the Idempotency-Key header.
 	Key func(r *http.Request) (string, error)
@@ -166,7 +178,11 @@ type MiddlewareOptions struct {
 	// Store: whether to store an answer of this status; default below 500 (a 5xx rolls the
 	// claim back with the handler's writes, and the retry starts afresh).
 	Store func(status int) bool
-	// ReplayHeaders: extra headers of a replay (say Location).
+	// KeepHeaders: names of headers of the first answer that its replays carry besides
+	// Content-Type and Location (say ETag).
+	KeepHeaders []string
+	// ReplayHeaders: extra headers of a replay; response is Replay.Value (the JSON body, or the
+	// text as a JSON string; nil for bytes or no body).
 	ReplayHeaders func(status int, response json.RawMessage) map[string]string
 }
 
@@ -197,17 +213,147 @@ func (h *heldResponse) WriteHeader(status int) {
 	}
 }
 
-// storedResponse is the handler's body as it is stored: JSON as JSON, anything else as a JSON
-// string, nothing as NULL.
-func storedResponse(body []byte) json.RawMessage {
-	if len(body) == 0 {
-		return nil
+// StoredMark is the member that marks a stored answer of the middlewares.
+const StoredMark = "idempotency_http"
+
+var keptHeaders = []string{"content-type", "location"}
+
+// StoredAnswer is what complete() stores for an answer: {"idempotency_http": 1, "headers":
+// {...}, and the body as one of "body" (the JSON value of a JSON answer), "text" (any other
+// UTF-8 text) or "base64" (other bytes); none for an empty body}. The headers (lower-case
+// names, the values of one name joined by ", ") are Content-Type, Location and those named in
+// keep. The Node and Python middlewares store the same (test/vectors/http_answers.json).
+func StoredAnswer(body []byte, header http.Header, keep []string) json.RawMessage {
+	wanted := map[string]bool{}
+	for _, name := range keptHeaders {
+		wanted[name] = true
 	}
-	if json.Valid(body) {
-		return json.RawMessage(body)
+	for _, name := range keep {
+		wanted[strings.ToLower(name)] = true
 	}
-	s, _ := json.Marshal(string(body))
-	return s
+	kept := map[string]string{}
+	for name, values := range header {
+		lower := strings.ToLower(name)
+		if _, seen := kept[lower]; wanted[lower] && !seen && len(values) > 0 {
+			kept[lower] = strings.Join(values, ", ")
+		}
+	}
+	stored := map[string]any{StoredMark: 1, "headers": kept}
+	switch {
+	case len(body) == 0:
+	case !utf8.Valid(body):
+		stored["base64"] = base64.StdEncoding.EncodeToString(body)
+	case isJSONType(kept["content-type"]) && json.Valid(body):
+		stored["body"] = json.RawMessage(body)
+	default: // not JSON, or sent as JSON but not JSON: kept as its text
+		stored["text"] = string(body)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(stored) // strings, and a body json.Valid accepted: cannot fail
+	return bytes.TrimRight(b.Bytes(), "\n")
+}
+
+// Replay is a stored answer as a replay sends it: the stored headers (lower-case names), the
+// body's bytes, and Value (the JSON body, or the text as a JSON string; nil for bytes or no
+// body) for the ReplayHeaders option.
+type Replay struct {
+	Headers map[string]string
+	Body    []byte
+	Value   json.RawMessage
+}
+
+// ReplayOf is the replay of what complete() stored. A value stored without the mark (before
+// it existed, or by IdempotencyClient-style code) is a JSON body, replayed as
+// application/json; none (SQL NULL) as an empty one.
+func ReplayOf(response json.RawMessage) Replay {
+	var stored map[string]json.RawMessage
+	trimmed := bytes.TrimLeft(response, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '{' && json.Unmarshal(response, &stored) == nil &&
+		string(stored[StoredMark]) == "1" {
+		r := Replay{Headers: map[string]string{}, Body: []byte{}}
+		_ = json.Unmarshal(stored["headers"], &r.Headers)
+		if raw, ok := stored["body"]; ok {
+			r.Body = compactJSON(raw)
+			r.Value = r.Body
+		} else if raw, ok := stored["text"]; ok {
+			var text string
+			_ = json.Unmarshal(raw, &text)
+			r.Body, r.Value = []byte(text), raw
+		} else if raw, ok := stored["base64"]; ok {
+			var text string
+			_ = json.Unmarshal(raw, &text)
+			r.Body, _ = base64.StdEncoding.DecodeString(text)
+		}
+		return r
+	}
+	r := Replay{Headers: map[string]string{"content-type": "application/json"}, Body: []byte{}}
+	if response != nil && string(response) != "null" {
+		r.Body = compactJSON(response)
+		r.Value = r.Body
+	}
+	return r
+}
+
+// compactJSON is a JSON text as JSON.stringify of its value writes it (the Node middleware's
+// replay): no white space between tokens, strings with only the escapes they need (", \ and
+// the control characters), numbers and the order of members as they are.
+func compactJSON(raw json.RawMessage) []byte {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return raw
+	}
+	in := b.Bytes()
+	out := make([]byte, 0, len(in))
+	for i := 0; i < len(in); i++ {
+		if in[i] != '"' {
+			out = append(out, in[i])
+			continue
+		}
+		end := i + 1
+		for in[end] != '"' {
+			if in[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		var s string
+		if json.Unmarshal(in[i:end+1], &s) != nil {
+			return in
+		}
+		out = appendJSString(out, s)
+		i = end
+	}
+	return out
+}
+
+func appendJSString(out []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	out = append(out, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"', '\\':
+			out = append(out, '\\', c)
+		case '\b':
+			out = append(out, '\\', 'b')
+		case '\f':
+			out = append(out, '\\', 'f')
+		case '\n':
+			out = append(out, '\\', 'n')
+		case '\r':
+			out = append(out, '\\', 'r')
+		case '\t':
+			out = append(out, '\\', 't')
+		default:
+			if c < 0x20 {
+				out = append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+			} else {
+				out = append(out, c)
+			}
+		}
+	}
+	return append(out, '"')
 }
 
 // Middleware is the Idempotency-Key middleware over c's database/sql pool.
@@ -262,6 +408,9 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		}
 	}
 	scope, err := o.Scope(r)
+	if errors.Is(err, ErrScopeMissing) {
+		err = ErrScopeMissing // its answer, whatever the Scope function wrapped it in
+	}
 	if err != nil {
 		fail(err, problem(401, "unauthorized", err.Error(), nil))
 		return
@@ -288,7 +437,7 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) {
-			WriteAnswer(w, problem(400, "invalid_json", strings.TrimPrefix(e.Error(), "idempotency: "), nil))
+			WriteAnswer(w, problem(400, "invalid_json", invalidJSONMessage, nil))
 		} else {
 			WriteAnswer(w, problem(400, "invalid_request", err.Error(), nil))
 		}
@@ -312,13 +461,23 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		// Nothing was written: the transaction BEGIN + reserve opened (if any) is rolled back.
 		s.rollback()
 		if reservation.Outcome == OutcomeReplay {
-			headers := map[string]string{"Idempotent-Replayed": "true"}
+			replay := ReplayOf(reservation.Response)
+			h := w.Header()
+			for k, v := range replay.Headers {
+				h.Set(k, v)
+			}
+			if h.Get("Content-Type") == "" {
+				h["Content-Type"] = nil // as it was: net/http does not guess one
+			}
+			h.Set("Content-Length", strconv.Itoa(len(replay.Body)))
+			h.Set("Idempotent-Replayed", "true")
 			if o.ReplayHeaders != nil {
-				for k, v := range o.ReplayHeaders(reservation.StatusCode, reservation.Response) {
-					headers[k] = v
+				for k, v := range o.ReplayHeaders(reservation.StatusCode, replay.Value) {
+					h.Set(k, v)
 				}
 			}
-			writeJSON(w, reservation.StatusCode, replayBody(reservation.Response), headers)
+			w.WriteHeader(reservation.StatusCode)
+			_, _ = w.Write(replay.Body)
 			return
 		}
 		fail(outcomeError(scope, key, reservation), nil)
@@ -343,8 +502,15 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	// then gets it.
 	ctx := context.Background()
 	var endErr error
+	if held.body.Len() > 0 && held.header.Get("Content-Type") == "" {
+		if _, set := held.header["Content-Type"]; !set {
+			// what net/http sends for it, and so what the client reads and a replay repeats
+			held.header.Set("Content-Type", http.DetectContentType(held.body.Bytes()))
+		}
+	}
 	if store(status) {
-		endErr = s.finish(ctx, scope, key, status, storedResponse(held.body.Bytes()), reservation.Attempt)
+		stored := StoredAnswer(held.body.Bytes(), held.header, o.KeepHeaders)
+		endErr = s.finish(ctx, scope, key, status, stored, reservation.Attempt)
 	} else if s.rollback(); s.bad {
 		endErr = &Error{Code: CodeConnectionLost, Message: "the connection to the server was lost before the rollback"}
 	}
@@ -363,17 +529,4 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(held.body.Bytes())
-}
-
-// replayBody is a stored response as the Express middleware sends it: compact JSON ("null"
-// for none).
-func replayBody(response json.RawMessage) []byte {
-	if response == nil {
-		return []byte("null")
-	}
-	var b bytes.Buffer
-	if err := json.Compact(&b, response); err != nil {
-		return response
-	}
-	return b.Bytes()
 }

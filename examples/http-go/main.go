@@ -103,14 +103,7 @@ func createOrder(w http.ResponseWriter, r *http.Request) {
 func Handler(db *sql.DB) http.Handler {
 	mw := idempotency.New(db).Middleware(idempotency.MiddlewareOptions{
 		Scope:   account,
-		Exclude: []string{"client_sent_at"},
-		ReplayHeaders: func(status int, response json.RawMessage) map[string]string {
-			var id struct{ ID int64 }
-			if json.Unmarshal(response, &id) == nil && id.ID != 0 {
-				return map[string]string{"Location": fmt.Sprintf("/orders/%d", id.ID)}
-			}
-			return nil
-		},
+		Exclude: []string{"client_sent_at"}, // a replay carries Location as it was
 	})
 	mux := http.NewServeMux()
 	orders := mw(http.HandlerFunc(createOrder))

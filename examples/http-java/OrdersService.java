@@ -160,6 +160,25 @@ public class OrdersService {
     map.setFilterName("idempotency");
     map.addURLPattern("/orders");
     ctx.addFilterMap(map);
+    // stopped (SIGTERM, Ctrl-C): Tomcat's work directory goes with it
+    Runtime.getRuntime()
+        .addShutdownHook(
+            new Thread(
+                () -> {
+                  try {
+                    tomcat.stop();
+                    tomcat.destroy();
+                  } catch (Exception e) {
+                    Logger.getLogger("http-java").log(Level.WARNING, "Tomcat did not stop", e);
+                  }
+                  try (var paths = Files.walk(java.nio.file.Path.of(base))) {
+                    for (var f : paths.sorted(java.util.Comparator.reverseOrder()).toList()) {
+                      Files.delete(f);
+                    }
+                  } catch (IOException e) {
+                    Logger.getLogger("http-java").log(Level.WARNING, "could not remove " + base, e);
+                  }
+                }));
     tomcat.start();
     System.out.println("listening on http://127.0.0.1:" + tomcat.getConnector().getLocalPort());
     tomcat.getServer().await();

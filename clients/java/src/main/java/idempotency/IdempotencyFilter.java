@@ -21,15 +21,22 @@ import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.io.OutputStreamWriter;
 import java.io.PrintWriter;
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
 import java.nio.charset.Charset;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Savepoint;
 import java.time.OffsetDateTime;
+import java.util.Base64;
+import java.util.Collection;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Set;
 import java.util.Objects;
 import java.util.function.Function;
 import java.util.function.IntPredicate;
@@ -40,9 +47,10 @@ import javax.sql.DataSource;
 
 /**
  * The Idempotency-Key header as a Jakarta servlet {@link Filter}, with the answers of the
- * Express middleware: 400 for a missing or malformed key or a JSON body that is not JSON; 413
- * for a body over the limit; what the handler answers the first time; the stored answer with
- * {@code Idempotent-Replayed: true} on a retry; 409 + Retry-After while another request holds
+ * Express middleware: 400 for a missing or malformed key or scope or a JSON body that is not
+ * JSON; 413 for a body over the limit; what the handler answers the first time; the stored
+ * answer (its status, kept headers and body as they were) with {@code Idempotent-Replayed:
+ * true} on a retry; 409 + Retry-After while another request holds
  * the key; 422 when the key was used with another body or is too old; 503 + Retry-After when
  * the database cannot be reached.
  *
@@ -108,6 +116,7 @@ public final class IdempotencyFilter implements Filter {
   private final String[] exclude;
   private final int limit;
   private final IntPredicate store;
+  private final List<String> keepHeaders;
   private final Idempotency.ReserveOptions options;
 
   private IdempotencyFilter(Builder b) {
@@ -121,6 +130,7 @@ public final class IdempotencyFilter implements Filter {
     this.exclude = b.exclude;
     this.limit = b.limit;
     this.store = b.store;
+    this.keepHeaders = b.keepHeaders;
     this.options = b.options;
   }
 
@@ -137,6 +147,7 @@ public final class IdempotencyFilter implements Filter {
     private String[] exclude = new String[0];
     private int limit = 1 << 20;
     private IntPredicate store = status -> status < 500;
+    private List<String> keepHeaders = List.of();
     private Idempotency.ReserveOptions options = Idempotency.ReserveOptions.DEFAULTS;
 
     /** Where the filter takes a connection per request (a pool). */
@@ -145,7 +156,10 @@ public final class IdempotencyFilter implements Filter {
       return this;
     }
 
-    /** Whose keys (the account, the tenant); required. Throw {@link Refused} to refuse. */
+    /**
+     * Whose keys (the account, the tenant); required. Throw {@link Refused} to refuse; null
+     * (a header it reads is missing) is answered 400 idempotency_scope_missing.
+     */
     public Builder scope(RequestFunction<String> f) {
       this.scope = f;
       return this;
@@ -182,6 +196,15 @@ public final class IdempotencyFilter implements Filter {
     /** Which statuses are stored; default below 500 (a 5xx rolls the claim back). */
     public Builder store(IntPredicate p) {
       this.store = p;
+      return this;
+    }
+
+    /**
+     * Names of headers of the first answer that its replays carry besides Content-Type and
+     * Location (say ETag).
+     */
+    public Builder keepHeaders(String... names) {
+      this.keepHeaders = List.of(names);
       return this;
     }
 
@@ -251,8 +274,103 @@ public final class IdempotencyFilter implements Filter {
     res.flushBuffer();
   }
 
+  // The bodies of the filter's answers are those of the Node and Python middlewares, word for
+  // word (test/vectors/http_answers.json, checked by every client's tests).
   private static final String UNAVAILABLE =
       "the database could not be reached; retry with the same Idempotency-Key";
+  private static final String INVALID_JSON =
+      "the request body is sent as JSON but is not JSON, or is over the limits of the fingerprint";
+  private static final String SCOPE_MISSING =
+      "the request does not say whose it is: the scope of its Idempotency-Key is missing";
+
+  /** The member that marks a stored answer of the middlewares. */
+  public static final String STORED_MARK = "idempotency_http";
+
+  private static final List<String> KEPT_HEADERS = List.of("content-type", "location");
+
+  /**
+   * What complete() stores for an answer: {"idempotency_http": 1, "headers": {...}, and the
+   * body as one of "body" (the JSON value of a JSON answer), "text" (any other UTF-8 text) or
+   * "base64" (other bytes); none for an empty body}. The headers (lower-case names, the first
+   * of a name) are Content-Type, Location and those named in keep. The Node, Python and Go
+   * middlewares store the same (test/vectors/http_answers.json).
+   */
+  public static String storedAnswer(
+      byte[] body, Map<String, String> headers, Collection<String> keep) {
+    Set<String> wanted = new HashSet<>(KEPT_HEADERS);
+    for (String name : keep) wanted.add(name.toLowerCase(Locale.ROOT));
+    Map<String, String> kept = new LinkedHashMap<>();
+    headers.forEach(
+        (name, value) -> {
+          String lower = name.toLowerCase(Locale.ROOT);
+          if (value != null && wanted.contains(lower)) kept.putIfAbsent(lower, value);
+        });
+    StringBuilder sb = new StringBuilder("{\"" + STORED_MARK + "\":1,\"headers\":{");
+    boolean first = true;
+    for (Map.Entry<String, String> h : kept.entrySet()) {
+      if (!first) sb.append(',');
+      first = false;
+      Json.writeString(sb, h.getKey());
+      sb.append(':');
+      Json.writeString(sb, h.getValue());
+    }
+    sb.append('}');
+    if (body.length > 0) {
+      String text;
+      try {
+        text = StandardCharsets.UTF_8.newDecoder().decode(ByteBuffer.wrap(body)).toString();
+      } catch (CharacterCodingException e) {
+        text = null;
+      }
+      if (text == null) {
+        sb.append(",\"base64\":");
+        Json.writeString(sb, Base64.getEncoder().encodeToString(body));
+      } else if (isJsonType(kept.get("content-type")) && Json.valid(body)) {
+        sb.append(",\"body\":").append(text);
+      } else { // not JSON, or sent as JSON but not JSON: kept as its text
+        sb.append(",\"text\":");
+        Json.writeString(sb, text);
+      }
+    }
+    return sb.append('}').toString();
+  }
+
+  /** A stored answer as a replay sends it: its headers (lower-case names) and body. */
+  public record Replay(Map<String, String> headers, byte[] body) {}
+
+  /**
+   * The replay of what complete() stored. A value stored without the mark (before it existed)
+   * is a JSON body, replayed as application/json; none (SQL NULL) as an empty one.
+   */
+  public static Replay replayOf(String response) {
+    Map<String, String> m = response == null ? null : Json.members(response);
+    if (m != null && "1".equals(m.get(STORED_MARK))) {
+      Map<String, String> headers = new LinkedHashMap<>();
+      Map<String, String> stored = m.containsKey("headers") ? Json.members(m.get("headers")) : null;
+      if (stored != null) {
+        stored.forEach(
+            (name, value) -> {
+              if (Json.parse(value) instanceof String v) headers.put(name, v);
+            });
+      }
+      byte[] body = new byte[0];
+      if (m.containsKey("body")) {
+        body = Json.stringify(m.get("body")).getBytes(StandardCharsets.UTF_8);
+      } else if (m.containsKey("text") && Json.parse(m.get("text")) instanceof String t) {
+        body = t.getBytes(StandardCharsets.UTF_8);
+      } else if (m.containsKey("base64") && Json.parse(m.get("base64")) instanceof String b) {
+        body = Base64.getDecoder().decode(b);
+      }
+      return new Replay(headers, body);
+    }
+    Map<String, String> json = new LinkedHashMap<>();
+    json.put("content-type", "application/json");
+    byte[] body =
+        response == null || response.strip().equals("null")
+            ? new byte[0]
+            : Json.stringify(response).getBytes(StandardCharsets.UTF_8);
+    return new Replay(json, body);
+  }
 
   /** The answer of an error that has one (key header, outcomes, lost connection). */
   private static boolean answerFor(Throwable e, HttpServletResponse res) throws IOException {
@@ -316,6 +434,10 @@ public final class IdempotencyFilter implements Filter {
     String sc, k;
     try {
       sc = scope.apply(req);
+      if (sc == null) {
+        answer(res, 400, "idempotency_scope_missing", SCOPE_MISSING, null);
+        return;
+      }
     } catch (Refused r) {
       answer(res, r.status, r.code, r.getMessage(), null);
       return;
@@ -325,6 +447,7 @@ public final class IdempotencyFilter implements Filter {
     }
     try {
       k = key.apply(req);
+      if (malformedName(res, "scope", sc) || malformedName(res, "key", k)) return;
       Idempotency.checkNames(sc, k);
     } catch (Exception e) {
       if (!answerFor(e, res)) answer(res, 400, "idempotency_key_malformed", e.getMessage(), null);
@@ -344,7 +467,7 @@ public final class IdempotencyFilter implements Filter {
     try {
       hash = isJsonType(req.getContentType()) ? Fingerprint.of(body, exclude) : Fingerprint.sha256(body);
     } catch (IdempotencyException e) {
-      answer(res, 400, "invalid_json", e.getMessage(), null);
+      answer(res, 400, "invalid_json", INVALID_JSON, null);
       return;
     }
     HttpServletRequest bodyRequest = new BufferedRequest(req, body);
@@ -353,6 +476,19 @@ public final class IdempotencyFilter implements Filter {
     } else {
       own(bodyRequest, res, chain, sc, k, hash);
     }
+  }
+
+  /** Answers 400 idempotency_{what}_malformed for a name that is not 1 to 255 bytes. */
+  private static boolean malformedName(HttpServletResponse res, String what, String name)
+      throws IOException {
+    int n = name == null ? 0 : name.getBytes(StandardCharsets.UTF_8).length;
+    if (n > 0 && n <= 255) return false;
+    String message =
+        n == 0
+            ? "the idempotency " + what + " must not be empty"
+            : "the idempotency " + what + " is " + n + " bytes, over the limit of 255";
+    answer(res, 400, "idempotency_" + what + "_malformed", message, null);
+    return true;
   }
 
   private byte[] readBody(HttpServletRequest req) throws IOException {
@@ -420,7 +556,7 @@ public final class IdempotencyFilter implements Filter {
       // retry then gets it.
       try {
         if (store.test(status)) {
-          Idempotency.complete(c, sc, k, status, held.stored(), r.attempt());
+          Idempotency.complete(c, sc, k, status, held.stored(keepHeaders), r.attempt());
           c.commit();
         } else {
           c.rollback();
@@ -474,7 +610,7 @@ public final class IdempotencyFilter implements Filter {
       chain.doFilter(req, held);
       int status = held.status();
       if (store.test(status)) {
-        Idempotency.complete(c, sc, k, status, held.stored(), r.attempt());
+        Idempotency.complete(c, sc, k, status, held.stored(keepHeaders), r.attempt());
         c.releaseSavepoint(sp);
       } else {
         undo(c, sp);
@@ -508,10 +644,15 @@ public final class IdempotencyFilter implements Filter {
   private static void replayOrRefuse(HttpServletResponse res, Reservation r, String sc, String k)
       throws IOException {
     if (Reservation.REPLAY.equals(r.outcome())) {
-      String body = r.response() == null ? "null" : Json.compact(r.response());
-      Map<String, String> h = new LinkedHashMap<>();
-      h.put("Idempotent-Replayed", "true");
-      write(res, r.statusCode(), body.getBytes(StandardCharsets.UTF_8), h);
+      Replay replay = replayOf(r.response());
+      if (!res.isCommitted()) res.reset();
+      res.setStatus(r.statusCode());
+      // Tomcat writes a Content-Type with a charset as type;charset=x (no space)
+      replay.headers().forEach(res::setHeader);
+      res.setContentLength(replay.body().length);
+      res.setHeader("Idempotent-Replayed", "true");
+      res.getOutputStream().write(replay.body());
+      res.flushBuffer();
       return;
     }
     if (!answerFor(r.error(sc, k), res)) internal(res);
@@ -682,12 +823,17 @@ public final class IdempotencyFilter implements Filter {
       return body.toByteArray();
     }
 
-    /** The body as it is stored: JSON as JSON, anything else as a JSON string, none as null. */
-    String stored() {
-      byte[] b = bytes();
-      if (b.length == 0) return null;
-      if (Json.valid(b)) return new String(b, StandardCharsets.UTF_8);
-      return Json.quote(new String(b, StandardCharsets.UTF_8));
+    /** The answer as it is stored ({@link #storedAnswer}), with the headers the client gets. */
+    String stored(List<String> keep) {
+      HttpServletResponse res = (HttpServletResponse) getResponse();
+      Map<String, String> headers = new LinkedHashMap<>();
+      if (res.getContentType() != null) headers.put("content-type", res.getContentType());
+      for (String name : res.getHeaderNames()) {
+        if (!headers.containsKey(name.toLowerCase(Locale.ROOT))) {
+          headers.put(name, String.join(", ", res.getHeaders(name)));
+        }
+      }
+      return storedAnswer(bytes(), headers, keep);
     }
 
     /** Sends the held answer on the real response. */

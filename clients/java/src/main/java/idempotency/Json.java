@@ -3,6 +3,7 @@ package idempotency;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
@@ -46,6 +47,53 @@ final class Json {
 
   static Object parse(String text) {
     return parse(text.getBytes(StandardCharsets.UTF_8));
+  }
+
+  /**
+   * The members of a JSON object text, each as the text of its value (as written), in their
+   * order; null when the text is not one JSON object.
+   */
+  static Map<String, String> members(String text) {
+    Json p = new Json(text.getBytes(StandardCharsets.UTF_8));
+    try {
+      p.ws();
+      if (p.pos >= p.in.length || p.in[p.pos] != '{') return null;
+      p.pos++;
+      Map<String, String> m = new LinkedHashMap<>();
+      p.ws();
+      if (p.pos < p.in.length && p.in[p.pos] == '}') {
+        p.pos++;
+      } else {
+        while (true) {
+          p.ws();
+          if (p.pos >= p.in.length || p.in[p.pos] != '"') return null;
+          String name = p.string();
+          p.ws();
+          if (p.pos >= p.in.length || p.in[p.pos] != ':') return null;
+          p.pos++;
+          p.ws();
+          int from = p.pos;
+          p.value(1);
+          m.remove(name);
+          m.put(name, new String(p.in, from, p.pos - from, StandardCharsets.UTF_8));
+          p.ws();
+          if (p.pos >= p.in.length) return null;
+          if (p.in[p.pos] == ',') {
+            p.pos++;
+            continue;
+          }
+          if (p.in[p.pos] == '}') {
+            p.pos++;
+            break;
+          }
+          return null;
+        }
+      }
+      p.ws();
+      return p.pos == p.in.length ? m : null;
+    } catch (IdempotencyException e) {
+      return null;
+    }
   }
 
   private IdempotencyException invalid(String why) {
@@ -378,6 +426,28 @@ final class Json {
     } catch (IdempotencyException e) {
       return false;
     }
+  }
+
+  /**
+   * A JSON text as JavaScript's JSON.stringify of its value writes it (the Node middleware's
+   * replay): no white space between tokens, strings with only the escapes they need (", \\ and
+   * the control characters), numbers and the order of members as they are.
+   */
+  static String stringify(String text) {
+    String c = compact(text);
+    StringBuilder sb = new StringBuilder(c.length());
+    for (int i = 0; i < c.length(); i++) {
+      char ch = c.charAt(i);
+      if (ch != '"') {
+        sb.append(ch);
+        continue;
+      }
+      int end = i + 1;
+      while (c.charAt(end) != '"') end += c.charAt(end) == '\\' ? 2 : 1;
+      writeString(sb, (String) parse(c.substring(i, end + 1)));
+      i = end;
+    }
+    return sb.toString();
   }
 
   /** A JSON text without white space between tokens (strings untouched). */

@@ -53,15 +53,19 @@ class DocsTest {
                       Matcher m = Pattern.compile("public class (\\w+)").matcher(b.code());
                       assertTrue(m.find(), "a public class");
                       Path dir = Files.createTempDirectory("idem-java-doc");
-                      Path src = dir.resolve(m.group(1) + ".java");
-                      Files.writeString(src, b.code());
-                      JavaCompiler javac = ToolProvider.getSystemJavaCompiler();
-                      ByteArrayOutputStream err = new ByteArrayOutputStream();
-                      int rc =
-                          javac.run(
-                              null, err, err, "--release", "17", "-d", dir.toString(), "-cp",
-                              classPath, src.toString());
-                      assertEquals(0, rc, err.toString(StandardCharsets.UTF_8));
+                      try {
+                        Path src = dir.resolve(m.group(1) + ".java");
+                        Files.writeString(src, b.code());
+                        JavaCompiler javac = ToolProvider.getSystemJavaCompiler();
+                        ByteArrayOutputStream err = new ByteArrayOutputStream();
+                        int rc =
+                            javac.run(
+                                null, err, err, "--release", "17", "-d", dir.toString(), "-cp",
+                                classPath, src.toString());
+                        assertEquals(0, rc, err.toString(StandardCharsets.UTF_8));
+                      } finally {
+                        TestDb.removeTree(dir);
+                      }
                     }));
   }
 }

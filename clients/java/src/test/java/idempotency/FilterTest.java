@@ -50,6 +50,8 @@ class FilterTest {
       res.setStatus(201);
       res.setContentType("application/json");
       res.setHeader("Location", "/orders/" + claim.key());
+      res.setHeader("X-Order", "o-" + claim.attempt()); // kept (keepHeaders)
+      res.setHeader("X-Trace", "t-1"); // not kept
       res.getWriter().write("{\"order\": " + Json.quote(claim.key()) + ", \"attempt\": " + claim.attempt() + "}");
     }
   }
@@ -64,6 +66,7 @@ class FilterTest {
               return a;
             })
         .exclude("client_time")
+        .keepHeaders("x-order")
         .limit(1000)
         .build();
   }
@@ -93,6 +96,11 @@ class FilterTest {
     assertEquals(201, again.statusCode());
     assertEquals("true", again.headers().firstValue("Idempotent-Replayed").orElse(""));
     assertEquals("{\"order\":" + Json.quote(key) + ",\"attempt\":1}", again.body());
+    // the headers a client reads, as they were: Location, Content-Type and the kept X-Order
+    assertEquals("/orders/" + key, again.headers().firstValue("Location").orElse(""));
+    assertEquals("application/json", again.headers().firstValue("Content-Type").orElse(""));
+    assertEquals("o-1", again.headers().firstValue("X-Order").orElse(""));
+    assertTrue(again.headers().firstValue("X-Trace").isEmpty());
     assertEquals(1, RUNS.get() - before);
     assertEquals(1, TestDb.orders("acct-1", key));
 
@@ -153,14 +161,20 @@ class FilterTest {
   }
 
   @Test
-  void aBodyThatIsNotJsonIsStoredAsAString() throws Exception {
+  void aTextAnswerReplaysAsItWas() throws Exception {
     String key = TestDb.unique("f");
     HttpResponse<String> first = server.post("/orders/text", key, "text/plain", "plain body");
     assertEquals(202, first.statusCode());
     assertEquals("accepted", first.body());
     HttpResponse<String> replay = server.post("/orders/text", key, "text/plain", "plain body");
     assertEquals(202, replay.statusCode());
-    assertEquals("\"accepted\"", replay.body());
+    assertEquals("accepted", replay.body());
+    assertEquals(
+        first.headers().firstValue("Content-Type"), replay.headers().firstValue("Content-Type"));
+    try (Connection c = TestDb.db().getConnection()) {
+      String stored = Idempotency.lookup(c, "acct-1", key).response();
+      assertEquals("\"accepted\"", Json.members(stored).get("text"), stored);
+    }
     assertEquals(422, server.post("/orders/text", key, "text/plain", "other body").statusCode());
   }
 

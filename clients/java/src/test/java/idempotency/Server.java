@@ -28,6 +28,7 @@ final class Server implements AutoCloseable {
   }
 
   private final Tomcat tomcat = new Tomcat();
+  private File base;
   private final HttpClient http = HttpClient.newHttpClient();
 
   HttpClient http() {
@@ -36,7 +37,7 @@ final class Server implements AutoCloseable {
   final int port;
 
   Server(HttpServlet servlet, Filter... filters) throws IOException, LifecycleException {
-    File base = Files.createTempDirectory("idem-java-tomcat").toFile();
+    base = Files.createTempDirectory("idem-java-tomcat").toFile();
     tomcat.setBaseDir(base.getAbsolutePath());
     tomcat.setPort(0);
     tomcat.getConnector().setProperty("address", "127.0.0.1");
@@ -76,7 +77,22 @@ final class Server implements AutoCloseable {
 
   @Override
   public void close() throws LifecycleException {
-    tomcat.stop();
-    tomcat.destroy();
+    try {
+      tomcat.stop();
+      tomcat.destroy();
+    } finally {
+      // Tomcat keeps the first one's directory as catalina.home for the JVM, and every later
+      // one would make it again
+      for (String property : new String[] {"catalina.home", "catalina.base"}) {
+        if (base.getAbsolutePath().equals(System.getProperty(property))) {
+          System.clearProperty(property);
+        }
+      }
+      try {
+        TestDb.removeTree(base.toPath()); // Tomcat's work directory
+      } catch (IOException e) {
+        throw new java.io.UncheckedIOException(e);
+      }
+    }
   }
 }

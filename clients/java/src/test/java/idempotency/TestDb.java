@@ -98,4 +98,15 @@ final class TestDb {
   static String unique(String prefix) {
     return prefix + "-" + System.nanoTime();
   }
+
+  /** Removes a directory the tests made, with everything in it. */
+  static void removeTree(java.nio.file.Path dir) throws java.io.IOException {
+    if (!java.nio.file.Files.exists(dir)) return;
+    try (java.util.stream.Stream<java.nio.file.Path> paths = java.nio.file.Files.walk(dir)) {
+      for (java.nio.file.Path p :
+          paths.sorted(java.util.Comparator.reverseOrder()).toList()) {
+        java.nio.file.Files.delete(p);
+      }
+    }
+  }
 }
