@@ -86,8 +86,9 @@ class Variant:
         answer = []
         b"".join(self.middleware(environ, lambda s, h, e=None: answer.append((s, dict(h)))))
         status, headers = answer[0]
+        headers = {name.lower(): value for name, value in headers.items()}  # any case (PEP 3333)
         if not status.startswith("201") or \
-                (headers.get("Idempotent-Replayed") == "true") != replay:
+                (headers.get("idempotent-replayed") == "true") != replay:
             raise SystemExit(f"{self.name}: {status} {headers} for {key} (replay: {replay})")
 
 
