@@ -21,7 +21,8 @@ stop_holder() {
     holder=
   fi
 }
-trap 'stop_holder; rm -rf "$WORK"' EXIT
+# Before the prelude's cleanup stops the cluster (and removes $WORK).
+on_exit stop_holder
 
 # The holder: a session whose open transaction has reserved key 'held' (it holds the key's
 # lock until it commits), fed through a FIFO so that it stays open while the others wait.
