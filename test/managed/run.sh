@@ -21,11 +21,11 @@ cd "$IDEM_ROOT" || exit 1
 
 # The regression files and isolation specs that define the behaviour both editions share.
 REGRESS_FILES="lifecycle lifecycle_edges claim_once fingerprint fingerprint_vectors bad_input
-  errors watermarks roles views partitions failed_keys"
+  errors watermarks roles views partitions failed_keys expiry"
 # The edition's own tests, of what only it has (editions/managed/sql).
 REGRESS_FILES+=" managed_streams"
 ISOLATION_SPECS="reserve_wait takeover rollback_no_trace claim_once_wait accept_concurrent
-  repeatable_read maintain_lock"
+  repeatable_read maintain_lock takeover_maintain"
 
 PASSED=0
 FAILED=0
