@@ -108,7 +108,9 @@ DECLARE
     raw text := coalesce(nullif(current_setting(name, true), ''), fallback);
     m text[];
 BEGIN
-    m := regexp_match(raw, '^\s*([0-9]+)\s*(us|ms|s|min|h|d)?\s*$');
+    -- E'' strings wherever a backslash is meant: a function body is parsed under the caller's
+    -- standard_conforming_strings, and an E'' string means the same under both settings.
+    m := regexp_match(raw, E'^\\s*([0-9]+)\\s*(us|ms|s|min|h|d)?\\s*$');
     IF m IS NULL THEN
         RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, raw USING ERRCODE = '22023';
     END IF;
@@ -182,7 +184,8 @@ RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
 DECLARE
-    bytes bytea := convert_to(scope, getdatabaseencoding()) || '\x00'::bytea
+    -- E'': the same byte under either standard_conforming_strings (see _setting_usecs).
+    bytes bytea := convert_to(scope, getdatabaseencoding()) || E'\\x00'::bytea
                    || convert_to(key, getdatabaseencoding());
     hi bigint := 3421674724;  -- 0xcbf29ce4
     lo bigint := 2216829733;  -- 0x84222325
@@ -1248,8 +1251,8 @@ LANGUAGE sql STABLE PARALLEL SAFE
 SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT e.expr OPERATOR(pg_catalog.=) 'DEFAULT',
-           pg_catalog.substring(e.expr, 'FROM \(''([^'']*)''\)')::pg_catalog.timestamptz,
-           pg_catalog.substring(e.expr, 'TO \(''([^'']*)''\)')::pg_catalog.timestamptz
+           pg_catalog.substring(e.expr, E'FROM \\(''([^'']*)''\\)')::pg_catalog.timestamptz,
+           pg_catalog.substring(e.expr, E'TO \\(''([^'']*)''\\)')::pg_catalog.timestamptz
     FROM pg_catalog.pg_class c,
          LATERAL pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS e(expr)
     WHERE c.oid OPERATOR(pg_catalog.=) part
