@@ -108,7 +108,9 @@ DECLARE
     raw text := coalesce(nullif(current_setting(name, true), ''), fallback);
     m text[];
 BEGIN
-    m := regexp_match(raw, '^\s*([0-9]+)\s*(us|ms|s|min|h|d)?\s*$');
+    -- E'' strings wherever a backslash is meant: a function body is parsed under the caller's
+    -- standard_conforming_strings, and an E'' string means the same under both settings.
+    m := regexp_match(raw, E'^\\s*([0-9]+)\\s*(us|ms|s|min|h|d)?\\s*$');
     IF m IS NULL THEN
         RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, raw USING ERRCODE = '22023';
     END IF;
@@ -119,7 +121,7 @@ END
 $$;
 
 -- The time arguments of reserve and claim_once: the retention within max_retention, leases
--- and expiry times valid timestamps.
+-- and expiry times (the retention counts from the lease's end) valid timestamps.
 CREATE FUNCTION idempotency._check_times(lock_ttl_us bigint, retention_us bigint)
 RETURNS void
 LANGUAGE plpgsql STABLE PARALLEL SAFE
@@ -143,6 +145,9 @@ BEGIN
     END IF;
     IF retention_us > left_us THEN
         RAISE EXCEPTION 'retention is out of range' USING ERRCODE = '22023';
+    END IF;
+    IF lock_ttl_us::numeric + retention_us > left_us THEN
+        RAISE EXCEPTION 'expiry is out of range' USING ERRCODE = '22023';
     END IF;
 END
 $$;
@@ -179,7 +184,8 @@ RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
 DECLARE
-    bytes bytea := convert_to(scope, getdatabaseencoding()) || '\x00'::bytea
+    -- E'': the same byte under either standard_conforming_strings (see _setting_usecs).
+    bytes bytea := convert_to(scope, getdatabaseencoding()) || E'\\x00'::bytea
                    || convert_to(key, getdatabaseencoding());
     hi bigint := 3421674724;  -- 0xcbf29ce4
     lo bigint := 2216829733;  -- 0x84222325
@@ -438,7 +444,9 @@ AS $$
 $$;
 
 -- The claim of reserve and claim_once (complete_now: claim_once's record, completed by the
--- call that claims it). The key's advisory lock (a transaction lock on key_lock_id) serialises
+-- call that claims it). Every claim (new, takeover, retry after fail) sets expires_at to
+-- locked_until + retention unless it is later already: a record never expires under a live
+-- claim. A later expires_at moves the row to the partition of its new expiry. The key's advisory lock (a transaction lock on key_lock_id) serialises
 -- every call on the key. With a wait, a live claim another transaction committed is waited
 -- for without holding the lock (the holder's complete needs it): the lock is taken inside a
 -- block whose subtransaction is rolled back to let it go again, and the block writes nothing.
@@ -536,8 +544,8 @@ BEGIN
             RETURN ROW('too_old', NULL, NULL, NULL, NULL, NULL, NULL, NULL)::idempotency.reservation;
         END IF;
         r := ROW(p_scope, p_key, 'processing', 1, p_request_hash, NULL, NULL, NULL, NULL, now,
-                 NULL, now + make_interval(secs => lock_ttl_us / 1000000.0),
-                 now + make_interval(secs => retention_us / 1000000.0));
+                 NULL, now + make_interval(secs => lock_ttl_us / 1000000.0), NULL);
+        r.expires_at := r.locked_until + make_interval(secs => retention_us / 1000000.0);
         IF complete_now THEN
             r.state := 'completed';
             r.completed_at := now;
@@ -556,14 +564,18 @@ BEGIN
     IF r.state = 'processing' AND r.locked_until > now THEN
         RETURN idempotency._reservation('in_progress', r);
     END IF;
-    -- A failed claim or one whose lease lapsed: the next attempt takes it over.
+    -- A failed claim or one whose lease lapsed: the next attempt takes it over, and its
+    -- expires_at moves past the new lease (never earlier than it was).
     UPDATE idempotency.keys k
        SET state = CASE WHEN complete_now THEN 'completed' ELSE 'processing' END,
            attempt = k.attempt + 1,
            request_hash = coalesce(p_request_hash, k.request_hash),
            locked_until = CASE WHEN complete_now THEN NULL
                                ELSE now + make_interval(secs => lock_ttl_us / 1000000.0) END,
-           completed_at = CASE WHEN complete_now THEN now ELSE k.completed_at END
+           completed_at = CASE WHEN complete_now THEN now ELSE k.completed_at END,
+           expires_at = greatest(k.expires_at,
+                                 now + make_interval(secs => lock_ttl_us / 1000000.0)
+                                     + make_interval(secs => retention_us / 1000000.0))
      WHERE k.key = p_key AND k.scope = p_scope AND k.expires_at = r.expires_at
     RETURNING k.* INTO r;
     RETURN idempotency._reservation('new', r);
@@ -687,6 +699,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r idempotency.keys;
+    now timestamptz;
+    new_expires_at timestamptz;
+    expiry_us numeric;
 BEGIN
     PERFORM idempotency._check_writable('idempotency.complete()');
     PERFORM idempotency._check_name('scope', scope);
@@ -712,9 +727,24 @@ BEGIN
             DETAIL = 'The last attempt failed and released its claim.',
             HINT = 'Call idempotency.reserve first and act only on the outcome ''new''.';
     END IF;
+    -- A complete after the lease lapsed moves expires_at forward by as much as it came late
+    -- (to the last valid timestamp at most): the answer stays replayable for the retention
+    -- after it was stored. Counted in microseconds: an interval with days would shift by an
+    -- hour across a daylight saving change.
+    now := clock_timestamp();
+    new_expires_at := r.expires_at;
+    IF r.locked_until IS NOT NULL AND now > r.locked_until THEN
+        expiry_us := (extract(epoch FROM r.expires_at) + extract(epoch FROM now)
+                      - extract(epoch FROM r.locked_until)) * 1000000;
+        new_expires_at := CASE
+            WHEN expiry_us >= extract(epoch FROM '294276-12-31 23:59:59.999999+00'::timestamptz) * 1000000
+                THEN '294276-12-31 23:59:59.999999+00'::timestamptz
+            ELSE r.expires_at + make_interval(secs => extract(epoch FROM now - r.locked_until)) END;
+    END IF;
     UPDATE idempotency.keys k
        SET state = 'completed', status_code = complete.status_code,
-           response = complete.response, completed_at = clock_timestamp(), locked_until = NULL
+           response = complete.response, completed_at = now, locked_until = NULL,
+           expires_at = new_expires_at
      WHERE k.key = complete.key AND k.scope = complete.scope AND k.expires_at = r.expires_at;
 END
 $$;
@@ -1221,8 +1251,8 @@ LANGUAGE sql STABLE PARALLEL SAFE
 SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT e.expr OPERATOR(pg_catalog.=) 'DEFAULT',
-           pg_catalog.substring(e.expr, 'FROM \(''([^'']*)''\)')::pg_catalog.timestamptz,
-           pg_catalog.substring(e.expr, 'TO \(''([^'']*)''\)')::pg_catalog.timestamptz
+           pg_catalog.substring(e.expr, E'FROM \\(''([^'']*)''\\)')::pg_catalog.timestamptz,
+           pg_catalog.substring(e.expr, E'TO \\(''([^'']*)''\\)')::pg_catalog.timestamptz
     FROM pg_catalog.pg_class c,
          LATERAL pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS e(expr)
     WHERE c.oid OPERATOR(pg_catalog.=) part
