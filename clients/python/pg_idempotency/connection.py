@@ -28,7 +28,7 @@ from typing import Callable, Optional
 
 import psycopg
 from psycopg.adapt import Loader
-from psycopg.pq import ConnStatus, Escaping, ExecStatus, TransactionStatus
+from psycopg.pq import ConnStatus, Escaping, ExecStatus, Format, TransactionStatus
 
 from . import statements as sql
 from .errors import (KeyUntranslatable, TransactionAborted, UntranslatableCharacter,
@@ -141,6 +141,23 @@ def cursor_of(conn):
         for name in ("json", "jsonb"):
             cur.adapters.register_loader(name, _SessionJsonLoader)
     return cur
+
+
+def load_json(cur, text):
+    """A json text that the server wrote (a jsonb column read as ::text, decoded by psycopg in
+    the session's encoding) as the jsonb loader of cur would have loaded the column: on a UTF8
+    session the connection's own (json.loads, or what psycopg.types.json.set_json_loads set),
+    elsewhere json.loads of the text (_SessionJsonLoader). None for NULL; without a cursor,
+    json.loads."""
+    if text is None:
+        return None
+    if cur is None or cur.connection.info.encoding != "utf-8":
+        return json.loads(text)
+    oid = cur.adapters.types["jsonb"].oid
+    loader = cur.adapters.get_loader(oid, Format.TEXT)
+    if loader is None:
+        return json.loads(text)
+    return loader(oid, cur).load(text.encode("utf-8"))
 
 
 # ---- statements ----

@@ -10,7 +10,7 @@ from typing import Any, Optional
 from psycopg.types.json import Jsonb
 
 from . import statements as sql
-from .connection import check_encodable, execute
+from .connection import check_encodable, execute, load_json
 from .errors import KeyInProgress, KeyMismatch, KeyTooOld, check_names
 from .fingerprint import fingerprint
 
@@ -54,9 +54,10 @@ def reserve_params(scope, key, request_hash, lock_ttl, retention, wait):
     return (scope, key, request_hash, interval(lock_ttl), interval(retention), interval(wait))
 
 
-def reservation_of(row) -> Reservation:
-    """A row of statements.RESERVE or RESERVE_BEGIN as a Reservation."""
-    return Reservation(str(row[0]), *row[1:])
+def reservation_of(row, cur=None) -> Reservation:
+    """A row of statements.RESERVE or RESERVE_BEGIN as a Reservation: the response arrives as
+    text and is loaded as JSON, as cur's connection loads jsonb when cur is given."""
+    return Reservation(str(row[0]), row[1], load_json(cur, row[2]), *row[3:])
 
 
 def reserve_begin_refused(e) -> bool:
@@ -83,7 +84,8 @@ def reserve(conn, scope, key, request_hash=None, *, lock_ttl="5 minutes",
             retention="24 hours", wait="0") -> Reservation:
     params = reserve_params(scope, key, request_hash, lock_ttl, retention, wait)
     check_encodable(conn, names(scope, key))
-    return reservation_of(execute(conn, sql.RESERVE, params).fetchone())
+    cur = execute(conn, sql.RESERVE, params)
+    return reservation_of(cur.fetchone(), cur)
 
 
 def complete(conn, scope, key, status_code, response, attempt=None):
@@ -102,12 +104,14 @@ def checkpoint(conn, scope, key, recovery_point, attempt=None):
 
 
 def lookup(conn, scope, key) -> Optional[dict]:
-    """The key's record as a dict of idempotency.lookup's columns, or None if there is
-    none."""
+    """The key's record as a dict of idempotency.lookup's columns (response and last_error
+    loaded as JSON), or None if there is none."""
     check_encodable(conn, names(scope, key))
     cur = execute(conn, sql.LOOKUP, (scope, key))
     row = cur.fetchone()
     if row is None:
         return None
-    return {d.name: (str(v) if d.name == "state" and v is not None else v)
-            for d, v in zip(cur.description, row)}
+    record = {d.name: v for d, v in zip(cur.description, row)}
+    for name in ("response", "last_error"):
+        record[name] = load_json(cur, record[name])
+    return record

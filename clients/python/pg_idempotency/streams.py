@@ -58,7 +58,8 @@ def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=Fals
 def next_key(conn, stream) -> int:
     """The stream's next key (idempotency.next_key)."""
     check_encodable(conn, (), (("stream", stream),))
-    return execute(conn, sql.NEXT_KEY, (stream,)).fetchone()[0]
+    v = execute(conn, sql.NEXT_KEY, (stream,)).fetchone()[0]
+    return None if v is None else int(v)
 
 
 def emit(conn, topic, payload) -> "Lsn":
