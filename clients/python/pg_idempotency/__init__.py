@@ -1,13 +1,14 @@
 """Client for the idempotency PostgreSQL extension (psycopg 3)."""
-from .client import (Attempt, Claim, Lsn, Reservation, Result, accept, checkpoint, claim,
-                     claim_once, complete, emit, execute, fail, idempotent, lookup, lsn_key,
-                     lsn_key_parts, next_key, register_types, request_hash, reserve,
-                     run_external, run_once, watermark)
-# consume_once / apply_once with max_attempts (poison messages) wrap the client's.
-from .consumer import Message, OutboxConsumer, apply_once, consume_once, position_key
+from .connection import execute, register_types
+# consume_once / apply_once with max_attempts (poison messages).
+from .consumer import (Message, OutboxConsumer, apply_once, claim_once, consume_once,
+                       position_key)
 from .errors import *  # noqa: F401,F403  (the exception classes)
 from .errors import BY_SQLSTATE, IdempotencyError, translate
 from .fingerprint import canonical_json, canonical_number, fingerprint
+from .keys import Reservation, checkpoint, complete, fail, lookup, request_hash, reserve
+from .streams import Lsn, accept, emit, lsn_key, lsn_key_parts, next_key, watermark
+from .transactions import Attempt, Claim, Result, claim, idempotent, run_external, run_once
 from .versions import (CLIENT_VERSION, EXTENSION_VERSIONS, ExtensionVersionError,
                        check_extension)
 from .web import Answer, answer_for, parse_idempotency_key, request_fingerprint

@@ -1,6 +1,8 @@
-"""The reference outbox consumer: reads an `idempotency` logical slot and confirms a
-transaction to the slot only after every message of it has been applied and committed in the
-consumer's database.
+"""Consumers: a key per message (claim_once, consume_once), poison messages (max_attempts of
+consume_once and apply_once), and the reference outbox consumer.
+
+The outbox consumer reads an `idempotency` logical slot and confirms a transaction to the slot
+only after every message of it has been applied and committed in the consumer's database.
 
 How: psycopg 3 does not speak the replication protocol (psycopg2 did), so the consumer reads
 with pg_logical_slot_peek_changes (which does not move the slot) over an ordinary
@@ -30,10 +32,13 @@ from typing import Any, Callable, Optional
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import client as _client
-from .client import Lsn, execute, lsn_key_parts
-from .errors import (ConnectionLost, KeyInProgress, PoisonMessage, check_names,
+from . import statements as sql
+from . import streams
+from .connection import check_encodable, execute, transaction_with
+from .errors import (ConnectionLost, KeyInProgress, KeyTooOld, PoisonMessage, check_names,
                      lost_connection)
+from .keys import interval, names, reserve
+from .streams import Lsn, lsn_key_parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,19 +78,15 @@ class OutboxConsumer:
         source.autocommit = True
 
     def create_slot(self, if_missing=True):
-        cur = execute(self.source, "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
-                      (self.slot,))
+        cur = execute(self.source, sql.SLOT_EXISTS, (self.slot,))
         if cur.fetchone() is None or not if_missing:
-            execute(self.source, "SELECT pg_create_logical_replication_slot(%s, 'idempotency')",
-                    (self.slot,))
+            execute(self.source, sql.CREATE_SLOT, (self.slot,))
 
     def _peek(self):
         options = ["framing", "on"]
         if self.topics:
             options += ["topics", self.topics]
-        cur = execute(self.source,
-                      "SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, %s, "
-                      + ", ".join(["%s"] * len(options)) + ")",
+        cur = execute(self.source, sql.peek_changes(len(options)),
                       (self.slot, self.batch, *options))
         return [json.loads(row[0]) for row in cur.fetchall()]
 
@@ -101,8 +102,7 @@ class OutboxConsumer:
                 # Every message of this transaction is committed in the target: confirm it.
                 end_lsn = line["end_lsn"]
                 self._on_phase("before_advance", end_lsn)
-                execute(self.source, "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
-                        (self.slot, end_lsn))
+                execute(self.source, sql.ADVANCE_SLOT, (self.slot, end_lsn))
                 self._on_phase("advanced", end_lsn)
                 continue
             key = uuid.UUID(line["key"])
@@ -125,6 +125,47 @@ class OutboxConsumer:
                 time.sleep(idle_sleep)
 
 
+# ---- a key per message: queue consumers ----
+
+def _name_key(e, scope, key):
+    """IK003 / IK004 come from the server without the key they are about: name it."""
+    if e.key is None:
+        e.scope, e.key = scope, key
+
+
+def claim_once(conn, scope, key, *, retention="24 hours", wait="0") -> bool:
+    """idempotency.claim_once in the caller's transaction: true the first time (the key is now
+    completed in this transaction: apply the message in it), false for a redelivery.
+    KeyInProgress (IK003) if another holder has the key after `wait`, KeyTooOld (IK004) for a
+    UUIDv7 / ULID key older than `retention`; KeyMalformed before any query."""
+    check_names(scope, key)
+    check_encodable(conn, names(scope, key))
+    try:
+        cur = execute(conn, sql.CLAIM_ONCE, (scope, key, interval(retention), interval(wait)))
+    except (KeyInProgress, KeyTooOld) as e:
+        _name_key(e, scope, key)
+        raise
+    return cur.fetchone()[0]
+
+
+def _consume(conn, scope, key, work: Callable, retention, wait) -> bool:
+    """consume_once without max_attempts."""
+    check_names(scope, key)
+    check_encodable(conn, names(scope, key))
+
+    def then(claimed):
+        if claimed:
+            work(conn)
+        return claimed
+
+    try:
+        return transaction_with(conn, sql.CLAIM_ONCE,
+                                (scope, key, interval(retention), interval(wait)), then)
+    except (KeyInProgress, KeyTooOld) as e:
+        _name_key(e, scope, key)
+        raise
+
+
 # ---- poison messages: a message whose work fails every time ----
 #
 # consume_once and apply_once with max_attempts count the failed attempts of a message's work
@@ -141,8 +182,6 @@ class OutboxConsumer:
 
 _ERROR_TEXT_LIMIT = 2000
 _TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57")
-_FAIL_SQL = ("SELECT idempotency.fail(%s, %s, %s::jsonb || pg_catalog.jsonb_build_object("
-             "'failed_at', pg_catalog.now()), %s)")
 
 
 def _counted(conn, exc) -> bool:
@@ -174,12 +213,11 @@ def _record_failure(conn, scope, key, exc, max_attempts, retention, wait, where=
     in the same transaction once the attempt reaches max_attempts."""
     try:
         with conn.transaction():
-            r = _client.reserve(conn, scope, key, lock_ttl="1 minute", retention=retention,
-                                wait=wait)
+            r = reserve(conn, scope, key, lock_ttl="1 minute", retention=retention, wait=wait)
             if r.outcome != "new":
                 return r.outcome, r.attempt, None
             doc = _error_document(exc, r.attempt, r.attempt >= max_attempts, where)
-            execute(conn, _FAIL_SQL, (scope, key, Jsonb(doc), r.attempt))
+            execute(conn, sql.FAIL_STAMPED, (scope, key, Jsonb(doc), r.attempt))
             if doc["dead"]:
                 when_dead()
             return r.outcome, r.attempt, doc
@@ -195,15 +233,23 @@ def _check_max_attempts(max_attempts):
 
 def consume_once(conn, scope, key, work: Callable, *, retention="24 hours", wait="0",
                  max_attempts: Optional[int] = None) -> bool:
-    """client.consume_once (work(conn) in one transaction with claim_once: true if it ran,
-    false for a redelivery), and with max_attempts a poison message does not come back for
-    ever: each failure of work is recorded on the key, and the max_attempts-th raises
-    PoisonMessage (reject the message without requeue, to a dead-letter exchange). A message
-    redelivered after it was recorded dead (a replay after a fix) gets one more attempt;
-    idempotency.forget(scope, key) first gives it max_attempts again."""
+    """Runs work(conn) in one transaction with claim_once(scope, key): true if it ran, false for
+    a redelivery (a key already completed: acknowledge the message without running work). The
+    transaction is the caller's savepoint if one is open, else its own, committed before this
+    returns: acknowledge the message after that. An exception in work rolls the claim back with
+    it (the redelivery is applied), and so does a work that returns inside a failed transaction
+    (TransactionAborted); KeyInProgress / KeyTooOld as claim_once; a connection that
+    breaks comes out as ConnectionLost (nothing of the transaction was kept, unless it broke
+    during COMMIT: the redelivery then answers false).
+
+    With max_attempts a poison message does not come back for ever: each failure of work is
+    recorded on the key, and the max_attempts-th raises PoisonMessage (reject the message
+    without requeue, to a dead-letter exchange). A message redelivered after it was recorded
+    dead (a replay after a fix) gets one more attempt; idempotency.forget(scope, key) first
+    gives it max_attempts again."""
     _check_max_attempts(max_attempts)
     if max_attempts is None:
-        return _client.consume_once(conn, scope, key, work, retention=retention, wait=wait)
+        return _consume(conn, scope, key, work, retention, wait)
     ran = []
 
     def counted_work(c):
@@ -211,8 +257,7 @@ def consume_once(conn, scope, key, work: Callable, *, retention="24 hours", wait
         work(c)
 
     try:
-        return _client.consume_once(conn, scope, key, counted_work, retention=retention,
-                                    wait=wait)
+        return _consume(conn, scope, key, counted_work, retention, wait)
     except Exception as exc:
         if not ran or not _counted(conn, exc):
             raise
@@ -237,7 +282,7 @@ def position_key(partition, position) -> str:
 
 def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=False,
                max_attempts: Optional[int] = None, retention="24 hours") -> bool:
-    """client.apply_once (fn(conn) in one transaction with accept: true if it ran, false for a
+    """streams.apply_once (fn(conn) in one transaction with accept: true if it ran, false for a
     position at or below the watermark), and with max_attempts a position whose fn fails
     again and again does not stop the partition: each failure is recorded on the key
     (consumer, position_key(partition, position)), kept for `retention`; the
@@ -246,7 +291,7 @@ def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=Fals
     idempotency.failed_keys)."""
     _check_max_attempts(max_attempts)
     if max_attempts is None:
-        return _client.apply_once(conn, consumer, partition, position, fn, strict=strict)
+        return streams.apply_once(conn, consumer, partition, position, fn, strict=strict)
     ran = []
 
     def counted_fn(c):
@@ -254,7 +299,7 @@ def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=Fals
         fn(c)
 
     try:
-        return _client.apply_once(conn, consumer, partition, position, counted_fn,
+        return streams.apply_once(conn, consumer, partition, position, counted_fn,
                                   strict=strict)
     except Exception as exc:
         if not ran or not _counted(conn, exc):
@@ -264,7 +309,7 @@ def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=Fals
         outcome, attempt, doc = _record_failure(
             conn, consumer, key, exc, max_attempts, retention, "0",
             {"partition": str(partition), "position": str(position)},
-            lambda: _client.accept(conn, consumer, partition, position))
+            lambda: streams.accept(conn, consumer, partition, position))
         if doc is not None and doc["dead"]:
             raise PoisonMessage(consumer, key, attempt, doc, partition, position) from exc
         raise

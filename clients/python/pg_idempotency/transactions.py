@@ -1,0 +1,167 @@
+"""The transaction helpers: claim / run_once / idempotent (reserve, the work and complete in one
+transaction) and run_external (a claim across transactions, for an external side effect)."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from typing import Any, Callable, Optional
+
+from .connection import check_usable, guard, transaction_failed, transaction_idle
+from .errors import TransactionOpen
+from .keys import checkpoint, complete, fail, raise_for, request_hash, reserve
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What a request helper returns: the response to send, and whether it is a replay."""
+    status_code: int
+    response: Any
+    replayed: bool
+    attempt: Optional[int] = None
+
+
+class Claim:
+    """What `claim()` yields. On a replay, `replayed` is true and `status_code` / `response`
+    are the stored result: skip the work. Otherwise do the work and call `complete()`."""
+
+    def __init__(self, conn, scope, key, reservation):
+        self.conn, self.scope, self.key, self.reservation = conn, scope, key, reservation
+        self.replayed = reservation.outcome == "replay"
+        self.status_code = reservation.status_code
+        self.response = reservation.response
+        self.completed = self.replayed
+
+    @property
+    def attempt(self):
+        return self.reservation.attempt
+
+    def complete(self, status_code, response):
+        complete(self.conn, self.scope, self.key, status_code, response)
+        self.status_code, self.response, self.completed = status_code, response, True
+
+    @property
+    def result(self) -> Result:
+        return Result(self.status_code, self.response, self.replayed, self.attempt)
+
+
+@contextlib.contextmanager
+def claim(conn, scope, key, request=None, *, exclude=(), lock_ttl="5 minutes",
+          retention="24 hours", wait="0"):
+    """One-transaction helper as a context manager: reserve, your work and complete in one
+    transaction (a savepoint if the caller already has one open, else a transaction that
+    commits at the end of the block). An exception in the block rolls the claim back with it.
+    Raises KeyInProgress / KeyMismatch / KeyTooOld instead of yielding for those outcomes.
+
+        with claim(conn, "acct_42", key, body) as c:
+            if not c.replayed:
+                order = insert_order(conn, body)
+                c.complete(201, order)
+        return c.status_code, c.response
+    """
+    check_usable(conn)
+    rh = request_hash(request, exclude)
+    with guard(conn), conn.transaction():
+        r = reserve(conn, scope, key, rh, lock_ttl=lock_ttl, retention=retention, wait=wait)
+        raise_for(scope, key, r)
+        c = Claim(conn, scope, key, r)
+        yield c
+        if not c.completed:
+            raise RuntimeError(f'idempotency key "{key}": the block ended without complete(); '
+                               "its claim is rolled back")
+
+
+def run_once(conn, scope, key, work: Callable[[], tuple], request=None, **options) -> Result:
+    """One-transaction helper as a call: on `new`, runs work() (which returns
+    (status_code, response)) in the transaction and completes with it; on `replay`, returns the
+    stored result without running work."""
+    with claim(conn, scope, key, request, **options) as c:
+        if not c.replayed:
+            status_code, response = work()
+            c.complete(status_code, response)
+    return c.result
+
+
+def idempotent(scope, key, request=None, **options):
+    """Decorator form of run_once. The decorated function takes the connection first and returns
+    (status_code, response); scope, key and request are values or callables of the function's
+    arguments (without the connection):
+
+        @idempotent(scope=lambda acct, key, body: acct, key=lambda acct, key, body: key,
+                    request=lambda acct, key, body: body, exclude=["client_sent_at"])
+        def create_order(conn, acct, key, body): ...
+        result = create_order(conn, "acct_42", key, body)   # a Result
+    """
+    def pick(v, args, kwargs):
+        return v(*args, **kwargs) if callable(v) else v
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(conn, *args, **kwargs):
+            return run_once(conn, pick(scope, args, kwargs), pick(key, args, kwargs),
+                            lambda: fn(conn, *args, **kwargs),
+                            pick(request, args, kwargs), **options)
+        return wrapper
+    return decorate
+
+
+class Attempt:
+    """Passed to the work of run_external: the attempt number (fencing token), the recovery
+    point an earlier attempt left (None on a first attempt), and checkpoint()."""
+
+    def __init__(self, conn, scope, key, reservation):
+        self.conn, self.scope, self.key = conn, scope, key
+        self.attempt = reservation.attempt
+        self.recovery_point = reservation.recovery_point
+
+    def checkpoint(self, recovery_point: str):
+        """Records progress in its own transaction (IK001 if another holder took over)."""
+        with self.conn.transaction():
+            checkpoint(self.conn, self.scope, self.key, recovery_point, self.attempt)
+        self.recovery_point = recovery_point
+
+
+def run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=None, **options
+                 ) -> Result:
+    """Cross-transaction helper for an external side effect (see _run_external); a connection
+    that breaks comes out as ConnectionLost (the claim then stays until its lease lapses)."""
+    with guard(conn):
+        return _run_external(conn, scope, key, work, request, **options)
+
+
+def _run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=None, *,
+                  exclude=(), finish: Callable | None = None, lock_ttl="5 minutes",
+                  retention="24 hours", wait="0") -> Result:
+    """Cross-transaction helper for an external side effect. Commits the claim, runs
+    work(attempt) with no transaction open (it returns (status_code, response)), then, in a
+    second transaction, calls finish(conn, status_code, response) if given (your business
+    writes) and complete with the attempt fence: StaleAttempt if the lease lapsed and another
+    holder took over (that transaction, finish's writes included, is rolled back). If work
+    raises, the claim is released with fail (the next reserve gets attempt + 1) and the
+    exception re-raised."""
+    check_usable(conn)
+    if not transaction_idle(conn):
+        raise TransactionOpen(
+            "run_external needs a connection with no transaction open",
+            hint="commit or roll back first: the claim must be committed before the external call")
+    rh = request_hash(request, exclude)
+    with conn.transaction():
+        r = reserve(conn, scope, key, rh, lock_ttl=lock_ttl, retention=retention, wait=wait)
+    if r.outcome == "replay":
+        return Result(r.status_code, r.response, True, r.attempt)
+    raise_for(scope, key, r)
+    try:
+        status_code, response = work(Attempt(conn, scope, key, r))
+    except BaseException as e:
+        if transaction_failed(conn):
+            conn.rollback()
+        with contextlib.suppress(Exception):
+            with conn.transaction():
+                fail(conn, scope, key, {"error": type(e).__name__, "message": str(e)[:1000]},
+                     r.attempt)
+        raise
+    with conn.transaction():
+        if finish is not None:
+            finish(conn, status_code, response)
+        complete(conn, scope, key, status_code, response, r.attempt)
+    return Result(status_code, response, False, r.attempt)
