@@ -21,56 +21,17 @@ commit fails); an answer of 500 or above is sent but not stored, and rolls back 
 """
 from __future__ import annotations
 
-import contextlib
-import logging
-from typing import Any, Optional
+from typing import Any
 
-import psycopg
-from psycopg.types.json import Jsonb
-
-from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, RESERVE_SQL, autocommit_to_restore,
-                     begin_needed, check_encodable, cursor_of, reservation_of,
-                     reserve_begin_refused, reserve_begin_usable, reserve_params)
-from .errors import KeyInProgress, KeyMalformed, KeyMismatch, KeyTooOld, translate
-from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
-                  RequestInfo, StaleConnection, answer_for, connector, encode_json,
-                  headers_of_replay, options_from, replay_of, stored_answer)
-
-log = logging.getLogger("pg_idempotency")
-
-_OUTCOMES = {"in_progress": KeyInProgress, "mismatch": KeyMismatch, "too_old": KeyTooOld}
-
-
-def _one_connection(conninfo):
-    @contextlib.asynccontextmanager
-    async def one_connection():
-        conn = await psycopg.AsyncConnection.connect(conninfo)
-        try:
-            yield conn
-        finally:
-            await conn.close()
-    return one_connection
-
-
-class _BodyTooLarge(Exception):
-    pass
+from .middleware import BodyTooLarge, Outgoing, PsycopgFlow, outgoing, run_async
+from .web import BODY_TOO_LARGE, Context, RequestInfo, encode_json
 
 
 class _ClientGone(Exception):
     """The client went away before its body was complete: nothing runs."""
 
 
-async def _send_answer(send, answer: Answer, extra: Optional[dict] = None):
-    body = answer.encoded()
-    headers = [(b"content-type", b"application/json"),
-               (b"content-length", str(len(body)).encode())]
-    for name, value in {**answer.headers, **(extra or {})}.items():
-        headers.append((name.lower().encode("latin-1"), str(value).encode("latin-1")))
-    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _read_body(receive, limit: int) -> bytes:
+async def _read_body(receive, flow) -> bytes:
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -78,28 +39,28 @@ async def _read_body(receive, limit: int) -> bytes:
             raise _ClientGone()
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > limit:
-            raise _BodyTooLarge()
+        flow.over_limit(size)
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
 
 
-async def _rollback(conn):
-    try:
-        await conn.rollback()
-    except Exception:  # the connection is broken: the server has rolled back already
-        pass
+def _latin1(value) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode("latin-1")
 
 
-async def _restore_autocommit(conn, autocommit: bool):
-    """Gives the connection back as it came: reserve_begin turned autocommit on."""
-    if autocommit_to_restore(conn, autocommit):
-        await conn.set_autocommit(autocommit)
+async def _send(send, answer):
+    out = outgoing(answer)
+    start = out.native or {}  # the application's own start message: its headers as they were
+    headers = (out.headers if out.native else
+               [(_latin1(k).lower(), _latin1(v)) for k, v in out.headers])
+    await send({"type": "http.response.start", "status": out.status, "headers": headers,
+                **({"trailers": start["trailers"]} if "trailers" in start else {})})
+    await send({"type": "http.response.body", "body": out.body})
 
 
-class IdempotencyMiddleware:
+class IdempotencyMiddleware(PsycopgFlow):
     """ASGI middleware. Options (keywords):
       pool        a psycopg_pool.AsyncConnectionPool, or
       conninfo    a connection string: one connection per request, or
@@ -119,11 +80,9 @@ class IdempotencyMiddleware:
     """
 
     def __init__(self, app, *, pool=None, conninfo=None, connect=None, scope=None, **options):
+        super().__init__(pool=pool, conninfo=conninfo, connect=connect, asynchronous=True,
+                         scope=scope, **options)
         self.app = app
-        self.connect = connector(pool, conninfo, connect, _one_connection)
-        self.pool = pool
-        self.options = options_from(scope, **options)
-        self.reserve_begin = True  # until the server refuses it (reserve_begin_refused)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or not self.options.applies_to(scope["method"],
@@ -133,24 +92,12 @@ class IdempotencyMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
         try:
-            body = await _read_body(receive, self.options.max_body)
-        except _BodyTooLarge:
-            await _send_answer(send, BODY_TOO_LARGE)
+            body = await _read_body(receive, self)
+        except BodyTooLarge:
+            await _send(send, BODY_TOO_LARGE)
             return
         except _ClientGone:
             return
-        req = RequestInfo(scope["method"], scope["path"], headers, body, scope)
-        try:
-            id_scope, key, request_hash = self.options.identify(req)
-            params = reserve_params(id_scope, key, request_hash,
-                                    **self.options.reserve_options())
-        except Exception as e:
-            answer = answer_for(e)
-            if answer is None:
-                raise
-            await _send_answer(send, answer)
-            return
-
         delivered = False
 
         async def replay_receive():
@@ -162,127 +109,28 @@ class IdempotencyMiddleware:
             delivered = True
             return {"type": "http.request", "body": body, "more_body": False}
 
-        for tries in (1, 2):
-            try:
-                async with self.connect() as conn:
-                    try:
-                        check_encodable(conn, (("scope", id_scope), ("key", key)))
-                    except KeyMalformed as e:  # the session's encoding cannot carry it: a 400
-                        await _send_answer(send, answer_for(e))
-                        return
-                    autocommit = conn.autocommit
-                    try:
-                        await self._handle(conn, scope, replay_receive, send, id_scope, key,
-                                           params)
-                    finally:
-                        await _restore_autocommit(conn, autocommit)
-                return
-            except StaleConnection as e:
-                if tries == 1:
-                    # The pool's other idle connections died with this one: check() drops
-                    # them (one SELECT 1 each), so that the second try gets a live one.
-                    log.warning("idempotency: a connection was lost before the claim, trying "
-                                "another: %s", e.error)
-                    if self.pool is not None and hasattr(self.pool, "check"):
-                        await self.pool.check()
-                    continue
-                log.error("idempotency: the database is unreachable: %s", e.error)
-            except psycopg.OperationalError as e:
-                # Not reached once an answer went out: _handle answers every database error
-                # after the connection was made itself.
-                log.error("idempotency: the database is unreachable: %s", e)
-            await _send_answer(send, DATABASE_UNAVAILABLE)
-            return
+        async def run_app(context):
+            state = dict(scope.get("state") or {})
+            state["idempotency"] = context
+            start: dict[str, Any] = {}
+            chunks: list[bytes] = []
+            finished = False
 
-    async def _reserve(self, conn, params):
-        """reserve_begin where the connection allows it (one round trip, a transaction open
-        after 'new' only), with autocommit on for the request so that psycopg sends no BEGIN
-        of its own; otherwise BEGIN (psycopg's, or ours on an autocommit connection) + reserve."""
-        if self.reserve_begin and reserve_begin_usable(conn):
-            autocommit = conn.autocommit
-            await conn.set_autocommit(True)
-            try:
-                cur = await cursor_of(conn).execute(RESERVE_BEGIN_SQL, params)
-                return reservation_of(await cur.fetchone())
-            except psycopg.Error as e:
-                if not reserve_begin_refused(e):
-                    raise
-                self.reserve_begin = False
-            await conn.set_autocommit(autocommit)  # refused in autocommit: nothing is open
-        if begin_needed(conn):
-            await conn.execute("BEGIN")  # the claim, the work and the answer: one transaction
-        cur = await cursor_of(conn).execute(RESERVE_SQL, params)
-        return reservation_of(await cur.fetchone())
+            async def hold(message):
+                nonlocal finished
+                if message["type"] == "http.response.start":
+                    start.update(message)
+                elif message["type"] == "http.response.body" and not finished:
+                    chunks.append(message.get("body", b""))
+                    finished = not message.get("more_body", False)
 
-    async def _handle(self, conn, scope, receive, send, id_scope, key, params):
-        opts = self.options
-        try:
-            reservation = await self._reserve(conn, params)
-        except psycopg.Error as e:
-            await _rollback(conn)
-            if isinstance(e, psycopg.OperationalError):
-                if conn.broken or conn.closed:
-                    raise StaleConnection(e) from e
-                raise
-            raise translate(e) from e
-        if reservation.outcome != "new":
-            await _rollback(conn)  # nothing open after reserve_begin: no round trip
-            if reservation.outcome == "replay":
-                replay = replay_of(reservation.response)
-                headers = headers_of_replay(opts, reservation.status_code, replay)
-                await send({"type": "http.response.start", "status": reservation.status_code,
-                            "headers": [(k.encode("latin-1"), v.encode("latin-1"))
-                                        for k, v in headers.items()]})
-                await send({"type": "http.response.body", "body": replay.body})
-                return
-            outcome = _OUTCOMES[reservation.outcome](id_scope, key, reservation,
-                                                     reservation.outcome)
-            await _send_answer(send, answer_for(outcome))
-            return
+            await self.app({**scope, "state": state}, replay_receive, hold)
+            if not finished or "status" not in start:
+                return None
+            return Outgoing(start["status"], start.get("headers", []), b"".join(chunks), start)
 
-        context = Context(conn, id_scope, key, reservation.attempt, reservation.recovery_point,
-                          reservation)
-        state = dict(scope.get("state") or {})
-        state["idempotency"] = context
-        inner_scope = {**scope, "state": state}
-        start: dict[str, Any] = {}
-        chunks: list[bytes] = []
-        finished = False
-
-        async def hold(message):
-            nonlocal finished
-            if message["type"] == "http.response.start":
-                start.update(message)
-            elif message["type"] == "http.response.body" and not finished:
-                chunks.append(message.get("body", b""))
-                finished = not message.get("more_body", False)
-
-        try:
-            await self.app(inner_scope, receive, hold)
-        except BaseException:
-            await _rollback(conn)             # nothing of the handler commits
-            raise
-        if not finished or "status" not in start:
-            await _rollback(conn)
-            raise RuntimeError("the application ended without a complete response")
-        status, body = start["status"], b"".join(chunks)
-        try:
-            if opts.store(status):
-                await psycopg.AsyncClientCursor(conn).execute(COMPLETE_COMMIT_SQL, (
-                    id_scope, key, status,
-                    Jsonb(stored_answer(body, start.get("headers", []), opts.keep_headers)),
-                    reservation.attempt))
-            else:
-                await conn.rollback()
-        except Exception as e:
-            await _rollback(conn)
-            log.error('idempotency: the answer to key "%s" was not stored: %s', key, e)
-            await _send_answer(send, NOT_STORED)
-            return
-        await send({"type": "http.response.start", "status": status,
-                    "headers": start.get("headers", []),
-                    **({"trailers": start["trailers"]} if "trailers" in start else {})})
-        await send({"type": "http.response.body", "body": body})
+        req = RequestInfo(scope["method"], scope["path"], headers, body, scope)
+        await _send(send, await run_async(self.handle(req, self.session(), run_app)))
 
 
 __all__ = ["IdempotencyMiddleware", "Context", "RequestInfo", "encode_json"]

@@ -15,45 +15,24 @@ request. Answers: those of the ASGI and WSGI middlewares.
 from __future__ import annotations
 
 import json
-import logging
+import types
 
 from django.conf import settings
-from django.db import DatabaseError, OperationalError, connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.http import HttpResponse
 
-from .client import Reservation, reserve_params
-from .errors import KeyInProgress, KeyMismatch, KeyTooOld
-from .web import (DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context, RequestInfo, answer_for,
-                  headers_of_replay, options_from, replay_of, stored_answer)
-
-log = logging.getLogger("pg_idempotency")
-
-_OUTCOMES = {"in_progress": KeyInProgress, "mismatch": KeyMismatch, "too_old": KeyTooOld}
-_COMPLETE = "SELECT idempotency.complete(%s, %s, %s, %s::jsonb, %s)"
-# The response as text: Django's backend loads jsonb as a string (for its JSONField).
-_RESERVE = ("SELECT r.outcome::text, r.status_code, r.response::text, r.attempt, "
-            "r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at "
-            "FROM idempotency.reserve(%s, %s, %s, %s::interval, %s::interval, %s::interval) r")
+from .client import COMPLETE_SQL, RESERVE_SQL, Reservation, check_encodable
+from .middleware import BodyTooLarge, Flow, Outgoing, going_away, outgoing, run
+from .web import BODY_TOO_LARGE, RequestInfo
 
 
-def _reservation(row) -> Reservation:
-    response = None if row[2] is None else json.loads(row[2])
-    return Reservation(row[0], row[1], response, *row[3:])
-
-
-def _response(answer: Answer, extra=None) -> HttpResponse:
-    response = HttpResponse(answer.encoded(), status=answer.status,
-                            content_type="application/json")
-    for name, value in {**answer.headers, **(extra or {})}.items():
-        response[name] = str(value)
-    return response
-
-
-def _replay(opts, reservation) -> HttpResponse:
-    replay = replay_of(reservation.response)
-    response = HttpResponse(replay.body, status=reservation.status_code)
-    del response["Content-Type"]                 # only if the first answer had one
-    for name, value in headers_of_replay(opts, reservation.status_code, replay).items():
+def _send(answer) -> HttpResponse:
+    out = outgoing(answer)
+    if out.native is not None:
+        return out.native                       # the view's own HttpResponse
+    response = HttpResponse(out.body, status=out.status)
+    del response["Content-Type"]                # only the answer's own, if it has one
+    for name, value in out.headers:
         response[name] = value
     return response
 
@@ -65,106 +44,137 @@ def _buffered(streaming) -> HttpResponse:
     return response
 
 
-def _connection_lost(e) -> bool:
-    """Whether the driver's error is a lost connection (no SQLSTATE: nothing came back; 08:
-    connection exceptions; 57P01-57P03: the server going away), not say a lock timeout."""
-    code = getattr(e.__cause__, "pgcode", None) or getattr(e.__cause__, "sqlstate", None)
-    return code is None or code.startswith("08") or code in ("57P01", "57P02", "57P03")
-
-
 class _Rollback(Exception):
-    """Leaves transaction.atomic with a rollback, carrying the answer to send."""
-
-    def __init__(self, response):
-        super().__init__()
-        self.response = response
+    """Leaves transaction.atomic with a rollback."""
 
 
-class IdempotencyMiddleware:
+# Django's PostgreSQL backend sets client_encoding to UTF8 on every connection it makes.
+_UTF8_SESSION = types.SimpleNamespace(info=types.SimpleNamespace(encoding="utf-8"))
+
+
+class DjangoSession:
+    """One request on Django's connection `alias`, as the flow's operations: the claim, the
+    view's ORM writes and the stored answer are one transaction.atomic (BEGIN, reserve, the
+    view, complete, COMMIT), nested as a savepoint in one the request is already in. Django's
+    backend reads jsonb as its text."""
+
+    def __init__(self, alias):
+        self.alias = alias
+        self.db = self.handle = connections[alias]  # the handle: the view's Context.conn
+        self.atomic = None
+        self.connected = False
+
+    def open(self):
+        # Whether the connection was made before this request: one that breaks on the claim
+        # then died while idle, and the request is tried again on a new one.
+        self.connected = self.db.connection is not None
+        return
+        yield  # (a generator of no operation)
+
+    def close(self, error):
+        return
+        yield
+
+    @staticmethod
+    def unreachable(error) -> bool:
+        return False                      # open() sends nothing
+
+    def recover(self):
+        """Whether to try again after the claim lost the connection: if it was made before
+        (`connected`), it broke while idle, and it is closed so that the next statement
+        connects anew. (psycopg2 does not always mark such a connection closed, and the claim
+        committed nothing, so it is not asked first.) A connection made for this request that
+        failed: the database is unreachable."""
+        if not self.connected:
+            return False
+        # Closed inside the failed atomic block, Django keeps the dead connection object until
+        # a later close(), which returns early while closed_in_transaction is set.
+        self.db.closed_in_transaction = False
+        self.db.needs_rollback = False
+        yield (self.db.close,)
+        self.db.connection = None
+        return True
+
+    @staticmethod
+    def check_encodable(names):
+        check_encodable(_UTF8_SESSION, names)
+
+    @staticmethod
+    def lost(error) -> bool:
+        """Whether the error is a lost connection: no SQLSTATE (nothing came back; psycopg2
+        raises some of those as a bare DatabaseError), or the server going away."""
+        if not isinstance(error, DatabaseError):
+            return False
+        code = (getattr(error.__cause__, "pgcode", None) or
+                getattr(error.__cause__, "sqlstate", None))
+        return code is None or going_away(code)
+
+    @staticmethod
+    def translate(error):
+        return error
+
+    @staticmethod
+    def reserve_begin_usable() -> bool:
+        return False                      # Django's transaction: atomic opens it
+
+    def begin(self):
+        atomic = transaction.atomic(using=self.alias)
+        yield (atomic.__enter__,)
+        self.atomic = atomic
+
+    def reserve(self, params):
+        row = yield from self._execute(RESERVE_SQL, params)
+        response = None if row[2] is None else json.loads(row[2])
+        return Reservation(str(row[0]), row[1], response, *row[3:])
+
+    def _execute(self, sql, params):
+        cursor = yield (self.db.cursor,)
+        with cursor:                            # closes it, quietly on a broken connection
+            yield (cursor.execute, sql, params)
+            return (yield (cursor.fetchone,))
+
+    def rollback(self, error=None):
+        atomic, self.atomic = self.atomic, None
+        if atomic is not None:
+            error = error if error is not None else _Rollback()
+            yield (atomic.__exit__, type(error), error, error.__traceback__)
+
+    def complete_commit(self, params):
+        scope, key, status, stored, attempt = params
+        yield from self._execute(COMPLETE_SQL, (scope, key, status, json.dumps(stored), attempt))
+        atomic, self.atomic = self.atomic, None
+        yield (atomic.__exit__, None, None, None)  # COMMIT
+
+
+class IdempotencyMiddleware(Flow):
     def __init__(self, get_response):
         self.get_response = get_response
         config = dict(getattr(settings, "IDEMPOTENCY", {}))
         self.database = config.pop("database", "default")
-        self.options = options_from(config.pop("scope", None), **config)
+        super().__init__(config.pop("scope", None), **config)
 
     def __call__(self, request):
-        opts = self.options
-        if not opts.applies_to(request.method, request.path):
+        if not self.options.applies_to(request.method, request.path):
             return self.get_response(request)
+        try:
+            # the announced length first: a body over the limit is not read
+            length = request.META.get("CONTENT_LENGTH") or ""
+            if length.strip().isdigit():
+                self.over_limit(int(length))
+            self.over_limit(len(request.body))
+        except BodyTooLarge:
+            return _send(BODY_TOO_LARGE)
+
+        def run_app(context):
+            request.idempotency = context
+            response = self.get_response(request)  # Django turns exceptions into a 500
+            if response.streaming:
+                response = _buffered(response)
+            return Outgoing(response.status_code, response.items(), response.content, response)
+
         headers = {k.lower(): v for k, v in request.headers.items()}
         req = RequestInfo(request.method, request.path, headers, request.body, request)
-        try:
-            scope, key, request_hash = opts.identify(req)
-            params = reserve_params(scope, key, request_hash, **opts.reserve_options())
-        except Exception as e:
-            answer = answer_for(e)
-            if answer is None:
-                raise
-            return _response(answer)
-        # A connection that died while idle (the server restarted, the backend was
-        # terminated) fails on the claim, its first statement. The claim commits nothing, so
-        # the request is tried once more on a new connection.
-        for tries in (1, 2):
-            connected = connections[self.database].connection is not None
-            handled = False
-            try:
-                with transaction.atomic(using=self.database):
-                    with connections[self.database].cursor() as cursor:
-                        cursor.execute(_RESERVE, params)
-                        reservation = _reservation(cursor.fetchone())
-                    if reservation.outcome == "replay":
-                        raise _Rollback(_replay(opts, reservation))
-                    if reservation.outcome != "new":
-                        outcome = _OUTCOMES[reservation.outcome](scope, key, reservation,
-                                                                 reservation.outcome)
-                        raise _Rollback(_response(answer_for(outcome)))
-                    request.idempotency = Context(connections[self.database], scope, key,
-                                                  reservation.attempt,
-                                                  reservation.recovery_point, reservation)
-                    handled = True
-                    response = self.get_response(request)  # Django turns exceptions into a 500
-                    if response.streaming:
-                        response = _buffered(response)
-                    if not opts.store(response.status_code):
-                        raise _Rollback(response)
-                    with connections[self.database].cursor() as cursor:
-                        cursor.execute(_COMPLETE, (scope, key, response.status_code,
-                                                   json.dumps(stored_answer(
-                                                       response.content, response.items(),
-                                                       opts.keep_headers)),
-                                                   reservation.attempt))
-                return response                    # after COMMIT
-            except _Rollback as r:
-                return r.response
-            except DatabaseError as e:
-                if handled:
-                    log.error('idempotency: the answer to key "%s" was not stored: %s', key, e)
-                    return _response(NOT_STORED)
-                lost = _connection_lost(e)     # psycopg2 raises some as a bare DatabaseError
-                if isinstance(e, OperationalError) or lost:
-                    if tries == 1 and lost and self._drop_if_broken(connected):
-                        log.warning("idempotency: a connection was lost before the claim, "
-                                    "trying a new one: %s", e)
-                        continue
-                    log.error("idempotency: the database is unreachable: %s", e)
-                    return _response(DATABASE_UNAVAILABLE)
-                raise
-        return None  # not reached: the second try returns or raises
+        return _send(run(self.handle(req, DjangoSession(self.database), run_app)))
 
-    def _drop_if_broken(self, connected: bool) -> bool:
-        """Whether the claim failed on a connection made before (`connected`): one that broke
-        while idle. It is closed, and the next statement connects anew. (psycopg2 does not
-        always mark such a connection closed, and the claim committed nothing, so it is not
-        asked first.)"""
-        if not connected:
-            return False                   # connecting failed: the database is unreachable
-        conn = connections[self.database]
-        # Closed inside the failed atomic block, Django keeps the dead connection object until
-        # a later close(), which returns early while closed_in_transaction is set.
-        conn.closed_in_transaction = False
-        conn.needs_rollback = False
-        conn.close()
-        conn.connection = None
-        return True
 
 __all__ = ["IdempotencyMiddleware"]

@@ -1,5 +1,6 @@
-"""What the HTTP middlewares (asgi.py, wsgi.py, django.py) share: the Idempotency-Key header,
-the request's fingerprint, and the answers they send. The answers are those of the Node
+"""What the HTTP middlewares (asgi.py, wsgi.py, django.py) share besides their flow
+(middleware.py): the Idempotency-Key header, the request's fingerprint, the options, the
+answers they send and the form an answer is stored in. The answers are those of the Node
 client's Express middleware."""
 from __future__ import annotations
 
@@ -250,33 +251,11 @@ class Options:
         return {"lock_ttl": self.lock_ttl, "retention": self.retention, "wait": self.wait}
 
 
-def connector(pool, conninfo, connect, one_connection):
-    """The one of pool= / conninfo= / connect= given, as a callable of no argument returning
-    a context manager (sync or async) that yields a connection; one_connection(conninfo) makes
-    that callable for a connection string."""
-    if sum(x is not None for x in (pool, conninfo, connect)) != 1:
-        raise TypeError("the idempotency middleware needs one of pool=, conninfo=, connect=")
-    if pool is not None:
-        return pool.connection
-    return connect if connect is not None else one_connection(conninfo)
-
-
 def options_from(scope, **kwargs) -> Options:
     if scope is None:
         raise TypeError("the idempotency middleware needs a scope (a string, or a callable of "
                         "the request)")
     return Options(scope=scope, **{k: v for k, v in kwargs.items() if v is not None})
-
-
-class StaleConnection(Exception):
-    """The connection broke on the claim, its first statement (a pooled connection that died
-    while idle: the server restarted, the backend was terminated). The claim commits nothing
-    (a new key's transaction stays open for the handler), so the request may be tried again on
-    another connection."""
-
-    def __init__(self, error):
-        super().__init__(str(error))
-        self.error = error
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """The middlewares' answers and what they store, against test/vectors/http_answers.json, which
 the Node middleware's tests check too: the same bodies, word for word, in both clients. No
 database: the answers given before a connection is taken come from the WSGI middleware (the
-three middlewares share them: web.py), the 503 from a server nothing listens on."""
+three middlewares share them: middleware.py), the 503 from a server nothing listens on."""
 import base64
 import io
 import json

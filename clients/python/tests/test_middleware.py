@@ -205,6 +205,9 @@ def django_setup(dbname):
         settings.configure(
             DEBUG=False, ALLOWED_HOSTS=["*"], ROOT_URLCONF=__name__, SECRET_KEY="test",
             DATABASES={"default": {**common, "NAME": dbname},
+                       # a claim that waits is canceled after 200 ms (test_middleware_drifts)
+                       "slow": {**common, "NAME": dbname,
+                                "OPTIONS": {"options": "-c statement_timeout=200"}},
                        "down": {"ENGINE": "django.db.backends.postgresql", "NAME": dbname,
                                 "HOST": "127.0.0.1", "PORT": "1",
                                 "OPTIONS": {"connect_timeout": 2}}},
