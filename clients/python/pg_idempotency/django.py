@@ -21,7 +21,9 @@ from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.http import HttpResponse
 
-from .client import COMPLETE_SQL, RESERVE_SQL, Reservation, check_encodable
+from . import statements
+from .connection import check_encodable
+from .keys import Reservation
 from .middleware import BodyTooLarge, Flow, Outgoing, going_away, outgoing, run
 from .web import BODY_TOO_LARGE, RequestInfo
 
@@ -123,7 +125,7 @@ class DjangoSession:
         self.atomic = atomic
 
     def reserve(self, params):
-        row = yield from self._execute(RESERVE_SQL, params)
+        row = yield from self._execute(statements.RESERVE, params)
         response = None if row[2] is None else json.loads(row[2])
         return Reservation(str(row[0]), row[1], response, *row[3:])
 
@@ -141,7 +143,7 @@ class DjangoSession:
 
     def complete_commit(self, params):
         scope, key, status, stored, attempt = params
-        yield from self._execute(COMPLETE_SQL, (scope, key, status, json.dumps(stored), attempt))
+        yield from self._execute(statements.COMPLETE, (scope, key, status, json.dumps(stored), attempt))
         atomic, self.atomic = self.atomic, None
         yield (atomic.__exit__, None, None, None)  # COMMIT
 

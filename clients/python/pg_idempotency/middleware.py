@@ -36,10 +36,11 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, RESERVE_SQL, autocommit_to_restore,
-                     begin_needed, check_encodable, cursor_of, reservation_of,
-                     reserve_begin_refused, reserve_begin_usable, reserve_params)
+from . import statements
+from .connection import (autocommit_to_restore, begin_needed, check_encodable, cursor_of,
+                         reserve_begin_usable)
 from .errors import KeyInProgress, KeyMalformed, KeyMismatch, KeyTooOld, translate
+from .keys import reservation_of, reserve_begin_refused, reserve_params
 from .web import (DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context, RequestInfo, answer_for,
                   headers_of_replay, options_from, replay_of, stored_answer)
 
@@ -370,7 +371,7 @@ class PsycopgSession:
 
     def reserve_begin(self, params):
         yield self._set_autocommit(True)
-        return (yield from self._fetch(RESERVE_BEGIN_SQL, params))
+        return (yield from self._fetch(statements.RESERVE_BEGIN, params))
 
     def after_refusal(self):
         yield self._set_autocommit(self.autocommit)  # refused in autocommit: nothing is open
@@ -380,11 +381,11 @@ class PsycopgSession:
             yield (self.conn.execute, "BEGIN")
 
     def reserve(self, params):
-        return (yield from self._fetch(RESERVE_SQL, params))
+        return (yield from self._fetch(statements.RESERVE, params))
 
     def _fetch(self, sql, params):
         cur = yield (cursor_of(self.conn).execute, sql, params)
-        return reservation_of((yield (cur.fetchone,)))
+        return reservation_of((yield (cur.fetchone,)), cur)
 
     def rollback(self, error=None):
         try:
@@ -396,5 +397,5 @@ class PsycopgSession:
         """complete and COMMIT in one simple query (a client-side cursor): one round trip."""
         cursor = psycopg.AsyncClientCursor if self.asynchronous else psycopg.ClientCursor
         scope, key, status, stored, attempt = params
-        yield (cursor(self.conn).execute, COMPLETE_COMMIT_SQL,
+        yield (cursor(self.conn).execute, statements.COMPLETE_COMMIT,
                (scope, key, status, Jsonb(stored), attempt))

@@ -57,19 +57,12 @@ def _calls_of_the_extension(path):
             and re.search(r"\bSELECT\b.*\bidempotency\.\w+\(", node.value, re.S)]
 
 
-# django.py sends its statements through Django's cursor with texts of its own: the one module
-# besides statements.py that still holds some.
-TEXTS_ELSEWHERE = {"django.py"}
-
-
 @pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")), ids=lambda p: p.name)
 def test_no_other_module_holds_a_statement_of_the_extension(path):
     found = _calls_of_the_extension(path)
     if path.name == "statements.py":
         assert found and set(found) <= set(statements.LISTED.values()), \
             "statements.py holds a call of the extension that LISTED does not name"
-    elif path.name in TEXTS_ELSEWHERE:
-        assert found, f"{path.name} holds no statement text any more: drop it from TEXTS_ELSEWHERE"
     else:
         assert found == [], f"{path.name} holds statement texts; they belong in statements.py"
 
