@@ -146,7 +146,7 @@ public final class CountingSocketFactory extends SocketFactory {
         switch (type) {
           case 'P' -> { // Parse: statement name, query text
             String name = cstring(b, body, next);
-            prepared.put(name, cstring(b, next[0], next));
+            prepared.put(name, cstring(b, next[0], next).strip()); // pgjdbc keeps the space after ';'
           }
           case 'B' -> { // Bind: portal name, statement name
             cstring(b, body, next);
