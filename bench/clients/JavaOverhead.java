@@ -13,16 +13,17 @@
 //           statements with one Sync)
 //   helper  IdempotencyClient.runOnce with the same INSERT as its work
 // The variants take turns block by block (--block requests each, the first of each turn
-// alternating); a block's process CPU (every thread of the JVM: the JIT and the collector too)
-// and its backend's CPU are divided by its requests. Writes each round's figures per variant
+// alternating); a block's process CPU (every thread of the JVM, the JIT and the collector too,
+// from /proc/self/task/*/schedstat) and its backend's CPU are divided by its requests. Writes each round's figures per variant
 // (microseconds per request) as JSON.
 
 import idempotency.Fingerprint;
 import idempotency.IdempotencyClient;
 import idempotency.UnixSocketFactory;
-import java.lang.management.ManagementFactory;
 import java.lang.reflect.Proxy;
+import java.io.IOException;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.sql.Connection;
@@ -50,9 +51,6 @@ public class JavaOverhead {
           + " ?::bytea, ?::interval, ?::interval, ?::interval) AS r";
   static final String COMPLETE_COMMIT =
       "SELECT idempotency.complete(?, ?, ?::integer, ?::jsonb, ?::integer); COMMIT";
-
-  static final com.sun.management.OperatingSystemMXBean OS =
-      (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
 
   static Connection conn; // the one connection, closed at the end
   static Connection shared; // conn as the pool hands it out: close() gives it back
@@ -113,13 +111,33 @@ public class JavaOverhead {
     return RUN + "-" + variant + "-" + (++seq);
   }
 
-  static double processCpu() {
-    return OS.getProcessCpuTime() / 1000.0;
+  /** A task's time on a CPU (schedstat's first field, nanoseconds), in microseconds. */
+  static double schedstat(Path task) throws IOException {
+    return Double.parseDouble(Files.readString(task.resolve("schedstat")).strip().split("\\s+")[0])
+        / 1000.0;
   }
 
-  static double backendCpu() throws Exception {
-    String text = Files.readString(Path.of("/proc/" + backend + "/schedstat"));
-    return Double.parseDouble(text.strip().split("\\s+")[0]) / 1000.0;
+  /**
+   * The JVM's time on a CPU, every thread (the JIT and the collector too), in microseconds: the
+   * sum over /proc/self/task, to the nanosecond (the MXBean's process CPU time counts 10 ms
+   * ticks).
+   */
+  static double processCpu() throws IOException {
+    double us = 0;
+    try (DirectoryStream<Path> tasks = Files.newDirectoryStream(Path.of("/proc/self/task"))) {
+      for (Path task : tasks) {
+        try {
+          us += schedstat(task);
+        } catch (IOException | RuntimeException gone) {
+          // a thread that ended meanwhile
+        }
+      }
+    }
+    return us;
+  }
+
+  static double backendCpu() throws IOException {
+    return schedstat(Path.of("/proc/" + backend));
   }
 
   static long insert(Connection c) throws SQLException {
@@ -240,8 +258,9 @@ public class JavaOverhead {
       }
     }
 
-    // Warm-up (the JIT, the server's caches): a tenth of a round, not recorded.
-    takeTurns(Math.max(10, requests / 10), block);
+    // Warm-up (the server's caches, and the JIT, whose compiler threads are counted in the
+    // process's CPU): a whole round, not recorded.
+    takeTurns(requests, block);
     List<Map<String, Double>> results = new ArrayList<>();
     for (int r = 0; r < rounds; r++) {
       Figures[] f = takeTurns(requests, block);

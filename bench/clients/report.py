@@ -86,7 +86,7 @@ def main():
     cpu_header = ["client", "bare CPU us (process + backend)", "helper CPU us (process + backend)",
                   "helper / bare (process)", "helper / bare (process + backend)",
                   f"within {round(100 * (CPU_TARGET - 1))}%"]
-    cpu = []
+    cpu_rows = []
     for run in runs:
         rounds = run["rounds"]
         name = run["client"]
@@ -94,7 +94,7 @@ def main():
             bare = [r["bare_cpu"] + r["bare_backend_cpu"] for r in rounds]
             helper = [r["helper_cpu"] + r["helper_backend_cpu"] for r in rounds]
             total = [h / b for h, b in zip(helper, bare)]
-            cpu.append([name,
+            cpu_rows.append([name,
                         f"{us(med(bare))} ({us(med([r['bare_cpu'] for r in rounds]))} + "
                         f"{us(med([r['bare_backend_cpu'] for r in rounds]))})",
                         f"{us(med(helper))} ({us(med([r['helper_cpu'] for r in rounds]))} + "
@@ -120,10 +120,10 @@ def main():
     if overhead:
         out += text_table(overhead_header, overhead) + [""]
         out += text_table(share_header, share)
-    if cpu:
+    if cpu_rows:
         out += ([""] if overhead else []) + [
             "CPU per request: the helper against the same statements sent by hand", ""]
-        out += text_table(cpu_header, cpu)
+        out += text_table(cpu_header, cpu_rows)
     if server:
         out += ["", "server-side idempotency.fingerprint(text::jsonb) per call: "
                 f"{us(server['1k'])} us (1 KB), {us(server['100k'])} us (100 KB)"]
@@ -188,7 +188,7 @@ def main():
                "round); CPU per request (BEGIN + reserve / reserve_begin): this process, and "
                "the variant's own backend from /proc (10 ms ticks).", ""]
         md += md_table(middleware_header, middleware)
-    if cpu:
+    if cpu_rows:
         md += ["", "## CPU per request: the Go and Java helpers against the same statements by "
                "hand", "",
                "Per request, both variants fingerprint the 1 KB body with the client's own "
@@ -196,13 +196,14 @@ def main():
                "(which opens the transaction), the business INSERT, then `complete` and COMMIT "
                "in one round trip; bare sends them by hand with the driver, helper is the "
                "client's run-once helper. One connection (a pool of one), so one backend. The "
-               "variants take turns block by block; per block, the process's CPU (getrusage, "
-               "every thread: Go's collector, the JVM's JIT and collector) and its backend's "
-               "(/proc/PID/schedstat) over its requests. CPU us: median over rounds, process + "
+               "variants take turns block by block; per block, the process's CPU, every thread "
+               "(Go's collector, the JVM's JIT and collector: getrusage in Go, the threads' "
+               "/proc schedstat in Java) and its backend's (/proc/PID/schedstat) over its "
+               "requests. CPU us: median over rounds, process + "
                "backend in parentheses; ratios within each round, median (lowest to highest "
                f"round); the target: helper / bare (process + backend) at most {CPU_TARGET}.",
                ""]
-        md += md_table(cpu_header, cpu)
+        md += md_table(cpu_header, cpu_rows)
     md += ["", "## Every round (us: medians of requests; CPU: per request of the round)", ""]
     for run in runs:
         keys = list(run["rounds"][0])
