@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Client overhead per request (issue 15): the request helpers of the Python client
+# Client overhead per request: the request helpers of the Python client
 # (pg_idempotency.run_once) and of the Node client (runOnce of @idempotency/client) against
 # the bare SQL calls they make (BEGIN; reserve; the business INSERT; complete; COMMIT) over
 # the same connection, as a ratio within one run; and the share of a request spent computing
@@ -66,15 +66,17 @@ if [[ " $LANGS " == *" node "* ]]; then
   "$IDEM_ROOT/scripts/npm_ci.sh" "$NODE_CLIENT" >&2
 fi
 if [[ " $LANGS " == *" go "* ]]; then
-  command -v go >/dev/null && [[ -d /usr/share/gocode/src/github.com/jackc/pgx/v4 ]] ||
+  if ! command -v go >/dev/null || [[ ! -d /usr/share/gocode/src/github.com/jackc/pgx/v4 ]]; then
     die "go or pgx v4 is missing (apt-get install golang-go golang-github-jackc-pgx-v4-dev;" \
       "BENCH_LANGS without go to skip Go)"
+  fi
 fi
 if [[ " $LANGS " == *" java "* ]]; then
-  command -v javac >/dev/null && [[ -f /usr/share/java/postgresql.jar &&
-    -f /usr/share/java/tomcat10-servlet-api.jar ]] ||
+  if ! command -v javac >/dev/null || [[ ! -f /usr/share/java/postgresql.jar ||
+    ! -f /usr/share/java/tomcat10-servlet-api.jar ]]; then
     die "javac or pgjdbc is missing (apt-get install openjdk-17-jdk-headless" \
       "libpostgresql-jdbc-java libtomcat10-java; BENCH_LANGS without java to skip Java)"
+  fi
 fi
 
 # --- cluster ----------------------------------------------------------------------------------
@@ -105,7 +107,7 @@ if [[ " $LANGS " == *" go "* ]]; then
   ln -sfn "$IDEM_ROOT/clients/go" "$gopath/src/idempotency"
   ln -sfn "$BENCH/clients/go_overhead" "$gopath/src/idempotency-bench-go-overhead"
   log "building bench/clients/go_overhead"
-  GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" GOFLAGS= GOPROXY=off \
+  GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" GOFLAGS='' GOPROXY=off \
     GOCACHE=$IDEM_ROOT/build/go-cache go build -o "$OUT/go_overhead" idempotency-bench-go-overhead
 fi
 if [[ " $LANGS " == *" java "* ]]; then

@@ -42,6 +42,11 @@ final class Answers {
     res.flushBuffer();
   }
 
+  /** 503 database_unavailable, Retry-After: 1: no connection to the database. */
+  static void unavailable(HttpServletResponse res) throws IOException {
+    answer(res, 503, "database_unavailable", UNAVAILABLE, Map.of("Retry-After", "1"));
+  }
+
   // The bodies of the filter's answers are those of the Node and Python middlewares, word for
   // word (test/vectors/http_answers.json, checked by every client's tests).
   static final String UNAVAILABLE =
@@ -158,7 +163,7 @@ final class Answers {
               + " then use a new key",
           null);
     } else if (ie instanceof IdempotencyException.ConnectionLost) {
-      answer(res, 503, "database_unavailable", UNAVAILABLE, Map.of("Retry-After", "1"));
+      unavailable(res);
     } else if (ie != null
         && IdempotencyException.INVALID_PARAMETER_VALUE.equals(ie.sqlState())) {
       answer(res, 400, "idempotency_key_malformed", ie.getMessage(), null);

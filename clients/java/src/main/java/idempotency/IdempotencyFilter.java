@@ -332,24 +332,29 @@ public final class IdempotencyFilter implements Filter {
    * Where the filter claims and stores: its own transaction on a connection of the pool, or a
    * savepoint in the application's.
    */
-  private interface Claimer {
-    Connection connection();
+  private abstract static class Claimer {
+    final Connection c;
+    /** Whether the answer goes out at once (the filter committed) or after the application's. */
+    final boolean committed;
 
-    Reservation claim(String sc, String k, byte[] hash) throws SQLException;
+    Claimer(Connection c, boolean committed) {
+      this.c = c;
+      this.committed = committed;
+    }
+
+    abstract Reservation claim(String sc, String k, byte[] hash) throws SQLException;
 
     /** Stores the answer: complete, then COMMIT or the savepoint's release. */
-    void store(String sc, String k, int status, String stored, int attempt) throws SQLException;
+    abstract void store(String sc, String k, int status, String stored, int attempt)
+        throws SQLException;
 
     /** Ends without storing (an answer that is not stored). */
-    void discard() throws SQLException;
+    abstract void discard() throws SQLException;
 
     /** After an error: nothing of the request stays; never throws. */
-    void undo();
+    abstract void undo();
 
-    /** Whether the answer goes out now (the filter committed) or after the application's. */
-    boolean committed();
-
-    void close();
+    void close() {}
   }
 
   /**
@@ -360,47 +365,36 @@ public final class IdempotencyFilter implements Filter {
       HttpServletRequest req, HttpServletResponse res, FilterChain chain, String sc, String k,
       byte[] hash)
       throws IOException, ServletException {
-    Connection c;
+    Connection conn;
     try {
-      c = Connections.connect(dataSource);
+      conn = Connections.connect(dataSource);
     } catch (IdempotencyException e) {
-      Answers.answer(
-          res, 503, "database_unavailable", Answers.UNAVAILABLE, Map.of("Retry-After", "1"));
+      Answers.unavailable(res);
       return;
     }
-    serve(req, res, chain, sc, k, hash, new Claimer() {
+    serve(req, res, chain, sc, k, hash, new Claimer(conn, true) {
       @Override
-      public Connection connection() {
-        return c;
-      }
-
-      @Override
-      public Reservation claim(String sc, String k, byte[] hash) throws SQLException {
+      Reservation claim(String sc, String k, byte[] hash) throws SQLException {
         return Transactions.claim(c, sc, k, hash, options, features);
       }
 
       @Override
-      public void store(String sc, String k, int status, String stored, int attempt) {
+      void store(String sc, String k, int status, String stored, int attempt) {
         Transactions.finish(c, sc, k, status, stored, attempt);
       }
 
       @Override
-      public void discard() throws SQLException {
+      void discard() throws SQLException {
         c.rollback();
       }
 
       @Override
-      public void undo() {
+      void undo() {
         Connections.rollback(c); // after reserve_begin's replay there is nothing to roll back
       }
 
       @Override
-      public boolean committed() {
-        return true;
-      }
-
-      @Override
-      public void close() {
+      void close() {
         Connections.close(c);
       }
     });
@@ -411,43 +405,35 @@ public final class IdempotencyFilter implements Filter {
       HttpServletRequest req, HttpServletResponse res, FilterChain chain, String sc, String k,
       byte[] hash)
       throws IOException, ServletException {
-    Connection c;
+    Connection conn;
     Savepoint sp;
     try {
-      c = join.apply(req);
-      sp = c.setSavepoint();
+      conn = join.apply(req);
+      sp = conn.setSavepoint();
     } catch (Exception e) {
-      if (!Answers.answerFor(e, res)) {
-        Answers.answer(
-            res, 503, "database_unavailable", Answers.UNAVAILABLE, Map.of("Retry-After", "1"));
-      }
+      if (!Answers.answerFor(e, res)) Answers.unavailable(res);
       return;
     }
-    serve(req, res, chain, sc, k, hash, new Claimer() {
+    serve(req, res, chain, sc, k, hash, new Claimer(conn, false) {
       @Override
-      public Connection connection() {
-        return c;
-      }
-
-      @Override
-      public Reservation claim(String sc, String k, byte[] hash) {
+      Reservation claim(String sc, String k, byte[] hash) {
         return Idempotency.reserve(c, sc, k, hash, options);
       }
 
       @Override
-      public void store(String sc, String k, int status, String stored, int attempt)
+      void store(String sc, String k, int status, String stored, int attempt)
           throws SQLException {
         Idempotency.complete(c, sc, k, status, stored, attempt);
         c.releaseSavepoint(sp);
       }
 
       @Override
-      public void discard() {
+      void discard() {
         undo();
       }
 
       @Override
-      public void undo() {
+      void undo() {
         try {
           c.rollback(sp);
           c.releaseSavepoint(sp);
@@ -455,14 +441,6 @@ public final class IdempotencyFilter implements Filter {
           // the connection is gone: the server rolled the transaction back
         }
       }
-
-      @Override
-      public boolean committed() {
-        return false;
-      }
-
-      @Override
-      public void close() {}
     });
   }
 
@@ -486,7 +464,7 @@ public final class IdempotencyFilter implements Filter {
         return;
       }
       HeldResponse held = new HeldResponse(res);
-      req.setAttribute(CLAIM_ATTRIBUTE, new Claim(t.connection(), sc, k, r));
+      req.setAttribute(CLAIM_ATTRIBUTE, new Claim(t.c, sc, k, r));
       try {
         chain.doFilter(req, held);
       } catch (Throwable e) {
@@ -517,7 +495,7 @@ public final class IdempotencyFilter implements Filter {
       }
       // Joined, the answer is not flushed: the application commits (or rolls back) its
       // transaction after this filter returns, and the container sends the answer after that.
-      held.release(t.committed());
+      held.release(t.committed);
     } finally {
       t.close();
     }
