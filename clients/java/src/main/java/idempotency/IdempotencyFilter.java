@@ -203,13 +203,8 @@ public final class IdempotencyFilter implements Filter {
     final String code;
 
     KeyHeaderException(String code, String message) {
-      super(INVALID_PARAMETER_VALUE, message);
+      super(INVALID_PARAMETER_VALUE, message, null, 400);
       this.code = code;
-    }
-
-    @Override
-    public int httpStatus() {
-      return 400;
     }
   }
 
