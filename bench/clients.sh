@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Client overhead per request (issue 15): the request helpers of the Python client
+# Client overhead per request: the request helpers of the Python client
 # (pg_idempotency.run_once) and of the Node client (runOnce of @idempotency/client) against
 # the bare SQL calls they make (BEGIN; reserve; the business INSERT; complete; COMMIT) over
 # the same connection, as a ratio within one run; and the share of a request spent computing
 # the fingerprint client-side, for a 1 KB and a 100 KB JSON body (bench/clients/bodies.py);
-# and the Python WSGI middleware claiming with reserve_begin against BEGIN + reserve.
-# Method: bench/clients/py_overhead.py and node_overhead.mjs, and bench/README.md, "Client
-# overhead". Prints a table and writes bench/clients.md.
+# and the Python WSGI middleware claiming with reserve_begin against BEGIN + reserve; and the
+# CPU per request (the process's and its backend's) of the Go client's RunOnce and the Java
+# client's runOnce against the same statements sent by hand, in the same round trips (target:
+# within 10%).
+# Method: bench/clients/py_overhead.py, node_overhead.mjs, go_overhead/main.go and
+# JavaOverhead.java, and bench/README.md, "Client overhead". Prints a table and writes
+# bench/clients.md.
 #
 #   bash bench/clients.sh            full run (about 2 minutes on 2 cores)
 #   bash bench/clients.sh --smoke    a few seconds; writes its report under bench/out/ only
@@ -16,7 +20,9 @@
 #   BENCH_REQUESTS=2000       requests per variant and round with the 1 KB body (bare and
 #                             helper take turns request by request)
 #   BENCH_REQUESTS_100K=100   the same with the 100 KB body
-#   BENCH_LANGS="python node"
+#   BENCH_LANGS="python node go java"
+#   BENCH_BLOCK=50            Go and Java: requests per block (bare and helper take turns
+#                             block by block; CPU is read per block)
 #   BENCH_SYNC=off            synchronous_commit of the cluster: off, so the commit's WAL flush
 #                             (a disk wait the client does not change) does not hide the
 #                             client's share; on to measure with it
@@ -37,9 +43,10 @@ ROUNDS=${BENCH_ROUNDS:-5}
 REQUESTS=${BENCH_REQUESTS:-2000}
 REQUESTS_100K=${BENCH_REQUESTS_100K:-100}
 if [[ $SMOKE == 1 ]]; then
-  ROUNDS=1 REQUESTS=20 REQUESTS_100K=4
+  ROUNDS=1 REQUESTS=20 REQUESTS_100K=4 BLOCK=5
 fi
-LANGS=${BENCH_LANGS:-python node}
+LANGS=${BENCH_LANGS:-python node go java}
+BLOCK=${BENCH_BLOCK:-50}
 SYNC=${BENCH_SYNC:-off}
 PORT=${BENCH_PORT:-$((54455 + ${IDEM_PORT_OFFSET:-0}))}
 OUT=${BENCH_OUT:-$BENCH/out/$([[ $SMOKE == 1 ]] && echo clients-smoke || echo clients)}
@@ -57,6 +64,19 @@ if [[ " $LANGS " == *" node "* ]]; then
     die "no Node client in $NODE_CLIENT (BENCH_LANGS=python to skip Node)"
   # The package's devDependencies (pg) from its lock file, as the clients suite installs them.
   "$IDEM_ROOT/scripts/npm_ci.sh" "$NODE_CLIENT" >&2
+fi
+if [[ " $LANGS " == *" go "* ]]; then
+  if ! command -v go >/dev/null || [[ ! -d /usr/share/gocode/src/github.com/jackc/pgx/v4 ]]; then
+    die "go or pgx v4 is missing (apt-get install golang-go golang-github-jackc-pgx-v4-dev;" \
+      "BENCH_LANGS without go to skip Go)"
+  fi
+fi
+if [[ " $LANGS " == *" java "* ]]; then
+  if ! command -v javac >/dev/null || [[ ! -f /usr/share/java/postgresql.jar ||
+    ! -f /usr/share/java/tomcat10-servlet-api.jar ]]; then
+    die "javac or pgjdbc is missing (apt-get install openjdk-17-jdk-headless" \
+      "libpostgresql-jdbc-java libtomcat10-java; BENCH_LANGS without java to skip Java)"
+  fi
 fi
 
 # --- cluster ----------------------------------------------------------------------------------
@@ -79,17 +99,42 @@ mkdir -p "$OUT"
 "$PYTHON" "$BENCH/clients/bodies.py" "$OUT"
 counts=(--rounds "$ROUNDS" --requests "$REQUESTS" --requests-100k "$REQUESTS_100K")
 
+# The Go and Java programs, built offline as the go and java suites build the clients: Go in
+# GOPATH mode against Debian's Go sources, Java with javac against /usr/share/java.
+if [[ " $LANGS " == *" go "* ]]; then
+  gopath=$IDEM_ROOT/build/gopath
+  mkdir -p "$gopath/src"
+  ln -sfn "$IDEM_ROOT/clients/go" "$gopath/src/idempotency"
+  ln -sfn "$BENCH/clients/go_overhead" "$gopath/src/idempotency-bench-go-overhead"
+  log "building bench/clients/go_overhead"
+  GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" GOFLAGS='' GOPROXY=off \
+    GOCACHE=$IDEM_ROOT/build/go-cache go build -o "$OUT/go_overhead" idempotency-bench-go-overhead
+fi
+if [[ " $LANGS " == *" java "* ]]; then
+  log "building the Java client"
+  IDEM_JAVA_BUILD=$OUT/java bash "$IDEM_ROOT/clients/java/build.sh" >&2
+fi
+
 # --- runs -------------------------------------------------------------------------------------
 load_start=$(cut -d' ' -f1 /proc/loadavg)
 results=()
 for lang in $LANGS; do
-  log "$lang: $ROUNDS rounds of $REQUESTS + $REQUESTS_100K requests per variant"
+  case $lang in
+    go | java) log "$lang: $ROUNDS rounds of $REQUESTS requests per variant, in blocks of $BLOCK" ;;
+    *) log "$lang: $ROUNDS rounds of $REQUESTS + $REQUESTS_100K requests per variant" ;;
+  esac
   case $lang in
     python) "$PYTHON" "$BENCH/clients/py_overhead.py" --bodies "$OUT" "${counts[@]}" \
       --out "$OUT/python.json" ;;
     node) IDEM_NODE_CLIENT_DIR=$NODE_CLIENT node "$BENCH/clients/node_overhead.mjs" \
       --bodies "$OUT" "${counts[@]}" --out "$OUT/node.json" ;;
-    *) die "unknown client '$lang' in BENCH_LANGS (python, node)" ;;
+    go) "$OUT/go_overhead" -bodies "$OUT" -rounds "$ROUNDS" -requests "$REQUESTS" \
+      -block "$BLOCK" -out "$OUT/go.json" \
+      -versions "pgx $(dpkg-query -W -f='${Version}' golang-github-jackc-pgx-v4-dev 2>/dev/null)" ;;
+    java) java -cp "$OUT/java/classes:/usr/share/java/postgresql.jar" \
+      "$BENCH/clients/JavaOverhead.java" --bodies "$OUT" --rounds "$ROUNDS" \
+      --requests "$REQUESTS" --block "$BLOCK" --out "$OUT/java.json" ;;
+    *) die "unknown client '$lang' in BENCH_LANGS (python, node, go, java)" ;;
   esac
   results+=("$OUT/$lang.json")
 done

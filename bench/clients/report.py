@@ -7,14 +7,21 @@ within each round and the median over rounds is shown with the lowest and highes
 microseconds are medians over rounds of each round's median request.
 
     report.py --machine machine.tsv --markdown clients.md [--middleware middleware.json]
-              python.json [node.json]
+              python.json [node.json] [go.json] [java.json]
+
+A result of kind "cpu" (Go, Java) holds per round the CPU per request of each variant, the
+process's and its backend's (microseconds, per block of requests); its ratios are of CPU.
 """
 import argparse
 import json
 import statistics
 
 NAMES = {"python": "Python (pg_idempotency.run_once, psycopg)",
-         "node": "Node (runOnce of @idempotency/client, pg)"}
+         "node": "Node (runOnce of @idempotency/client, pg)",
+         "go": "Go (Client.RunOnce of clients/go, database/sql with pgx v4)",
+         "java": "Java (IdempotencyClient.runOnce of clients/java, pgjdbc)"}
+# The CPU a helper may spend per request over the same statements sent by hand.
+CPU_TARGET = 1.10
 
 
 def med(values):
@@ -76,9 +83,25 @@ def main():
                     "helper request us", "fingerprint share"]
     share = []
     server = None
+    cpu_header = ["client", "bare CPU us (process + backend)", "helper CPU us (process + backend)",
+                  "helper / bare (process)", "helper / bare (process + backend)",
+                  f"within {round(100 * (CPU_TARGET - 1))}%"]
+    cpu_rows = []
     for run in runs:
         rounds = run["rounds"]
         name = run["client"]
+        if run.get("kind") == "cpu":
+            bare = [r["bare_cpu"] + r["bare_backend_cpu"] for r in rounds]
+            helper = [r["helper_cpu"] + r["helper_backend_cpu"] for r in rounds]
+            total = [h / b for h, b in zip(helper, bare)]
+            cpu_rows.append([name,
+                        f"{us(med(bare))} ({us(med([r['bare_cpu'] for r in rounds]))} + "
+                        f"{us(med([r['bare_backend_cpu'] for r in rounds]))})",
+                        f"{us(med(helper))} ({us(med([r['helper_cpu'] for r in rounds]))} + "
+                        f"{us(med([r['helper_backend_cpu'] for r in rounds]))})",
+                        spread([r["helper_cpu"] / r["bare_cpu"] for r in rounds], ratio),
+                        spread(total, ratio), "yes" if med(total) <= CPU_TARGET else "NO"])
+            continue
         for body, suffix in (("1k", ""), ("100k", "_100k")):
             bare = [r["bare" + suffix] for r in rounds]
             helper = [r["helper" + suffix] for r in rounds]
@@ -94,8 +117,13 @@ def main():
             server = {b: med([r[f"sql_fp_{b}"] for r in rounds]) for b in ("1k", "100k")}
 
     out = ["Client overhead per request (bench/clients.sh)", ""]
-    out += text_table(overhead_header, overhead) + [""]
-    out += text_table(share_header, share)
+    if overhead:
+        out += text_table(overhead_header, overhead) + [""]
+        out += text_table(share_header, share)
+    if cpu_rows:
+        out += ([""] if overhead else []) + [
+            "CPU per request: the helper against the same statements sent by hand", ""]
+        out += text_table(cpu_header, cpu_rows)
     if server:
         out += ["", "server-side idempotency.fingerprint(text::jsonb) per call: "
                 f"{us(server['1k'])} us (1 KB), {us(server['100k'])} us (100 KB)"]
@@ -127,20 +155,21 @@ def main():
           "within this run mean something, not the absolute microseconds.", ""]
     md += [f"- {k}: {v}" for k, v in machine.items()]
     md += [f"- {NAMES.get(r['client'], r['client'])}: {r['versions']}" for r in runs]
-    md += ["", "## The helper against the bare SQL calls", "",
-           "Per request: BEGIN; `reserve` with the fingerprint of the body (computed "
-           "client-side in both variants, by the client's own function); the business INSERT; "
-           "`complete`; COMMIT. The two variants take turns request by request. Microseconds: "
-           "median over rounds of the round's median request; the difference and the ratio: "
-           "within each round, median (lowest to highest round).", ""]
-    md += md_table(overhead_header, overhead)
-    md += ["", "## The fingerprint's share of a request", "",
-           "The fingerprint in a request: `fingerprint(body text)` timed inside the bare "
-           "requests (the helper computes it the same way); in a loop: called over and over "
-           "(warm caches). Share: the round's median fingerprint in a request over its median "
-           "helper request (whose work is the same small INSERT: the body is only "
-           "fingerprinted, not stored), median (lowest to highest round).", ""]
-    md += md_table(share_header, share)
+    if overhead:
+        md += ["", "## The helper against the bare SQL calls", "",
+               "Per request: BEGIN; `reserve` with the fingerprint of the body (computed "
+               "client-side in both variants, by the client's own function); the business INSERT; "
+               "`complete`; COMMIT. The two variants take turns request by request. Microseconds: "
+               "median over rounds of the round's median request; the difference and the ratio: "
+               "within each round, median (lowest to highest round).", ""]
+        md += md_table(overhead_header, overhead)
+        md += ["", "## The fingerprint's share of a request", "",
+               "The fingerprint in a request: `fingerprint(body text)` timed inside the bare "
+               "requests (the helper computes it the same way); in a loop: called over and over "
+               "(warm caches). Share: the round's median fingerprint in a request over its median "
+               "helper request (whose work is the same small INSERT: the body is only "
+               "fingerprinted, not stored), median (lowest to highest round).", ""]
+        md += md_table(share_header, share)
     if server:
         md += ["", "For comparison, the server: `idempotency.fingerprint(text::jsonb)` (the "
                f"text parsed too) takes {us(server['1k'])} us per call for the 1 KB body and "
@@ -159,7 +188,23 @@ def main():
                "round); CPU per request (BEGIN + reserve / reserve_begin): this process, and "
                "the variant's own backend from /proc (10 ms ticks).", ""]
         md += md_table(middleware_header, middleware)
-    md += ["", "## Every round (medians, us)", ""]
+    if cpu_rows:
+        md += ["", "## CPU per request: the Go and Java helpers against the same statements by "
+               "hand", "",
+               "Per request, both variants fingerprint the 1 KB body with the client's own "
+               "function and send the same statements in the same round trips: `reserve_begin` "
+               "(which opens the transaction), the business INSERT, then `complete` and COMMIT "
+               "in one round trip; bare sends them by hand with the driver, helper is the "
+               "client's run-once helper. One connection (a pool of one), so one backend. The "
+               "variants take turns block by block; per block, the process's CPU, every thread "
+               "(Go's collector, the JVM's JIT and collector: getrusage in Go, the threads' "
+               "/proc schedstat in Java) and its backend's (/proc/PID/schedstat) over its "
+               "requests. CPU us: median over rounds, process + "
+               "backend in parentheses; ratios within each round, median (lowest to highest "
+               f"round); the target: helper / bare (process + backend) at most {CPU_TARGET}.",
+               ""]
+        md += md_table(cpu_header, cpu_rows)
+    md += ["", "## Every round (us: medians of requests; CPU: per request of the round)", ""]
     for run in runs:
         keys = list(run["rounds"][0])
         md += [f"{run['client']}:", ""]

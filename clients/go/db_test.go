@@ -156,6 +156,11 @@ func open(t testing.TB, driverName string) *sql.DB {
 	return db
 }
 
+// eachClient runs fn as a subtest per driver, with a Client over the driver's pool.
+func eachClient(t *testing.T, fn func(t *testing.T, ctx context.Context, db *sql.DB, c *idempotency.Client)) {
+	eachDriver(t, func(t *testing.T, db *sql.DB) { fn(t, context.Background(), db, idempotency.New(db)) })
+}
+
 // eachDriver runs fn as a subtest per driver.
 func eachDriver(t *testing.T, fn func(t *testing.T, db *sql.DB)) {
 	for _, d := range drivers {

@@ -217,19 +217,9 @@ func (e *KeyMalformedError) Is(target error) bool {
 	return t.Code == CodeProgramLimitExceeded
 }
 
-func (e *KeyMalformedError) HTTPStatus() int   { return 400 }
-func (e *KeyMalformedError) HTTPError() string { return "idempotency_" + e.What + "_malformed" }
+func (e *KeyMalformedError) HTTPStatus() int { return 400 }
 
-// CheckNames refuses (with *KeyMalformedError) a scope or key that is not 1 to 255 bytes,
-// the server's rule, before anything is sent.
-func CheckNames(scope, key string) error {
-	for _, p := range [2][2]string{{"scope", scope}, {"key", key}} {
-		if n := len(p[1]); n == 0 || n > 255 {
-			return &KeyMalformedError{What: p[0], Bytes: n}
-		}
-	}
-	return nil
-}
+func (e *KeyMalformedError) HTTPError() string { return "idempotency_" + e.What + "_malformed" }
 
 // PositionBelowWatermarkError: ApplyOnce with Strict got a position below the partition's
 // watermark (a message out of order); nothing was applied.

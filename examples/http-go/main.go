@@ -15,7 +15,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 
 	_ "github.com/jackc/pgx/v4/stdlib" // the "pgx" driver of database/sql
@@ -30,18 +32,28 @@ var catalog = map[string]int64{"widget": 250, "gadget": 1000, "gizmo": 4200}
 // tokens: a bearer token per account (the scope of the account's keys).
 var tokens = map[string]string{"alice-token": "acct_alice", "bob-token": "acct_bob"}
 
-const schema = `CREATE EXTENSION IF NOT EXISTS idempotency;
-CREATE TABLE IF NOT EXISTS orders (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    account text NOT NULL,
-    idempotency_key text NOT NULL,
-    item text NOT NULL,
-    quantity integer NOT NULL CHECK (quantity > 0),
-    total_cents bigint NOT NULL,
-    note text,
-    created_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX IF NOT EXISTS orders_account_key ON orders (account, idempotency_key)`
+// schemaFile is the orders schema all the orders examples apply at start, the Node example's
+// (examples/http-node/schema.sql, found beside this source file); ORDERS_SCHEMA names another.
+func schemaFile() string {
+	if f := os.Getenv("ORDERS_SCHEMA"); f != "" {
+		return f
+	}
+	_, src, _, _ := runtime.Caller(0)
+	dir := filepath.Dir(src)
+	if real, err := filepath.EvalSymlinks(dir); err == nil { // GOPATH/src links to this folder
+		dir = real
+	}
+	return filepath.Join(dir, "..", "http-node", "schema.sql")
+}
+
+// applySchema creates the orders table if it is missing (every statement may run again).
+func applySchema(db *sql.DB) error {
+	schema, err := os.ReadFile(schemaFile())
+	if err == nil {
+		_, err = db.Exec(string(schema))
+	}
+	return err
+}
 
 var bearer = regexp.MustCompile(`(?i)^Bearer +(\S+)$`)
 
@@ -134,7 +146,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := db.Exec(schema); err != nil {
+	if err := applySchema(db); err != nil {
 		log.Fatalf("schema: %v", err)
 	}
 	addr := net.JoinHostPort(envOr("HOST", "127.0.0.1"), envOr("PORT", "3001"))

@@ -29,7 +29,7 @@ func TestOrders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.Exec(schema); err != nil { // as main does at start
+	if err := applySchema(db); err != nil { // as main does at start
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(Handler(db))

@@ -15,6 +15,7 @@ import jakarta.servlet.http.HttpServletResponse;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -32,20 +33,22 @@ import org.postgresql.ds.PGSimpleDataSource;
 public class OrdersService {
   static final Map<String, String> TOKENS = Map.of("alice-token", "acct_alice", "bob-token", "acct_bob");
 
-  static final String SCHEMA =
-      """
-      CREATE EXTENSION IF NOT EXISTS idempotency;
-      CREATE TABLE IF NOT EXISTS orders (
-          id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-          account text NOT NULL,
-          idempotency_key text NOT NULL,
-          item text NOT NULL,
-          quantity integer NOT NULL CHECK (quantity > 0),
-          total_cents bigint NOT NULL,
-          note text,
-          created_at timestamptz NOT NULL DEFAULT now()
-      );
-      CREATE INDEX IF NOT EXISTS orders_account_key ON orders (account, idempotency_key)""";
+  /**
+   * The orders schema all the orders examples apply at start, the Node example's
+   * (examples/http-node/schema.sql, found beside this source file, which is the code source
+   * java's source launcher gives its class); ORDERS_SCHEMA names another file.
+   */
+  static String schema() throws Exception {
+    String file = env("ORDERS_SCHEMA", null);
+    Path path;
+    if (file != null) {
+      path = Path.of(file);
+    } else {
+      Path source = Path.of(OrdersService.class.getProtectionDomain().getCodeSource().getLocation().toURI());
+      path = source.toAbsolutePath().getParent().resolve("../http-node/schema.sql").normalize();
+    }
+    return Files.readString(path);
+  }
 
   // The body is a bound jsonb parameter, read by SQL; the catalog prices the item.
   static final String INSERT =
@@ -126,7 +129,7 @@ public class OrdersService {
     Logger.getLogger("org.apache").setLevel(Level.WARNING);
     PGSimpleDataSource pool = dataSource();
     try (Connection c = pool.getConnection(); Statement s = c.createStatement()) {
-      s.execute(SCHEMA);
+      s.execute(schema());
     }
     IdempotencyFilter filter =
         IdempotencyFilter.builder()

@@ -1,8 +1,6 @@
 package idempotency;
 
 import java.sql.Connection;
-import java.sql.SQLException;
-import java.sql.Statement;
 import java.util.Objects;
 import java.util.UUID;
 import javax.sql.DataSource;
@@ -11,10 +9,12 @@ import javax.sql.DataSource;
  * The transaction helpers over a {@link DataSource} (any pool): run once (claim, work and
  * answer in one transaction), the cross-transaction helper for an external side effect (lease,
  * attempt fence), and the consumer helpers. The connection is taken for the call and given
- * back; a broken connection is {@link IdempotencyException.ConnectionLost}, never a crash.
+ * back; a broken connection is {@link IdempotencyException.ConnectionLost}, never a crash. The
+ * helpers live in Transactions and Consumer; this class is their public face.
  */
 public final class IdempotencyClient {
   private final DataSource dataSource;
+  private final Features features = new Features();
 
   public IdempotencyClient(DataSource dataSource) {
     this.dataSource = Objects.requireNonNull(dataSource);
@@ -54,91 +54,16 @@ public final class IdempotencyClient {
     Answer run(Connection tx, Reservation reservation) throws Exception;
   }
 
-  Connection connect() {
-    try {
-      return dataSource.getConnection();
-    } catch (SQLException e) {
-      IdempotencyException t = IdempotencyException.from(e);
-      if (t instanceof IdempotencyException.ConnectionLost) throw t;
-      throw new IdempotencyException.ConnectionLost(
-          "no connection to the server: " + e.getMessage(), e);
-    }
-  }
-
-  static void quietRollback(Connection c) {
-    try {
-      if (!c.isClosed() && !c.getAutoCommit()) c.rollback();
-    } catch (SQLException ignored) {
-      // the connection is gone: the server rolled the transaction back
-    }
-  }
-
-  static void quietClose(Connection c) {
-    try {
-      if (!c.isClosed()) {
-        if (!c.getAutoCommit()) {
-          c.rollback();
-          c.setAutoCommit(true);
-        }
-        c.close();
-      }
-    } catch (SQLException ignored) {
-      try {
-        c.close();
-      } catch (SQLException alsoIgnored) {
-        // nothing more to release
-      }
-    }
-  }
-
-  static RuntimeException translate(Throwable e) {
-    if (e instanceof IdempotencyException i) return i;
-    if (e instanceof SQLException s) return IdempotencyException.from(s);
-    if (e instanceof RuntimeException r) return r;
-    return new RuntimeException(e);
-  }
-
   /**
    * Claims the key, runs work in the claim's transaction and stores its answer with it, all
    * committed together. A replay returns the stored answer without running work; in_progress,
-   * mismatch and too_old throw KeyInProgress, KeyMismatch, KeyTooOld. Round trips: BEGIN +
-   * reserve (one), the work's, complete, COMMIT; a replay: one plus the rollback.
+   * mismatch and too_old throw KeyInProgress, KeyMismatch, KeyTooOld. Round trips:
+   * reserve_begin (which opens the transaction for a new key), the work's, complete + COMMIT
+   * (one); a replay: reserve_begin alone. On a server that refuses reserve_begin: BEGIN +
+   * reserve (one round trip), and after a replay a ROLLBACK.
    */
   public Result runOnce(Request req, Work work) {
-    byte[] hash = req.requestHash();
-    Idempotency.checkNames(req.scope(), req.key());
-    Connection c = connect();
-    try {
-      c.setAutoCommit(false);
-      return runOnceOn(c, req, hash, work, true);
-    } catch (SQLException e) {
-      quietRollback(c);
-      throw IdempotencyException.from(e);
-    } finally {
-      quietClose(c);
-    }
-  }
-
-  private static Result runOnceOn(
-      Connection c, Request req, byte[] hash, Work work, boolean commit) throws SQLException {
-    Reservation r = Idempotency.reserve(c, req.scope(), req.key(), hash, req.options());
-    if (!Reservation.NEW.equals(r.outcome())) {
-      if (commit) c.rollback();
-      if (Reservation.REPLAY.equals(r.outcome())) {
-        return new Result(r.statusCode(), r.response(), true, r.attempt());
-      }
-      throw r.error(req.scope(), req.key());
-    }
-    Answer a;
-    try {
-      a = work.run(c, r);
-    } catch (Throwable e) {
-      if (commit) quietRollback(c);
-      throw translate(e);
-    }
-    Idempotency.complete(c, req.scope(), req.key(), a.statusCode(), a.response(), r.attempt());
-    if (commit) c.commit();
-    return new Result(a.statusCode(), a.response(), false, r.attempt());
+    return Transactions.runOnce(dataSource, features, req, work);
   }
 
   /**
@@ -147,28 +72,7 @@ public final class IdempotencyClient {
    * caller's transaction.
    */
   public static Result runOnceIn(Connection tx, Request req, Work work) {
-    byte[] hash = req.requestHash();
-    Idempotency.checkNames(req.scope(), req.key());
-    java.sql.Savepoint sp;
-    try {
-      sp = tx.setSavepoint();
-    } catch (SQLException e) {
-      throw IdempotencyException.from(e);
-    }
-    try {
-      Result res = runOnceOn(tx, req, hash, work, false);
-      if (res.replayed()) tx.rollback(sp);
-      tx.releaseSavepoint(sp);
-      return res;
-    } catch (Throwable e) {
-      try {
-        tx.rollback(sp);
-        tx.releaseSavepoint(sp);
-      } catch (SQLException ignored) {
-        // the connection is gone, or the caller's transaction ends anyway
-      }
-      throw translate(e);
-    }
+    return Transactions.runOnceIn(tx, req, work);
   }
 
   /** One holder's attempt at an external side effect (runExternal). */
@@ -199,12 +103,12 @@ public final class IdempotencyClient {
 
     /** Records progress in its own transaction (StaleAttempt if another holder took over). */
     public void checkpoint(String point) {
-      Connection c = connect();
+      Connection c = Connections.connect(dataSource);
       try {
-        Idempotency.checkpoint(c, req.scope(), req.key(), point, attempt());
+        Keys.checkpoint(c, req.scope(), req.key(), point, attempt());
         recoveryPoint = point;
       } finally {
-        quietClose(c);
+        Connections.close(c);
       }
     }
   }
@@ -229,62 +133,7 @@ public final class IdempotencyClient {
    * with fail (the next reserve gets attempt + 1) and the error is thrown.
    */
   public Result runExternal(Request req, Finish finish, ExternalWork work) {
-    byte[] hash = req.requestHash();
-    Idempotency.checkNames(req.scope(), req.key());
-    Reservation r;
-    Connection c = connect();
-    try {
-      r = Idempotency.reserve(c, req.scope(), req.key(), hash, req.options()); // auto-commit
-    } finally {
-      quietClose(c);
-    }
-    if (Reservation.REPLAY.equals(r.outcome())) {
-      return new Result(r.statusCode(), r.response(), true, r.attempt());
-    }
-    if (!Reservation.NEW.equals(r.outcome())) throw r.error(req.scope(), req.key());
-    Attempt attempt = new Attempt(req, r);
-    Answer a;
-    try {
-      a = work.run(attempt);
-    } catch (Throwable e) {
-      release(req, r.attempt(), e);
-      throw translate(e);
-    }
-    c = connect();
-    try {
-      c.setAutoCommit(false);
-      Answer stored = finish == null ? a : finish.run(c, a);
-      Idempotency.complete(
-          c, req.scope(), req.key(), stored.statusCode(), stored.response(), r.attempt());
-      c.commit();
-      return new Result(stored.statusCode(), stored.response(), false, r.attempt());
-    } catch (Throwable e) {
-      quietRollback(c);
-      RuntimeException t = translate(e);
-      if (!(t instanceof IdempotencyException.StaleAttempt)) release(req, r.attempt(), e);
-      throw t;
-    } finally {
-      quietClose(c);
-    }
-  }
-
-  private void release(Request req, int attempt, Throwable why) {
-    String info =
-        "{\"error\":"
-            + Json.quote(why.getClass().getSimpleName())
-            + ",\"message\":"
-            + Json.quote(String.valueOf(why.getMessage()))
-            + "}";
-    try {
-      Connection c = connect();
-      try {
-        Idempotency.fail(c, req.scope(), req.key(), info, attempt);
-      } finally {
-        quietClose(c);
-      }
-    } catch (IdempotencyException ignored) {
-      // the lease lapses by itself; the next holder gets attempt + 1
-    }
+    return Transactions.runExternal(this, req, finish, work);
   }
 
   /** Work of a consumer, in the claim's transaction. */
@@ -298,8 +147,8 @@ public final class IdempotencyClient {
    * a redelivery (nothing ran).
    */
   public boolean consumeOnce(String scope, String messageId, Apply apply) {
-    return inTransaction(
-        c -> Idempotency.claimOnce(c, scope, messageId, null, null), apply);
+    return Consumer.inTransaction(
+        dataSource, c -> Consumer.claimOnce(c, scope, messageId, null, null), apply);
   }
 
   /**
@@ -307,46 +156,13 @@ public final class IdempotencyClient {
    * false for a position at or below the watermark.
    */
   public boolean applyOnce(String consumer, String partition, long offset, Apply apply) {
-    return inTransaction(c -> Idempotency.accept(c, consumer, partition, offset), apply);
+    return Consumer.inTransaction(
+        dataSource, c -> Streams.accept(c, consumer, partition, offset), apply);
   }
 
   /** applyOnce with a 128-bit position written as a UUID. */
   public boolean applyOnce(String consumer, String partition, UUID position, Apply apply) {
-    return inTransaction(c -> Idempotency.accept(c, consumer, partition, position), apply);
-  }
-
-  private interface Gate {
-    boolean open(Connection c);
-  }
-
-  private boolean inTransaction(Gate gate, Apply apply) {
-    Connection c = connect();
-    try {
-      c.setAutoCommit(false);
-      if (!gate.open(c)) {
-        c.rollback();
-        return false;
-      }
-      try {
-        apply.run(c);
-      } catch (Throwable e) {
-        quietRollback(c);
-        throw translate(e);
-      }
-      c.commit();
-      return true;
-    } catch (SQLException e) {
-      quietRollback(c);
-      throw IdempotencyException.from(e);
-    } finally {
-      quietClose(c);
-    }
-  }
-
-  /** Runs a statement with no parameter (for tests and examples: DDL). */
-  static void execute(Connection c, String sql) throws SQLException {
-    try (Statement s = c.createStatement()) {
-      s.execute(sql);
-    }
+    return Consumer.inTransaction(
+        dataSource, c -> Streams.accept(c, consumer, partition, position), apply);
   }
 }

@@ -29,14 +29,21 @@ public class IdempotencyException extends RuntimeException {
   public static final String KEY_MISMATCH = "mismatch";
 
   private final String sqlState;
+  private final int httpStatus;
 
   public IdempotencyException(String sqlState, String message) {
     this(sqlState, message, null);
   }
 
   public IdempotencyException(String sqlState, String message, Throwable cause) {
+    this(sqlState, message, cause, 0);
+  }
+
+  /** An error that the filter answers with httpStatus of its own (0: none). */
+  IdempotencyException(String sqlState, String message, Throwable cause, int httpStatus) {
     super(message, cause);
     this.sqlState = sqlState;
+    this.httpStatus = httpStatus;
   }
 
   /** The SQLSTATE (or, for the reserve outcome mismatch, the word "mismatch"). */
@@ -46,7 +53,7 @@ public class IdempotencyException extends RuntimeException {
 
   /** The HTTP answer the filter gives for this error, 0 for none of its own. */
   public int httpStatus() {
-    return 0;
+    return httpStatus;
   }
 
   /** Not JSON, NaN or Infinity, invalid UTF-8, an unpaired surrogate (22P02), \u0000 (22P05). */
@@ -94,7 +101,7 @@ public class IdempotencyException extends RuntimeException {
     private final OffsetDateTime lockedUntil;
 
     public KeyInProgress(String message, OffsetDateTime lockedUntil, Throwable cause) {
-      super(KEY_IN_PROGRESS, message, cause);
+      super(KEY_IN_PROGRESS, message, cause, 409);
       this.lockedUntil = lockedUntil;
     }
 
@@ -109,11 +116,6 @@ public class IdempotencyException extends RuntimeException {
       long ms = Duration.between(now, lockedUntil).toMillis();
       return Math.max(1, (ms + 999) / 1000);
     }
-
-    @Override
-    public int httpStatus() {
-      return 409;
-    }
   }
 
   /** The key was used with another request body (reserve's outcome mismatch): HTTP 422. */
@@ -121,12 +123,7 @@ public class IdempotencyException extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
     public KeyMismatch(String message) {
-      super(KEY_MISMATCH, message);
-    }
-
-    @Override
-    public int httpStatus() {
-      return 422;
+      super(KEY_MISMATCH, message, null, 422);
     }
   }
 
@@ -135,12 +132,7 @@ public class IdempotencyException extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
     public KeyTooOld(String message, Throwable cause) {
-      super(KEY_TOO_OLD, message, cause);
-    }
-
-    @Override
-    public int httpStatus() {
-      return 422;
+      super(KEY_TOO_OLD, message, cause, 422);
     }
   }
 
@@ -153,12 +145,7 @@ public class IdempotencyException extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
     public ConnectionLost(String message, Throwable cause) {
-      super(CONNECTION_LOST, message, cause);
-    }
-
-    @Override
-    public int httpStatus() {
-      return 503;
+      super(CONNECTION_LOST, message, cause, 503);
     }
   }
 

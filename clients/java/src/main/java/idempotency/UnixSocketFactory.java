@@ -11,6 +11,7 @@ import java.net.UnixDomainSocketAddress;
 import java.nio.channels.Channels;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Path;
+import java.util.function.UnaryOperator;
 import javax.net.SocketFactory;
 
 /**
@@ -29,7 +30,12 @@ public final class UnixSocketFactory extends SocketFactory {
 
   @Override
   public Socket createSocket() {
-    return new UnixSocket(path);
+    return new UnixSocket(path, UnaryOperator.identity());
+  }
+
+  /** An unconnected socket to path whose output stream is wrap(the channel's). */
+  static Socket createSocket(Path path, UnaryOperator<OutputStream> wrap) {
+    return new UnixSocket(path, wrap);
   }
 
   @Override
@@ -59,12 +65,14 @@ public final class UnixSocketFactory extends SocketFactory {
   /** A Socket over a Unix-domain SocketChannel (blocking); TCP options are accepted, unused. */
   private static final class UnixSocket extends Socket {
     private final Path path;
+    private final UnaryOperator<OutputStream> wrap;
     private SocketChannel channel;
     private InputStream in;
     private OutputStream out;
 
-    UnixSocket(Path path) {
+    UnixSocket(Path path, UnaryOperator<OutputStream> wrap) {
       this.path = path;
+      this.wrap = wrap;
     }
 
     @Override
@@ -77,7 +85,7 @@ public final class UnixSocketFactory extends SocketFactory {
       channel = SocketChannel.open(StandardProtocolFamily.UNIX);
       channel.connect(UnixDomainSocketAddress.of(path));
       in = Channels.newInputStream(channel);
-      out = Channels.newOutputStream(channel);
+      out = wrap.apply(Channels.newOutputStream(channel));
     }
 
     @Override

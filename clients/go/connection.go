@@ -1,6 +1,8 @@
-// The connection and protocol layer: the only file that knows how database/sql and its
-// drivers report errors. Every value reaches the server as a bound parameter ($1, $2, ...);
-// no value is ever written into a statement's text.
+// The connection layer: the only file that knows how database/sql and its drivers report
+// errors and hold a server connection: error translation (a lost connection included), the
+// session a helper takes from the pool, and several statements in one round trip through a
+// driver's Pipeliner. Every value reaches the server as a bound parameter ($1, $2, ...); no
+// value is ever written into a statement's text.
 
 package idempotency
 
@@ -178,29 +180,53 @@ func nullableInt(attempt int) interface{} {
 	return attempt
 }
 
-// Edition is what the server offers. The extension (C++) offers everything; the managed
-// edition (SQL and PL/pgSQL, for servers that load no library) does not exist on the server
-// yet. Features tracks what one server refused, so that later calls stop asking: today that
-// is reserve_begin (a server before 0.3.0, a role without EXECUTE on it, Citus); the edition,
-// once the server can tell it, is read here too (see docs/clients-go.md).
-type Features struct {
-	noReserveBegin int32 // set to 1 (atomically) after a refusal
+// session is one server connection taken from the pool for a claim.
+type session struct {
+	conn *sql.Conn
+	open bool // a transaction is open on it
+	bad  bool // discard it (broken, or its state unknown)
 }
 
-// reserveBeginRefused: reserve_begin refused as a whole (a server before 0.3.0: 42883; a
-// role without EXECUTE: 42501; keys distributed by Citus: 0A000). BEGIN + reserve do the
-// same.
-func reserveBeginRefused(err error) bool {
-	var e *Error
-	code := sqlState(err)
-	if errors.As(err, &e) {
-		code = e.Code
+// release gives the connection back to the pool, or closes it if it is broken or its
+// transaction could not be ended (database/sql closes a connection whose Raw returns
+// driver.ErrBadConn).
+func (s *session) release() {
+	if s.bad || s.open {
+		_ = s.conn.Raw(func(interface{}) error { return driver.ErrBadConn })
 	}
-	if code != "42883" && code != "42501" && code != CodeFeatureNotSupported {
-		return false
+	_ = s.conn.Close()
+}
+
+// rollback ends an open transaction; a broken connection gets no statement (the server has
+// rolled back on its own).
+func (s *session) rollback() {
+	if !s.open || s.bad {
+		return
 	}
-	msg := err.Error()
-	return strings.Contains(msg, "reserve_begin") || strings.Contains(msg, "shard")
+	if _, err := s.conn.ExecContext(context.Background(), sqlRollback); err == nil {
+		s.open = false
+	} else {
+		s.bad = true
+	}
+}
+
+func (s *session) note(err error) error {
+	err = translate(err)
+	if IsConnectionLost(err) {
+		s.bad = true
+	}
+	return err
+}
+
+func (c *Client) session(ctx context.Context) (*session, error) {
+	conn, err := c.DB.Conn(ctx)
+	if err != nil {
+		if t := translate(err); IsConnectionLost(t) || lostCause(err) {
+			return nil, t
+		}
+		return nil, &Error{Code: CodeConnectionLost, Message: "no connection to the server: " + err.Error(), Err: err}
+	}
+	return &session{conn: conn}, nil
 }
 
 // Statement is one statement of a pipeline: its text and its parameters as text (nil: NULL).

@@ -27,9 +27,7 @@ func insertOrder(scope, key string, runs *int) idempotency.Work {
 }
 
 func TestRunOnce(t *testing.T) {
-	eachDriver(t, func(t *testing.T, db *sql.DB) {
-		ctx := context.Background()
-		c := idempotency.New(db)
+	eachClient(t, func(t *testing.T, ctx context.Context, db *sql.DB, c *idempotency.Client) {
 		scope, key := "acct_run", newKey("run")
 		runs := 0
 		req := idempotency.Request{Scope: scope, Key: key, Request: []byte(`{"item": "widget", "sent": 1}`), Exclude: []string{"sent"}}
@@ -82,9 +80,7 @@ func TestRunOnce(t *testing.T) {
 }
 
 func TestRunOnceWorkErrorRollsBack(t *testing.T) {
-	eachDriver(t, func(t *testing.T, db *sql.DB) {
-		ctx := context.Background()
-		c := idempotency.New(db)
+	eachClient(t, func(t *testing.T, ctx context.Context, db *sql.DB, c *idempotency.Client) {
 		scope, key := "acct_run", newKey("rollback")
 		boom := errors.New("boom")
 		_, err := c.RunOnce(ctx, idempotency.Request{Scope: scope, Key: key},
@@ -147,9 +143,7 @@ func TestRunOnceTx(t *testing.T) {
 }
 
 func TestRunExternal(t *testing.T) {
-	eachDriver(t, func(t *testing.T, db *sql.DB) {
-		ctx := context.Background()
-		c := idempotency.New(db)
+	eachClient(t, func(t *testing.T, ctx context.Context, db *sql.DB, c *idempotency.Client) {
 		scope, key := "acct_ext", newKey("ext")
 		req := idempotency.Request{Scope: scope, Key: key, ReserveOptions: idempotency.ReserveOptions{LockTTL: time.Second}}
 		// attempt 1 fails: fail() releases the claim, the next attempt is 2
@@ -219,9 +213,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestConsumeOnceAndApplyOnce(t *testing.T) {
-	eachDriver(t, func(t *testing.T, db *sql.DB) {
-		ctx := context.Background()
-		c := idempotency.New(db)
+	eachClient(t, func(t *testing.T, ctx context.Context, db *sql.DB, c *idempotency.Client) {
 		key := newKey("message")
 		applied := 0
 		apply := func(ctx context.Context, tx idempotency.Querier) error {
@@ -280,9 +272,7 @@ func TestConsumeOnceAndApplyOnce(t *testing.T) {
 // A consumer pays BEGIN + claim_once in one round trip with pgx, and a work that returns
 // inside a failed transaction is an error, not a message acknowledged as applied.
 func TestConsumeOnceRoundTripsAndAbortedWork(t *testing.T) {
-	eachDriver(t, func(t *testing.T, db *sql.DB) {
-		ctx := context.Background()
-		c := idempotency.New(db)
+	eachClient(t, func(t *testing.T, ctx context.Context, db *sql.DB, c *idempotency.Client) {
 		key := newKey("trips")
 		statements := counting(func() {
 			_, err := c.ConsumeOnce(ctx, "queue", key, idempotency.ClaimOnceOptions{},

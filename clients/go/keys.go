@@ -1,6 +1,7 @@
-// The key calls of the extension with typed results and typed errors. Each takes a Querier
-// (*sql.DB, *sql.Conn or *sql.Tx): on a *sql.Tx it runs inside the caller's transaction.
-// This package never opens connections itself.
+// The key calls of the extension with typed results and typed errors: reserve,
+// reserve_begin, complete, fail, checkpoint, lookup, forget, the name checks and the request's
+// hash. Each takes a Querier (*sql.DB, *sql.Conn or *sql.Tx): on a *sql.Tx it runs inside the
+// caller's transaction. This package never opens connections itself.
 
 package idempotency
 
@@ -8,8 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"math/big"
-	"regexp"
+	"errors"
 	"strings"
 	"time"
 )
@@ -48,28 +48,6 @@ func (o ReserveOptions) values() (lockTTL, retention, wait string) {
 	return
 }
 
-// The statements, one list: every value is a parameter.
-const (
-	reserveColumns = `SELECT r.outcome::text, r.status_code, r.response::text, r.attempt,
-    r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at
-  FROM `
-	sqlReserve      = reserveColumns + `idempotency.reserve($1, $2, $3::bytea, $4::interval, $5::interval, $6::interval) AS r`
-	sqlReserveBegin = reserveColumns + `idempotency.reserve_begin($1, $2, $3::bytea, $4::interval, $5::interval, $6::interval) AS r`
-	sqlComplete     = `SELECT idempotency.complete($1, $2, $3::integer, $4::jsonb, $5::integer)`
-	sqlFail         = `SELECT idempotency.fail($1, $2, $3::jsonb, $4::integer)`
-	sqlCheckpoint   = `SELECT idempotency.checkpoint($1, $2, $3, $4::integer)`
-	sqlLookup       = `SELECT state, status_code, response::text, request_hash, attempt, recovery_point,
-    last_error::text, first_seen_at, completed_at, locked_until, expires_at
-  FROM idempotency.lookup($1, $2)`
-	sqlForget      = `SELECT idempotency.forget($1, $2)`
-	sqlClaimOnce   = `SELECT idempotency.claim_once($1, $2, $3::interval, $4::interval)`
-	sqlAcceptInt   = `SELECT idempotency.accept($1, $2, $3::bigint)`
-	sqlAcceptUUID  = `SELECT idempotency.accept($1, $2, $3::uuid)`
-	sqlWatermark   = `SELECT idempotency.watermark($1, $2)::text`
-	sqlNextKey     = `SELECT idempotency.next_key($1)::text`
-	sqlFingerprint = `SELECT idempotency.fingerprint($1::jsonb, $2::text[])`
-)
-
 func scanReservation(row interface{ Scan(...interface{}) error }) (*Reservation, error) {
 	var (
 		r                              Reservation
@@ -103,6 +81,17 @@ func timePtr(t sql.NullTime) *time.Time {
 	return &v
 }
 
+// CheckNames refuses (with *KeyMalformedError) a scope or key that is not 1 to 255 bytes,
+// the server's rule, before anything is sent.
+func CheckNames(scope, key string) error {
+	for _, p := range [2][2]string{{"scope", scope}, {"key", key}} {
+		if n := len(p[1]); n == 0 || n > 255 {
+			return &KeyMalformedError{What: p[0], Bytes: n}
+		}
+	}
+	return nil
+}
+
 func reserveArgs(scope, key string, requestHash []byte, o ReserveOptions) ([]interface{}, error) {
 	if err := CheckNames(scope, key); err != nil {
 		return nil, err
@@ -131,6 +120,31 @@ func ReserveBegin(ctx context.Context, conn *sql.Conn, scope, key string, reques
 		return nil, err
 	}
 	return scanReservation(conn.QueryRowContext(ctx, sqlReserveBegin, args...))
+}
+
+// Edition is what the server offers. The extension (C++) offers everything; the managed
+// edition (SQL and PL/pgSQL, for servers that load no library) does not exist on the server
+// yet. Features tracks what one server refused, so that later calls stop asking: today that
+// is reserve_begin (a server before 0.3.0, a role without EXECUTE on it, Citus); the edition,
+// once the server can tell it, is read here too (see docs/clients-go.md).
+type Features struct {
+	noReserveBegin int32 // set to 1 (atomically) after a refusal
+}
+
+// reserveBeginRefused: reserve_begin refused as a whole (a server before 0.3.0: 42883; a
+// role without EXECUTE: 42501; keys distributed by Citus: 0A000). BEGIN + reserve do the
+// same.
+func reserveBeginRefused(err error) bool {
+	var e *Error
+	code := sqlState(err)
+	if errors.As(err, &e) {
+		code = e.Code
+	}
+	if code != "42883" && code != "42501" && code != CodeFeatureNotSupported {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "reserve_begin") || strings.Contains(msg, "shard")
 }
 
 // jsonArg is a response or error as a jsonb parameter: nil for SQL NULL, a JSON text as it is.
@@ -210,91 +224,20 @@ func Forget(ctx context.Context, q Querier, scope, key string) (bool, error) {
 	return existed, err
 }
 
-// ClaimOnceOptions: claim_once's retention and wait (zero: 24 hours, no wait).
-type ClaimOnceOptions struct {
-	Retention time.Duration
-	Wait      time.Duration
+// Request names a key and what it guards. Request (a JSON text) is fingerprinted with
+// Exclude; Hash, if set, is used as it is; with neither there is no fingerprint check.
+type Request struct {
+	Scope   string
+	Key     string
+	Request []byte
+	Exclude []string
+	Hash    []byte
+	ReserveOptions
 }
 
-// ClaimOnce is idempotency.claim_once in the caller's transaction: true the first time (the
-// key is now completed in this transaction: apply the message in it), false for a
-// redelivery. An error matching ErrKeyInProgress (IK003: another holder has the key after
-// wait) or ErrKeyTooOld (IK004).
-func ClaimOnce(ctx context.Context, q Querier, scope, key string, o ClaimOnceOptions) (bool, error) {
-	if err := CheckNames(scope, key); err != nil {
-		return false, err
+func (r Request) hash() ([]byte, error) {
+	if r.Hash != nil || r.Request == nil {
+		return r.Hash, nil
 	}
-	_, retention, wait := ReserveOptions{Retention: o.Retention, Wait: o.Wait}.values()
-	var claimed bool
-	err := queryRow(ctx, q, sqlClaimOnce, []interface{}{scope, key, retention, wait}, &claimed)
-	return claimed, err
-}
-
-var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$`)
-
-// Position is a stream position for Accept: an int64 offset (PositionInt) or a 128-bit one
-// written as a UUID (PositionUUID, say an outbox key).
-type Position struct {
-	text string
-	uuid bool
-}
-
-// PositionInt is a bigint position (a Kafka offset).
-func PositionInt(offset int64) Position { return Position{text: big.NewInt(offset).String()} }
-
-// PositionUUID is a 128-bit position as a UUID string; ok is false for a text that is not one.
-func PositionUUID(u string) (Position, bool) {
-	if !uuidRE.MatchString(u) {
-		return Position{}, false
-	}
-	return Position{text: strings.ToLower(u), uuid: true}, true
-}
-
-func (p Position) String() string { return p.text }
-
-// value is the position as an unsigned number (a UUID's 128 bits), for comparisons.
-func (p Position) value() *big.Int {
-	v := new(big.Int)
-	if p.uuid {
-		v.SetString(strings.ReplaceAll(p.text, "-", ""), 16)
-	} else {
-		v.SetString(p.text, 10)
-	}
-	return v
-}
-
-func acceptStatement(p Position) string {
-	if p.uuid {
-		return sqlAcceptUUID
-	}
-	return sqlAcceptInt
-}
-
-// Accept is idempotency.accept: true if position is above the partition's watermark (which
-// moves there, in the caller's transaction), false for a duplicate.
-func Accept(ctx context.Context, q Querier, consumer, partition string, position Position) (bool, error) {
-	var accepted bool
-	err := queryRow(ctx, q, acceptStatement(position), []interface{}{consumer, partition, position.text}, &accepted)
-	return accepted, err
-}
-
-// Watermark is the stored position of a partition as an unsigned number (a 128-bit one for
-// UUID positions), or nil.
-func Watermark(ctx context.Context, q Querier, consumer, partition string) (*big.Int, error) {
-	var w sql.NullString
-	if err := queryRow(ctx, q, sqlWatermark, []interface{}{consumer, partition}, &w); err != nil {
-		return nil, err
-	}
-	if !w.Valid {
-		return nil, nil
-	}
-	v, _ := new(big.Int).SetString(w.String, 10)
-	return v, nil
-}
-
-// NextKey is idempotency.next_key: monotonic across sessions, gaps allowed.
-func NextKey(ctx context.Context, q Querier, stream string) (int64, error) {
-	var k int64
-	err := queryRow(ctx, q, sqlNextKey, []interface{}{stream}, &k)
-	return k, err
+	return Fingerprint(r.Request, r.Exclude...)
 }

@@ -1,13 +1,12 @@
-// The transaction helpers: run once (claim, work and answer in one transaction), the
-// cross-transaction form for external side effects (lease, attempt fence), and the consumer
-// helpers (consume once by message id, apply once by offset).
+// The transaction helpers: run once (claim, work and answer in one transaction, on a
+// connection of the pool or inside the caller's transaction) and the cross-transaction form
+// for external side effects (lease, attempt fence).
 
 package idempotency
 
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,24 +23,6 @@ type Client struct {
 // New returns a Client over db.
 func New(db *sql.DB) *Client { return &Client{DB: db} }
 
-// Request names a key and what it guards. Request (a JSON text) is fingerprinted with
-// Exclude; Hash, if set, is used as it is; with neither there is no fingerprint check.
-type Request struct {
-	Scope   string
-	Key     string
-	Request []byte
-	Exclude []string
-	Hash    []byte
-	ReserveOptions
-}
-
-func (r Request) hash() ([]byte, error) {
-	if r.Hash != nil || r.Request == nil {
-		return r.Hash, nil
-	}
-	return Fingerprint(r.Request, r.Exclude...)
-}
-
 // Result is the answer of a key: the work's (Replayed false) or the stored one.
 type Result struct {
 	StatusCode int
@@ -53,55 +34,6 @@ type Result struct {
 // Work is the work guarded by a key: it runs in the claim's transaction (tx) and returns the
 // answer to store. An error rolls the claim back with the work.
 type Work func(ctx context.Context, tx Querier, r *Reservation) (statusCode int, response json.RawMessage, err error)
-
-// session is one server connection taken from the pool for a claim.
-type session struct {
-	conn *sql.Conn
-	open bool // a transaction is open on it
-	bad  bool // discard it (broken, or its state unknown)
-}
-
-// release gives the connection back to the pool, or closes it if it is broken or its
-// transaction could not be ended (database/sql closes a connection whose Raw returns
-// driver.ErrBadConn).
-func (s *session) release() {
-	if s.bad || s.open {
-		_ = s.conn.Raw(func(interface{}) error { return driver.ErrBadConn })
-	}
-	_ = s.conn.Close()
-}
-
-// rollback ends an open transaction; a broken connection gets no statement (the server has
-// rolled back on its own).
-func (s *session) rollback() {
-	if !s.open || s.bad {
-		return
-	}
-	if _, err := s.conn.ExecContext(context.Background(), "ROLLBACK"); err == nil {
-		s.open = false
-	} else {
-		s.bad = true
-	}
-}
-
-func (s *session) note(err error) error {
-	err = translate(err)
-	if IsConnectionLost(err) {
-		s.bad = true
-	}
-	return err
-}
-
-func (c *Client) session(ctx context.Context) (*session, error) {
-	conn, err := c.DB.Conn(ctx)
-	if err != nil {
-		if t := translate(err); IsConnectionLost(t) || lostCause(err) {
-			return nil, t
-		}
-		return nil, &Error{Code: CodeConnectionLost, Message: "no connection to the server: " + err.Error(), Err: err}
-	}
-	return &session{conn: conn}, nil
-}
 
 // claim reserves the key on s with reserve_begin (one statement, which opens the
 // transaction when the key is new), or, on a server that refuses it, BEGIN then reserve.
@@ -117,7 +49,7 @@ func (c *Client) claim(ctx context.Context, s *session, scope, key string, hash 
 		}
 		atomic.StoreInt32(&c.features.noReserveBegin, 1)
 	}
-	if _, err := s.conn.ExecContext(ctx, "BEGIN"); err != nil {
+	if _, err := s.conn.ExecContext(ctx, sqlBegin); err != nil {
 		return nil, s.note(err)
 	}
 	s.open = true
@@ -143,7 +75,7 @@ func (s *session) finish(ctx context.Context, scope, key string, status int, res
 	}
 	_, ok, err := pipeline(ctx, s.conn, []Statement{
 		{SQL: sqlComplete, Args: []*string{&scope, &key, text(strconv.Itoa(status)), responseArg, attemptArg}},
-		{SQL: "COMMIT"},
+		{SQL: sqlCommit},
 	})
 	if ok {
 		if err != nil {
@@ -161,7 +93,7 @@ func (s *session) finish(ctx context.Context, scope, key string, status int, res
 		s.rollback()
 		return err
 	}
-	if _, err := s.conn.ExecContext(ctx, "COMMIT"); err != nil {
+	if _, err := s.conn.ExecContext(ctx, sqlCommit); err != nil {
 		// a COMMIT that broke may have committed: a retry with the same key tells (replay)
 		s.bad = true
 		return s.note(err)
@@ -228,12 +160,12 @@ func RunOnceTx(ctx context.Context, tx Querier, req Request, work Work) (*Result
 	if err != nil {
 		return nil, err
 	}
-	if err := exec(ctx, tx, "SAVEPOINT idempotency_helper"); err != nil {
+	if err := exec(ctx, tx, sqlSavepoint); err != nil {
 		return nil, err
 	}
 	undo := func() {
-		_, _ = tx.ExecContext(context.Background(), "ROLLBACK TO SAVEPOINT idempotency_helper")
-		_, _ = tx.ExecContext(context.Background(), "RELEASE SAVEPOINT idempotency_helper")
+		_, _ = tx.ExecContext(context.Background(), sqlRollbackToSavepoint)
+		_, _ = tx.ExecContext(context.Background(), sqlReleaseSavepoint)
 	}
 	r, err := scanReservation(tx.QueryRowContext(ctx, sqlReserve, args...))
 	if err != nil {
@@ -252,7 +184,7 @@ func RunOnceTx(ctx context.Context, tx Querier, req Request, work Work) (*Result
 		err = Complete(ctx, tx, req.Scope, req.Key, status, response, r.Attempt)
 	}
 	if err == nil {
-		err = exec(ctx, tx, "RELEASE SAVEPOINT idempotency_helper")
+		err = exec(ctx, tx, sqlReleaseSavepoint)
 	}
 	if err != nil {
 		undo()
@@ -361,132 +293,4 @@ func (c *Client) RunExternal(ctx context.Context, req Request, o ExternalOptions
 		return nil, err
 	}
 	return &Result{StatusCode: status, Response: response, Attempt: r.Attempt}, nil
-}
-
-// inTransaction runs first (one statement returning a boolean) then, if it is true or always
-// is set, then, in one transaction: committed before it returns; an error rolls everything
-// back. With a Pipeliner for the driver, BEGIN and first go in one round trip, and COMMIT's
-// answer is checked (a work that returns inside a failed transaction gets ROLLBACK there:
-// ErrTransactionAborted); otherwise it is a *sql.Tx on the same connection.
-func (c *Client) inTransaction(ctx context.Context, first string, args []string,
-	then func(ok bool, tx Querier) error) (bool, error) {
-	s, err := c.session(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer s.release()
-	params := make([]*string, len(args))
-	for i := range args {
-		params[i] = &args[i]
-	}
-	results, piped, err := pipeline(ctx, s.conn, []Statement{{SQL: "BEGIN"}, {SQL: first, Args: params}})
-	if !piped {
-		return inSQLTx(ctx, s, first, args, then)
-	}
-	s.open = true // BEGIN may have run
-	if err != nil {
-		err = s.note(err)
-		s.rollback()
-		return false, err
-	}
-	ok := len(results) == 2 && len(results[1].Rows) == 1 && string(results[1].Rows[0][0]) == "t"
-	defer func() {
-		if p := recover(); p != nil {
-			s.rollback()
-			panic(p)
-		}
-	}()
-	if err := then(ok, s.conn); err != nil {
-		s.note(err)
-		s.rollback()
-		return false, translate(err)
-	}
-	results, _, err = pipeline(ctx, s.conn, []Statement{{SQL: "COMMIT"}})
-	if err != nil {
-		s.bad = true // a COMMIT that broke may have committed: a redelivery then gives false
-		return false, s.note(err)
-	}
-	s.open = false
-	if len(results) == 1 && results[0].Tag == "ROLLBACK" {
-		return false, &Error{Code: CodeTransactionAborted,
-			Message: "the work returned inside a failed transaction: nothing of it was committed",
-			Hint:    "return the work's database error, or roll back to a savepoint of its own"}
-	}
-	return ok, nil
-}
-
-// inSQLTx is inTransaction with database/sql's own transaction (whose Commit reports a
-// failed transaction as an error, with both drivers).
-func inSQLTx(ctx context.Context, s *session, first string, args []string,
-	then func(ok bool, tx Querier) error) (bool, error) {
-	tx, err := s.conn.BeginTx(ctx, nil)
-	if err != nil {
-		return false, s.note(err)
-	}
-	values := make([]interface{}, len(args))
-	for i, a := range args {
-		values[i] = a
-	}
-	var ok bool
-	if err := tx.QueryRowContext(ctx, first, values...).Scan(&ok); err != nil {
-		_ = tx.Rollback()
-		return false, s.note(err)
-	}
-	if err := then(ok, tx); err != nil {
-		_ = tx.Rollback()
-		return false, s.note(err)
-	}
-	if err := tx.Commit(); err != nil {
-		err = s.note(err)
-		if !IsConnectionLost(err) {
-			return false, &Error{Code: CodeTransactionAborted,
-				Message: "the transaction did not commit: " + err.Error(), Err: err}
-		}
-		return false, err
-	}
-	return ok, nil
-}
-
-// ConsumeOnce runs work in one transaction with ClaimOnce(scope, key): true if it ran, false
-// for a redelivery (acknowledge the message without running work). Committed before it
-// returns: acknowledge the message after. An error in work rolls the claim back with it, and
-// so does a work that returns inside a failed transaction (ErrTransactionAborted).
-func (c *Client) ConsumeOnce(ctx context.Context, scope, key string, o ClaimOnceOptions,
-	work func(ctx context.Context, tx Querier) error) (bool, error) {
-	if err := CheckNames(scope, key); err != nil {
-		return false, err
-	}
-	_, retention, wait := ReserveOptions{Retention: o.Retention, Wait: o.Wait}.values()
-	return c.inTransaction(ctx, sqlClaimOnce, []string{scope, key, retention, wait},
-		func(claimed bool, tx Querier) error {
-			if !claimed {
-				return nil
-			}
-			return work(ctx, tx)
-		})
-}
-
-// ApplyOnce runs fn in one transaction with Accept(consumer, partition, position): true if it
-// ran, false for a position at or below the watermark (a redelivery). An error in fn rolls
-// the watermark move back too. strict: a position below the watermark (not equal to it) is a
-// *PositionBelowWatermarkError, for partitions that must arrive in order.
-func (c *Client) ApplyOnce(ctx context.Context, consumer, partition string, position Position, strict bool,
-	fn func(ctx context.Context, tx Querier) error) (bool, error) {
-	return c.inTransaction(ctx, acceptStatement(position), []string{consumer, partition, position.text},
-		func(accepted bool, tx Querier) error {
-			if accepted {
-				return fn(ctx, tx)
-			}
-			if strict {
-				mark, err := Watermark(ctx, tx, consumer, partition)
-				if err != nil {
-					return err
-				}
-				if mark != nil && position.value().Cmp(mark) < 0 {
-					return &PositionBelowWatermarkError{Consumer: consumer, Partition: partition,
-						Position: position.text, Watermark: mark.String()}
-				}
-			}
-			return nil
-		})
 }

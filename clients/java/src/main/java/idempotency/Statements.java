@@ -1,0 +1,67 @@
+package idempotency;
+
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+/**
+ * The texts of every statement the client sends, in one place. Each text in {@link #LISTED} is
+ * the one of test/vectors/statements.json under the same name, the list every client's tests
+ * check against (StatementsTest: equal once runs of white space are folded and each $n is
+ * JDBC's ?). Every value is a bound parameter; no value is ever written into a text.
+ */
+final class Statements {
+  private Statements() {}
+
+  static final String RESERVE =
+      "SELECT r.outcome::text, r.status_code, r.response::text, r.attempt, r.recovery_point,"
+          + " r.first_seen_at, r.locked_until, r.expires_at"
+          + " FROM idempotency.reserve(?, ?, ?::bytea, ?::interval, ?::interval, ?::interval) AS r";
+  static final String RESERVE_BEGIN =
+      "SELECT r.outcome::text, r.status_code, r.response::text, r.attempt, r.recovery_point,"
+          + " r.first_seen_at, r.locked_until, r.expires_at"
+          + " FROM idempotency.reserve_begin(?, ?, ?::bytea, ?::interval, ?::interval,"
+          + " ?::interval) AS r";
+  static final String COMPLETE =
+      "SELECT idempotency.complete(?, ?, ?::integer, ?::jsonb, ?::integer)";
+  static final String FAIL = "SELECT idempotency.fail(?, ?, ?::jsonb, ?::integer)";
+  static final String CHECKPOINT = "SELECT idempotency.checkpoint(?, ?, ?, ?::integer)";
+  static final String LOOKUP =
+      "SELECT state::text, status_code, response::text, request_hash, attempt, recovery_point,"
+          + " last_error::text, first_seen_at, completed_at, locked_until, expires_at"
+          + " FROM idempotency.lookup(?, ?)";
+  static final String FORGET = "SELECT idempotency.forget(?, ?)";
+  static final String CLAIM_ONCE =
+      "SELECT idempotency.claim_once(?, ?, ?::interval, ?::interval)";
+  static final String ACCEPT_BIGINT = "SELECT idempotency.accept(?, ?, ?::bigint)";
+  static final String ACCEPT_UUID = "SELECT idempotency.accept(?, ?, ?::uuid)";
+  static final String WATERMARK = "SELECT idempotency.watermark(?, ?)::text";
+  static final String NEXT_KEY = "SELECT idempotency.next_key(?)::text";
+  static final String FINGERPRINT = "SELECT idempotency.fingerprint(?::jsonb, ?::text[])";
+
+  /** The texts above under their names in test/vectors/statements.json. */
+  static final Map<String, String> LISTED = listed(
+      "reserve", RESERVE, "reserve_begin", RESERVE_BEGIN, "complete", COMPLETE, "fail", FAIL,
+      "checkpoint", CHECKPOINT, "lookup", LOOKUP, "forget", FORGET, "claim_once", CLAIM_ONCE,
+      "accept_bigint", ACCEPT_BIGINT, "accept_uuid", ACCEPT_UUID, "watermark", WATERMARK,
+      "next_key", NEXT_KEY, "fingerprint", FINGERPRINT);
+
+  private static Map<String, String> listed(String... namesAndTexts) {
+    Map<String, String> m = new LinkedHashMap<>();
+    for (int i = 0; i < namesAndTexts.length; i += 2) m.put(namesAndTexts[i], namesAndTexts[i + 1]);
+    return Map.copyOf(m);
+  }
+
+  /** Transaction control. */
+  static final String COMMIT = "COMMIT";
+
+  static final String ROLLBACK = "ROLLBACK";
+
+  /**
+   * A statement followed by COMMIT in one text: pgjdbc sends the statements of one prepared
+   * text as a Parse, Bind and Execute each and one Sync, in one round trip, with the values
+   * bound; after a failed statement the server skips the COMMIT.
+   */
+  static String thenCommit(String statement) {
+    return statement + "; " + COMMIT;
+  }
+}

@@ -1,0 +1,195 @@
+package idempotency;
+
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Savepoint;
+import javax.sql.DataSource;
+
+/**
+ * The transaction helpers: the claim (reserve_begin, or BEGIN + reserve on a server that
+ * refuses it), run once (claim, work and answer in one transaction, on a connection of the
+ * pool or in the caller's transaction), the answer stored with COMMIT in one round trip, and
+ * the cross-transaction helper for an external side effect (lease, attempt fence).
+ * {@link IdempotencyClient} is their public face.
+ */
+final class Transactions {
+  private Transactions() {}
+
+  /**
+   * Claims the key on c, a connection with no transaction open: reserve_begin, one round trip
+   * that opens the transaction only for the outcome new; on a server that refuses it, BEGIN +
+   * reserve (one round trip too, which leaves a transaction open whatever the outcome). For the
+   * outcome new, c is left with auto-commit off in the claim's transaction.
+   */
+  static Reservation claim(
+      Connection c,
+      String scope,
+      String key,
+      byte[] hash,
+      Idempotency.ReserveOptions o,
+      Features features)
+      throws SQLException {
+    if (!features.noReserveBegin.get()) {
+      if (!c.getAutoCommit()) c.setAutoCommit(true);
+      try {
+        Reservation r = Keys.reserveBegin(c, scope, key, hash, o);
+        // the server opened the transaction: JDBC's view follows it (pgjdbc sends nothing)
+        if (Reservation.NEW.equals(r.outcome())) c.setAutoCommit(false);
+        return r;
+      } catch (IdempotencyException e) {
+        if (!Keys.reserveBeginRefused(e)) throw e;
+        features.noReserveBegin.set(true);
+      }
+    }
+    c.setAutoCommit(false); // pgjdbc sends BEGIN with the reserve, in its round trip
+    return Keys.reserve(c, scope, key, hash, o);
+  }
+
+  /**
+   * Stores the answer and commits: complete and COMMIT in one round trip. On an error the
+   * transaction is rolled back (nothing of the work commits); a connection that broke during
+   * the COMMIT may have committed, and a retry with the same key tells (it replays).
+   */
+  static void finish(
+      Connection c, String scope, String key, int status, String response, int attempt) {
+    try {
+      Connections.thenCommit(
+          c, Statements.COMPLETE, scope, key, status, response, Keys.fence(attempt));
+    } catch (SQLException | RuntimeException e) {
+      Connections.rollback(c);
+      throw Connections.translate(e);
+    }
+  }
+
+  static IdempotencyClient.Result runOnce(
+      DataSource ds, Features features, IdempotencyClient.Request req, IdempotencyClient.Work work) {
+    byte[] hash = req.requestHash();
+    Keys.checkNames(req.scope(), req.key());
+    Connection c = Connections.connect(ds);
+    try {
+      Reservation r = claim(c, req.scope(), req.key(), hash, req.options(), features);
+      if (!Reservation.NEW.equals(r.outcome())) {
+        Connections.rollback(c); // BEGIN + reserve opened one; reserve_begin did not
+        if (Reservation.REPLAY.equals(r.outcome())) {
+          return new IdempotencyClient.Result(r.statusCode(), r.response(), true, r.attempt());
+        }
+        throw r.error(req.scope(), req.key());
+      }
+      IdempotencyClient.Answer a;
+      try {
+        a = work.run(c, r);
+      } catch (Throwable e) {
+        Connections.rollback(c);
+        throw Connections.translate(e);
+      }
+      finish(c, req.scope(), req.key(), a.statusCode(), a.response(), r.attempt());
+      return new IdempotencyClient.Result(a.statusCode(), a.response(), false, r.attempt());
+    } catch (SQLException e) {
+      Connections.rollback(c);
+      throw IdempotencyException.from(e);
+    } finally {
+      Connections.close(c);
+    }
+  }
+
+  static IdempotencyClient.Result runOnceIn(
+      Connection tx, IdempotencyClient.Request req, IdempotencyClient.Work work) {
+    byte[] hash = req.requestHash();
+    Keys.checkNames(req.scope(), req.key());
+    Savepoint sp;
+    try {
+      sp = tx.setSavepoint();
+    } catch (SQLException e) {
+      throw IdempotencyException.from(e);
+    }
+    try {
+      Reservation r = Keys.reserve(tx, req.scope(), req.key(), hash, req.options());
+      IdempotencyClient.Result res;
+      if (Reservation.REPLAY.equals(r.outcome())) {
+        tx.rollback(sp);
+        res = new IdempotencyClient.Result(r.statusCode(), r.response(), true, r.attempt());
+      } else if (!Reservation.NEW.equals(r.outcome())) {
+        throw r.error(req.scope(), req.key());
+      } else {
+        IdempotencyClient.Answer a = work.run(tx, r);
+        Keys.complete(tx, req.scope(), req.key(), a.statusCode(), a.response(), r.attempt());
+        res = new IdempotencyClient.Result(a.statusCode(), a.response(), false, r.attempt());
+      }
+      tx.releaseSavepoint(sp);
+      return res;
+    } catch (Throwable e) {
+      try {
+        tx.rollback(sp);
+        tx.releaseSavepoint(sp);
+      } catch (SQLException ignored) {
+        // the connection is gone, or the caller's transaction ends anyway
+      }
+      throw Connections.translate(e);
+    }
+  }
+
+  static IdempotencyClient.Result runExternal(
+      IdempotencyClient client,
+      IdempotencyClient.Request req,
+      IdempotencyClient.Finish finish,
+      IdempotencyClient.ExternalWork work) {
+    byte[] hash = req.requestHash();
+    Keys.checkNames(req.scope(), req.key());
+    DataSource ds = client.dataSource();
+    Reservation r;
+    Connection c = Connections.connect(ds);
+    try {
+      r = Keys.reserve(c, req.scope(), req.key(), hash, req.options()); // auto-commit
+    } finally {
+      Connections.close(c);
+    }
+    if (Reservation.REPLAY.equals(r.outcome())) {
+      return new IdempotencyClient.Result(r.statusCode(), r.response(), true, r.attempt());
+    }
+    if (!Reservation.NEW.equals(r.outcome())) throw r.error(req.scope(), req.key());
+    IdempotencyClient.Attempt attempt = client.new Attempt(req, r);
+    IdempotencyClient.Answer a;
+    try {
+      a = work.run(attempt);
+    } catch (Throwable e) {
+      release(ds, req, r.attempt(), e);
+      throw Connections.translate(e);
+    }
+    c = Connections.connect(ds);
+    try {
+      c.setAutoCommit(false);
+      IdempotencyClient.Answer stored = finish == null ? a : finish.run(c, a);
+      finish(c, req.scope(), req.key(), stored.statusCode(), stored.response(), r.attempt());
+      return new IdempotencyClient.Result(
+          stored.statusCode(), stored.response(), false, r.attempt());
+    } catch (Throwable e) {
+      Connections.rollback(c);
+      RuntimeException t = Connections.translate(e);
+      if (!(t instanceof IdempotencyException.StaleAttempt)) release(ds, req, r.attempt(), e);
+      throw t;
+    } finally {
+      Connections.close(c);
+    }
+  }
+
+  /** Releases the claim with fail after a failed attempt (the next reserve gets attempt + 1). */
+  private static void release(
+      DataSource ds, IdempotencyClient.Request req, int attempt, Throwable why) {
+    String info =
+        "{\"error\":"
+            + Json.quote(why.getClass().getSimpleName())
+            + ",\"message\":"
+            + Json.quote(String.valueOf(why.getMessage()))
+            + "}";
+    try {
+      Connection c = Connections.connect(ds);
+      try {
+        Keys.fail(c, req.scope(), req.key(), info, attempt);
+      } finally {
+        Connections.close(c);
+      }
+    } catch (IdempotencyException ignored) {
+      // the lease lapses by itself; the next holder gets attempt + 1
+    }
+  }
+}
