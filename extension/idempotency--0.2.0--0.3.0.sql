@@ -329,3 +329,34 @@ CREATE VIEW idempotency.failed_keys AS
 
 -- Like in_flight and abandoned: for operators, by grant (docs/operations.md).
 REVOKE ALL ON idempotency.failed_keys FROM PUBLIC;
+
+
+-- === the work inside the claim: one statement ===
+-- execute_once claims the key; on the outcome 'new' it runs `statement` (one SELECT, INSERT,
+-- UPDATE, DELETE or MERGE) with `params` bound to $1, $2, ... (each text converted by the
+-- input function of the type the statement gives its parameter; a NULL element is NULL), in
+-- the caller's transaction, as the caller, with the caller's search_path, then completes the
+-- key with `status_code` and the statement's result as the response: no row (or no RETURNING)
+-- NULL, one row of one json / jsonb column that value, one row otherwise the row as a JSON
+-- object; more than one row is an error (21000). It returns reserve's reservation, with
+-- status_code and response for 'new' too. Any other outcome runs nothing (replay,
+-- in_progress, mismatch, too_old as reserve). Not SECURITY DEFINER: the statement runs with
+-- the caller's privileges.
+CREATE FUNCTION idempotency.execute_once(
+    scope text,
+    key text,
+    request_hash bytea,
+    statement text,
+    params text[] DEFAULT '{}',
+    status_code integer DEFAULT 201,
+    lock_ttl interval DEFAULT '5 minutes',
+    retention interval DEFAULT '24 hours',
+    wait interval DEFAULT '0')
+RETURNS idempotency.reservation
+AS 'MODULE_PATHNAME', 'idem_execute_once' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Like reserve: only roles granted EXECUTE (docs/operations.md, "Roles and privileges").
+REVOKE ALL ON FUNCTION
+    idempotency.execute_once(text, text, bytea, text, text[], integer, interval, interval,
+                             interval)
+FROM PUBLIC;

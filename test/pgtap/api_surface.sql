@@ -6,7 +6,7 @@
 \pset pager off
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS idempotency;
-SELECT plan(53);
+SELECT plan(60);
 
 SELECT has_schema('idempotency');
 SELECT has_extension('idempotency');
@@ -41,6 +41,12 @@ SELECT has_function('idempotency', 'forget', ARRAY['text', 'text']);
 SELECT function_returns('idempotency', 'forget', ARRAY['text', 'text'], 'boolean');
 SELECT has_function('idempotency', 'claim_once', ARRAY['text', 'text', 'interval', 'interval']);
 SELECT function_returns('idempotency', 'claim_once', ARRAY['text', 'text', 'interval', 'interval'], 'boolean');
+SELECT has_function('idempotency', 'execute_once', ARRAY['text', 'text', 'bytea', 'text', 'text[]', 'integer', 'interval', 'interval', 'interval']);
+SELECT function_returns('idempotency', 'execute_once', ARRAY['text', 'text', 'bytea', 'text', 'text[]', 'integer', 'interval', 'interval', 'interval'], 'idempotency.reservation');
+SELECT function_lang_is('idempotency', 'execute_once', ARRAY['text', 'text', 'bytea', 'text', 'text[]', 'integer', 'interval', 'interval', 'interval'], 'c');
+SELECT volatility_is('idempotency', 'execute_once', ARRAY['text', 'text', 'bytea', 'text', 'text[]', 'integer', 'interval', 'interval', 'interval'], 'volatile');
+SELECT isnt_definer('idempotency', 'execute_once', ARRAY['text', 'text', 'bytea', 'text', 'text[]', 'integer', 'interval', 'interval', 'interval'],
+    'execute_once is not SECURITY DEFINER: the statement runs as the caller');
 SELECT function_returns('idempotency', 'fingerprint', ARRAY['jsonb', 'text[]'], 'bytea');
 SELECT function_returns('idempotency', 'fingerprint', ARRAY['bytea'], 'bytea');
 SELECT function_returns('idempotency', 'uuidv7', ARRAY[]::text[], 'uuid');
@@ -79,6 +85,10 @@ SELECT is(
     'scope text, key text, retention interval DEFAULT ''24:00:00''::interval, wait interval DEFAULT ''00:00:00''::interval',
     'claim_once arguments and defaults');
 SELECT is(
+    (SELECT pg_get_function_arguments('idempotency.execute_once(text, text, bytea, text, text[], integer, interval, interval, interval)'::regprocedure)),
+    'scope text, key text, request_hash bytea, statement text, params text[] DEFAULT ''{}''::text[], status_code integer DEFAULT 201, lock_ttl interval DEFAULT ''00:05:00''::interval, retention interval DEFAULT ''24:00:00''::interval, wait interval DEFAULT ''00:00:00''::interval',
+    'execute_once arguments and defaults');
+SELECT is(
     (SELECT pg_get_function_result('idempotency.lookup(text, text)'::regprocedure)),
     'TABLE(state text, status_code integer, response jsonb, request_hash bytea, attempt integer, recovery_point text, last_error jsonb, first_seen_at timestamp with time zone, completed_at timestamp with time zone, locked_until timestamp with time zone, expires_at timestamp with time zone)',
     'lookup columns');
@@ -97,6 +107,8 @@ SELECT ok(NOT has_function_privilege('public', 'idempotency.reserve_begin(text, 
           'PUBLIC may not execute reserve_begin');
 SELECT ok(NOT has_function_privilege('public', 'idempotency.claim_once(text, text, interval, interval)', 'EXECUTE'),
           'PUBLIC may not execute claim_once');
+SELECT ok(NOT has_function_privilege('public', 'idempotency.execute_once(text, text, bytea, text, text[], integer, interval, interval, interval)', 'EXECUTE'),
+          'PUBLIC may not execute execute_once');
 SELECT ok(has_function_privilege('public', 'idempotency.fingerprint(jsonb, text[])', 'EXECUTE'),
           'PUBLIC may execute fingerprint');
 

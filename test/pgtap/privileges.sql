@@ -8,7 +8,7 @@
 \pset pager off
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS idempotency;
-SELECT plan(84);
+SELECT plan(88);
 
 -- Roles as README documents them (names unique to this test; rolled back at the end).
 CREATE ROLE idem_priv_app NOLOGIN;
@@ -24,6 +24,7 @@ GRANT EXECUTE ON FUNCTION
     idempotency.fail(text, text, jsonb, integer),
     idempotency.checkpoint(text, text, text, integer),
     idempotency.claim_once(text, text, interval, interval),
+    idempotency.execute_once(text, text, bytea, text, text[], integer, interval, interval, interval),
     idempotency.lookup(text, text),
     idempotency.next_key(text),
     idempotency.accept(text, text, bigint),
@@ -158,6 +159,12 @@ SELECT is(idem_priv.as_app($$SELECT idempotency.claim_once('priv', 'c1')::text$$
     'false', 'hostile path: claim_once of a completed key is a redelivery');
 SELECT is(idem_priv.as_app($$SELECT idempotency.claim_once('priv', 'h1')::text$$, :'hostile'),
     'false', 'hostile path: claim_once of a key complete stored');
+SELECT is(idem_priv.as_app($$SELECT outcome || '/' || status_code || '/' || response FROM idempotency.execute_once('priv', 'e1', NULL, 'SELECT $1::integer AS n', ARRAY['5'])$$, :'hostile'),
+    'new/201/{"n": 5}', 'hostile path: execute_once runs its statement and stores its row');
+SELECT is(idem_priv.as_app($$SELECT outcome || '/' || status_code || '/' || response FROM idempotency.execute_once('priv', 'e1', NULL, 'SELECT $1::integer AS n', ARRAY['6'])$$, :'hostile'),
+    'replay/201/{"n": 5}', 'hostile path: execute_once replays the stored response');
+SELECT is(idem_priv.as_app($$SELECT outcome::text FROM idempotency.execute_once('priv', 'e2', NULL, 'SELECT count(*) FROM idempotency.keys')$$),
+    'ERROR 42501', 'application: execute_once''s statement runs as the caller, who may not read idempotency.keys');
 -- Streams, watermarks, the outbox and maintenance under the hostile search_path.
 SELECT 'idem_priv_' || pg_backend_pid() AS stream \gset
 SELECT is(idem_priv.as_ops(format($$SELECT 'done' FROM idempotency.create_stream(%L)$$, :'stream'), :'hostile'),
@@ -186,7 +193,7 @@ SELECT is((SELECT count(*) FROM idem_priv_evil.calls), 0::bigint,
 SELECT is((SELECT count(*) FROM idem_priv_evil.keys), 0::bigint, 'the decoy keys table is untouched');
 SELECT is((SELECT string_agg(key || ':' || state || ':' || attempt, ',' ORDER BY key)
            FROM idempotency.keys WHERE scope = 'priv'),
-    'c1:completed:1,h1:completed:1', 'the real table holds exactly what the calls did');
+    'c1:completed:1,e1:completed:1,h1:completed:1', 'the real table holds exactly what the calls did');
 
 -- The same calls under a normal search_path behave the same.
 SELECT is(idem_priv.as_app($$SELECT outcome || '/' || status_code || '/' || response FROM idempotency.reserve('priv', 'h1')$$),
@@ -236,6 +243,8 @@ SELECT is(idem_priv.as_ops($$SELECT outcome::text FROM idempotency.reserve_begin
     'operator: reserve_begin is denied');
 SELECT is(idem_priv.as_ops($$SELECT idempotency.claim_once('priv', 'o1')::text$$), 'ERROR 42501',
     'operator: claim_once is denied');
+SELECT is(idem_priv.as_ops($$SELECT outcome::text FROM idempotency.execute_once('priv', 'o1', NULL, 'SELECT 1')$$), 'ERROR 42501',
+    'operator: execute_once is denied');
 SELECT is(idem_priv.as_ops($$SELECT 'done' FROM idempotency.complete('priv', 'n1', 200, '[]')$$), 'ERROR 42501',
     'operator: complete is denied');
 SELECT is(idem_priv.as_ops($$SELECT count(*)::text FROM idempotency.keys$$), 'ERROR 42501',

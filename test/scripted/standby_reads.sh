@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reads on a hot standby: lookup, fingerprint and the views answer from the replicated keys
-# (the library is preloaded there too), while reserve, complete and accept (writes) are refused
-# with 25006.
+# (the library is preloaded there too), while reserve, complete, execute_once and accept
+# (writes) are refused with 25006.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/standby-reads 54446
@@ -42,6 +42,13 @@ expect "reserve refused" "$err" "ERROR:  25006"
 err=$(standby -c "\\set VERBOSITY sqlstate" \
   -c "SELECT idempotency.complete('standby', 'claimed', 200, '{}')" 2>&1 || true)
 expect "complete refused" "$err" "ERROR:  25006"
+# execute_once: refused before anything runs, a replay of a completed key included.
+err=$(standby -c "\\set VERBOSITY sqlstate" \
+  -c "SELECT outcome FROM idempotency.execute_once('standby', 'eo', NULL, 'SELECT 1')" 2>&1 || true)
+expect "execute_once refused" "$err" "ERROR:  25006"
+err=$(standby -c "SELECT outcome FROM idempotency.execute_once('standby', 'done', NULL, 'SELECT 1')" 2>&1 || true)
+expect "execute_once's message" "$err" \
+  "ERROR:  cannot execute idempotency.execute_once() in a read-only transaction"
 
 # accept writes: refused with the extension's own message naming it, like the calls above;
 # the watermark it would move reads fine.

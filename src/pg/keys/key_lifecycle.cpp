@@ -9,6 +9,7 @@
 #include "pg/fault_points.hpp"
 #include "pg/guard.hpp"
 #include "pg/storage/key_store.hpp"
+#include "pg/keys/key_lifecycle.hpp"
 #include "pg/keys/pending_claims.hpp"
 #include "pg/settings.hpp"
 #include "pg/sql_errors.hpp"
@@ -394,12 +395,14 @@ TupleDesc reservation_desc(FunctionCallInfo fcinfo) {
     return lookup_rowtype_tupdesc(type, -1);
 }
 
-Datum reservation_datum(FunctionCallInfo fcinfo, const Reservation &r) {
+// status_code and response are shown for a replay, and for a new key when `answered` (the
+// call completed it: execute_once).
+Datum reservation_datum(FunctionCallInfo fcinfo, const Reservation &r, bool answered = false) {
     TupleDesc desc = reservation_desc(fcinfo);
     Oid label = outcome_label(TupleDescAttr(desc, 0)->atttypid, r.outcome);
     const KeyRecord &rec = r.record;
     bool shown = r.outcome != Outcome::TooOld;
-    bool replay = r.outcome == Outcome::Replay;
+    bool replay = r.outcome == Outcome::Replay || answered;
     // outcome, status_code, response, attempt, recovery_point, first_seen_at, locked_until,
     // expires_at
     const KeyColumn columns[] = {kStatusCode,  kResponse,    kAttempt,  kRecoveryPoint,
@@ -433,15 +436,16 @@ void check_request_times(ReserveRequest *req) {
     req->wait = Min(req->wait, END_TIMESTAMP - now);
 }
 
-// reserve's arguments: (scope, key, request_hash, lock_ttl, retention, wait).
-Reservation reserve_from_args(FunctionCallInfo fcinfo) {
+// reserve's arguments: (scope, key, request_hash, lock_ttl, retention, wait); lock_ttl,
+// retention and wait from argument `times_at` on (execute_once has its statement before them).
+Reservation reserve_from_args(FunctionCallInfo fcinfo, int times_at = 3) {
     ReserveRequest req;
     req.scope = name_arg(fcinfo, 0, "scope");
     req.key = name_arg(fcinfo, 1, "key");
     req.request_hash = PG_ARGISNULL(2) ? nullptr : PG_GETARG_BYTEA_PP(2);
-    req.lock_ttl = interval_arg_usecs(fcinfo, 3, "lock_ttl", false);
-    req.retention = interval_arg_usecs(fcinfo, 4, "retention", false);
-    req.wait = interval_arg_usecs(fcinfo, 5, "wait", true);
+    req.lock_ttl = interval_arg_usecs(fcinfo, times_at, "lock_ttl", false);
+    req.retention = interval_arg_usecs(fcinfo, times_at + 1, "retention", false);
+    req.wait = interval_arg_usecs(fcinfo, times_at + 2, "wait", true);
     check_request_times(&req);
 
     Storage storage = open_storage();
@@ -581,6 +585,24 @@ ClaimCall open_claim_call(FunctionCallInfo fcinfo, Datum scope, Datum key, const
     return c;
 }
 
+// Stores the answer in a claim being processed.
+void complete_record(ClaimCall *c, int32 status_code, Datum response, bool response_null) {
+    KeyRecord &record = c->record;
+    record.set_state("completed");
+    record.set(kStatusCode, Int32GetDatum(status_code));
+    record.set_or_null(kResponse, response, response_null);
+    record.set(kCompletedAt, TimestampTzGetDatum(c->now));
+    // A complete after the lease lapsed keeps the answer for the retention after it.
+    if (!record.is_null(kLockedUntil))
+        record.set(kExpiresAt, TimestampTzGetDatum(Min(
+                                   core::expiry_at_complete(c->stored_expires_at,
+                                                            record.timestamp(kLockedUntil), c->now),
+                                   END_TIMESTAMP - 1)));
+    record.set_null(kLockedUntil);
+    store_record(record, c->claim, c->stored_expires_at);
+    count_stat(kStatComplete);
+}
+
 }  // namespace
 
 IDEM_FUNCTION(idem_complete) {
@@ -602,20 +624,7 @@ IDEM_FUNCTION(idem_complete) {
     } else if (record.state() == 'f') {
         raise_no_claim("complete", "The last attempt failed and released its claim.");
     } else {
-        record.set_state("completed");
-        record.set(kStatusCode, Int32GetDatum(status_code));
-        record.set_or_null(kResponse, response, response_null);
-        record.set(kCompletedAt, TimestampTzGetDatum(c.now));
-        // A complete after the lease lapsed keeps the answer for the retention after it.
-        if (!record.is_null(kLockedUntil))
-            record.set(kExpiresAt,
-                       TimestampTzGetDatum(
-                           Min(core::expiry_at_complete(c.stored_expires_at,
-                                                        record.timestamp(kLockedUntil), c.now),
-                               END_TIMESTAMP - 1)));
-        record.set_null(kLockedUntil);
-        store_record(record, c.claim, c.stored_expires_at);
-        count_stat(kStatComplete);
+        complete_record(&c, status_code, response, response_null);
     }
     close_storage(c.storage);
     PG_RETURN_VOID();
@@ -657,6 +666,38 @@ IDEM_FUNCTION(idem_checkpoint) {
     store_record(record, c.claim, c.stored_expires_at);
     close_storage(c.storage);
     PG_RETURN_VOID();
+}
+
+// --- execute_once's claim and answer (execute_once.cpp) --------------------------------------
+
+StatementClaim reserve_for_statement(FunctionCallInfo fcinfo, int times_at) {
+    Reservation reservation = reserve_from_args(fcinfo, times_at);
+    StatementClaim claim;
+    claim.claimed = reservation.outcome == Outcome::New;
+    claim.attempt = claim.claimed ? reservation.record.attempt() : 0;
+    claim.reservation = claim.claimed ? (Datum)0 : reservation_datum(fcinfo, reservation);
+    return claim;
+}
+
+Datum complete_statement_claim(FunctionCallInfo fcinfo, const StatementClaim &claim,
+                               int32 status_code, Datum response, bool response_null) {
+    Datum scope = name_arg(fcinfo, 0, "scope");
+    Datum key = name_arg(fcinfo, 1, "key");
+    ClaimCall c;
+    c.storage = open_storage();
+    lock_key(scope, key);
+    c.now = GetCurrentTimestamp();
+    if (!record_to_write(scope, key, c.now, &c.record, &c.claim) || c.record.state() != 'p' ||
+        c.record.attempt() != claim.attempt)
+        throw SqlError(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                       "the statement of idempotency.execute_once changed its own key",
+                       "The key's claim was completed, failed or forgotten while the statement "
+                       "ran.",
+                       "The statement must not call complete, fail or forget on its own key.");
+    c.stored_expires_at = c.record.timestamp(kExpiresAt);
+    complete_record(&c, status_code, response, response_null);
+    close_storage(c.storage);
+    return reservation_datum(fcinfo, Reservation{Outcome::New, c.record}, true);
 }
 
 // --- lookup, forget -------------------------------------------------------------------------

@@ -63,6 +63,12 @@ SELECT idempotency.claim_once('tenant-6', 'msg-held');
 -- Not delegated (a CTE): refused.
 WITH r AS (SELECT * FROM idempotency.reserve('tenant-6', 'cte')) SELECT outcome FROM r;
 
+-- execute_once is refused where Citus distributes the keys (its statement would run here,
+-- the claim on the scope's worker, in another transaction); nothing is claimed.
+SELECT outcome FROM idempotency.execute_once('tenant-7', 'eo', NULL,
+       'INSERT INTO orders (tenant, key, amount) VALUES ($1, $2, 1)', ARRAY['tenant-7', 'eo']);
+SELECT count(*) FROM orders WHERE tenant = 'tenant-7';
+
 -- The rows are in the shards; the key table's shells on this node hold nothing.
 SELECT scope, key, state FROM idempotency.keys ORDER BY scope, key;
 SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree('idempotency.keys');
