@@ -41,7 +41,7 @@ export async function databases(name) {
 export const vectorsPath = new URL('../../../test/vectors/fingerprint.jsonl', import.meta.url);
 
 // What one client.query call sends, as text: a query's text ('[name] ' before a prepared
-// statement's), or the client's several statements in one round trip (lib/client.js's
+// statement's), or the client's several statements in one round trip (lib/connection.js's
 // Statements), joined by '; ' ('(parse only)' after one that is parsed and not run).
 export function sentText(query) {
   if (typeof query === 'string') return query;
