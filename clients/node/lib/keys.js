@@ -24,6 +24,9 @@ export function requestHash(request, exclude) {
 
 const TIMESTAMPTZ = 1184;
 
+// A jsonb value the server sent as text (the statements cast it): the JSON value, or null.
+const jsonOf = (text) => (text === null ? null : JSON.parse(text));
+
 // reserve's row. The three timestamps become Dates (with the client's own parser) when first
 // read: the middleware never reads them, and three Dates cost a replay more than its JSON.
 const number = (v) => (v === null ? null : Number(v));
@@ -36,7 +39,7 @@ class Reservation {
   constructor(row, client) {
     this.outcome = row.outcome;
     this.statusCode = number(row.status_code);
-    this.response = row.response === null ? null : JSON.parse(row.response);
+    this.response = jsonOf(row.response);
     this.attempt = number(row.attempt);
     this.recoveryPoint = row.recovery_point;
     this.#row = row;
@@ -199,8 +202,9 @@ export async function lookup(client, scope, key) {
   if (rows.length === 0) return null;
   const r = rows[0];
   return {
-    state: r.state, statusCode: r.status_code, response: r.response, requestHash: r.request_hash,
-    attempt: r.attempt, recoveryPoint: r.recovery_point, lastError: r.last_error,
+    state: r.state, statusCode: r.status_code, response: jsonOf(r.response),
+    requestHash: r.request_hash, attempt: r.attempt, recoveryPoint: r.recovery_point,
+    lastError: jsonOf(r.last_error),
     firstSeenAt: r.first_seen_at, completedAt: r.completed_at, lockedUntil: r.locked_until,
     expiresAt: r.expires_at,
   };

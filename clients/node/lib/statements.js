@@ -3,40 +3,42 @@
 // checked against (test/statements.test.js); the others open and end transactions or read the
 // outbox's logical slot, and call no function of the extension.
 
-export const RESERVE = `SELECT r.outcome::text AS outcome, r.status_code, r.response, r.attempt,
+export const RESERVE = `SELECT r.outcome::text, r.status_code, r.response::text, r.attempt,
     r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at
-  FROM idempotency.reserve($1, $2, $3, $4::interval, $5::interval, $6::interval) AS r`;
+  FROM idempotency.reserve($1, $2, $3::bytea, $4::interval, $5::interval, $6::interval) AS r`;
 
-export const RESERVE_BEGIN = `SELECT r.outcome::text AS outcome, r.status_code, r.response,
+export const RESERVE_BEGIN = `SELECT r.outcome::text, r.status_code, r.response::text,
     r.attempt, r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at
-  FROM idempotency.reserve_begin($1, $2, $3, $4::interval, $5::interval, $6::interval) AS r`;
+  FROM idempotency.reserve_begin($1, $2, $3::bytea, $4::interval, $5::interval, $6::interval)
+    AS r`;
 
 export const COMPLETE = 'SELECT idempotency.complete($1, $2, $3::integer, $4::jsonb, $5::integer)';
 
-export const FAIL = 'SELECT idempotency.fail($1, $2, $3::jsonb, $4)';
+export const FAIL = 'SELECT idempotency.fail($1, $2, $3::jsonb, $4::integer)';
 
 // fail with the time of the failure added to the error document (poison messages)
-export const FAIL_STAMPED = `SELECT idempotency.fail($1, $2, $3::jsonb || pg_catalog.jsonb_build_object(
-    'failed_at', pg_catalog.now()), $4::integer)`;
+export const FAIL_STAMPED = `SELECT idempotency.fail($1, $2,
+    $3::jsonb || pg_catalog.jsonb_build_object('failed_at', pg_catalog.now()), $4::integer)`;
 
-export const CHECKPOINT = 'SELECT idempotency.checkpoint($1, $2, $3, $4)';
+export const CHECKPOINT = 'SELECT idempotency.checkpoint($1, $2, $3, $4::integer)';
 
-export const LOOKUP = 'SELECT * FROM idempotency.lookup($1, $2)';
+export const LOOKUP = `SELECT state::text, status_code, response::text, request_hash, attempt,
+    recovery_point, last_error::text, first_seen_at, completed_at, locked_until, expires_at
+  FROM idempotency.lookup($1, $2)`;
 
-export const FORGET = 'SELECT idempotency.forget($1, $2) AS existed';
+export const FORGET = 'SELECT idempotency.forget($1, $2)';
 
-export const CLAIM_ONCE =
-  'SELECT idempotency.claim_once($1, $2, $3::interval, $4::interval) AS claimed';
+export const CLAIM_ONCE = 'SELECT idempotency.claim_once($1, $2, $3::interval, $4::interval)';
 
-export const ACCEPT_BIGINT = 'SELECT idempotency.accept($1, $2, $3::bigint) AS accepted';
+export const ACCEPT_BIGINT = 'SELECT idempotency.accept($1, $2, $3::bigint)';
 
-export const ACCEPT_UUID = 'SELECT idempotency.accept($1, $2, $3::uuid) AS accepted';
+export const ACCEPT_UUID = 'SELECT idempotency.accept($1, $2, $3::uuid)';
 
-export const WATERMARK = 'SELECT idempotency.watermark($1, $2)::text AS w';
+export const WATERMARK = 'SELECT idempotency.watermark($1, $2)::text';
 
-export const NEXT_KEY = 'SELECT idempotency.next_key($1)::text AS k';
+export const NEXT_KEY = 'SELECT idempotency.next_key($1)::text';
 
-export const EMIT = 'SELECT idempotency.emit($1, $2::jsonb)::text AS lsn';
+export const EMIT = 'SELECT idempotency.emit($1, $2::jsonb)::text';
 
 export const LISTED = Object.freeze({
   reserve: RESERVE, reserve_begin: RESERVE_BEGIN, complete: COMPLETE, fail: FAIL,
