@@ -98,15 +98,18 @@ export function translate(err, client) {
 // query is failing with the same error, and one that nobody listens to ends the process. The
 // returned function stops watching and gives the error seen, if any; a broken client keeps a
 // listener that swallows its later events (it is not queryable any more: its queries fail).
+// failure, if given, is the error a statement failed with: a backend that was terminated
+// during a statement fails it (57P01) before pg has seen the socket close, and the 'error'
+// event of that close comes after the helper has returned.
 const swallow = () => {};
 export function watchConnection(client) {
   if (typeof client?.on !== 'function') return () => null;
   let lost = null;
   const onError = (err) => { lost ??= err; };
   client.on('error', onError);
-  return () => {
+  return (failure = null) => {
     client.removeListener('error', onError);
-    if ((lost !== null || isConnectionLost(null, client)) &&
+    if ((lost !== null || isConnectionLost(failure, client)) &&
       !client.listeners('error').includes(swallow)) client.on('error', swallow);
     return lost;
   };
@@ -132,12 +135,14 @@ export const firstValue = ({ rows }) => Object.values(rows[0])[0];
 export async function guarded(client, send) {
   checkUsable(client);
   const unwatch = watchConnection(client);
+  let failure = null;
   try {
     return await send();
   } catch (err) {
+    failure = err;
     throw translate(err, client);
   } finally {
-    unwatch();
+    unwatch(failure);
   }
 }
 
