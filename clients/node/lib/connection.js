@@ -4,7 +4,8 @@
 // errors.js, tells a lost connection apart, and sends several statements in one write on pg's
 // own protocol connection. Every other module calls pg only through the functions here.
 //
-// The node-postgres internals used, outside pg's documented API:
+// The node-postgres internals used, outside pg's documented API (test/connection.test.js checks
+// each of them against the installed pg, and that pg is one of PG_TESTED):
 //   client.connection                  the protocol connection of a pg.Client
 //   connection.parsedStatements        { name: text } of the statements parsed on it
 //   connection.parse / bind / execute / sync / sendCopyFail   protocol messages
@@ -21,6 +22,10 @@ import { ClientEncodingError, ConnectionLostError, IdempotencyError, typedError,
   TransactionAbortedError } from './errors.js';
 // Registers the translation of a missing function or schema of the extension (lib/versions.js).
 import './versions.js';
+
+// The node-postgres versions this module is tested with (package.json's peerDependencies.pg,
+// and the lock file's pg within it).
+export const PG_TESTED = '~8.23.1';
 
 // 'I' idle, 'T' in a transaction, 'E' in a failed transaction; undefined if pg cannot tell
 // (pg before 8.14, or no query run yet).
