@@ -8,12 +8,12 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import pg from 'pg';
 import {
   checkUsable, isConnectionLost, PG_TESTED, queryStatements, transactionStatus, writesProtocol,
 } from '../lib/connection.js';
-import { connect, databases } from './db.js';
+import { connect, connected } from './db.js';
 
 const require = createRequire(import.meta.url);
 const installed = require('pg/package.json').version;
@@ -33,15 +33,7 @@ function withinTilde(version, range) {
   return v[0] === Number(m[1]) && v[1] === Number(m[2]) && v[2] >= Number(m[3]);
 }
 
-let db;
-let client;
-before(async () => {
-  ({ source: db } = await databases('connection'));
-  client = await connect(db);
-});
-after(async () => {
-  await client?.end();
-});
+const shared = connected('connection');
 
 test('the installed pg, and the lock file\'s, are among the versions the module is tested with', () => {
   assert.equal(ownPackage.peerDependencies.pg, PG_TESTED,
@@ -57,6 +49,7 @@ test('the installed pg, and the lock file\'s, are among the versions the module 
 });
 
 test('a pg.Client has the protocol connection and the state fields the module reads', () => {
+  const { db } = shared;
   const c = new pg.Client({ database: db });
   assert.ok(c.connection instanceof pg.Connection,
     broken('client.connection (a pg.Connection)', 'to write protocol messages'));
@@ -82,6 +75,7 @@ test('a pg.Client has the protocol connection and the state fields the module re
 });
 
 test('getTransactionStatus tells idle, open and failed transactions apart', async () => {
+  const { db } = shared;
   const c = await connect(db);
   try {
     await c.query('SELECT 1');
@@ -101,6 +95,7 @@ test('getTransactionStatus tells idle, open and failed transactions apart', asyn
 });
 
 test('the connection reports ParameterStatus as a parameterStatus event', async () => {
+  const { db } = shared;
   const c = await connect(db);
   try {
     const seen = [];
@@ -118,6 +113,7 @@ test('the connection reports ParameterStatus as a parameterStatus event', async 
 });
 
 test('a submittable is written with parse / bind / execute / sync and reads its rows as text', async () => {
+  const { client } = shared;
   const parsing = [];
   const onParsed = () => parsing.push('parseComplete');
   client.connection.on('parseComplete', onParsed);
@@ -163,6 +159,7 @@ test('a submittable is written with parse / bind / execute / sync and reads its 
 });
 
 test('a failing statement rejects the submittable and leaves the client usable', async () => {
+  const { client } = shared;
   await assert.rejects(queryStatements(client, [{ text: 'SELECT 1/0', values: [] },
     { text: 'SELECT 1', values: [] }]), { code: '22012' },
   broken('the submittable protocol (handleError)', 'to fail a round trip'));
@@ -171,6 +168,7 @@ test('a failing statement rejects the submittable and leaves the client usable',
 });
 
 test('a client that was ended counts as a lost connection', async () => {
+  const { db } = shared;
   const c = await connect(db);
   await c.end();
   assert.equal(c._ending, true, broken('client._ending', 'to tell a closed client'));
@@ -178,6 +176,7 @@ test('a client that was ended counts as a lost connection', async () => {
 });
 
 test('a client whose backend was terminated is not queryable', async () => {
+  const { db, client } = shared;
   const c = await connect(db);
   const errored = new Promise((resolve) => { c.on('error', resolve); });
   const { rows: [{ pid }] } = await c.query('SELECT pg_backend_pid() AS pid');

@@ -5,9 +5,9 @@
 // prepared on a server with the extension installed.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import * as statements from '../lib/statements.js';
-import { connect, databases } from './db.js';
+import { connected } from './db.js';
 
 const listed = JSON.parse(fs.readFileSync(
   new URL('../../../test/vectors/statements.json', import.meta.url), 'utf8')).statements;
@@ -37,32 +37,24 @@ test('LISTED holds every text of statements.js that calls the extension', () => 
   }
 });
 
-let db;
-let client;
-before(async () => {
-  ({ source: db } = await databases('statements'));
-  client = await connect(db);
-});
-after(async () => {
-  await client?.end();
-});
+const shared = connected('statements');
+
+// PREPAREs text (then DEALLOCATEs it), failing with what (the text's name) if it does not.
+async function prepares(text, what) {
+  const { client } = shared;
+  await client.query(`PREPARE idempotency_statement_test AS ${text}`).catch((err) => {
+    assert.fail(`${what} does not prepare: ${err.message}`);
+  });
+  await client.query('DEALLOCATE idempotency_statement_test');
+}
 
 test('every listed statement can be prepared against the installed extension', async () => {
-  for (const [name, { sql }] of Object.entries(listed)) {
-    await client.query(`PREPARE idempotency_listed_${name} AS ${sql}`).catch((err) => {
-      assert.fail(`test/vectors/statements.json's ${name} does not prepare: ${err.message}`);
-    });
-    await client.query(`DEALLOCATE idempotency_listed_${name}`);
-  }
+  for (const [name, { sql }] of Object.entries(listed))
+    await prepares(sql, `test/vectors/statements.json's ${name}`);
 });
 
 test('every text of statements.js that a client sends as a query can be prepared', async () => {
   const preparable = ALL.filter((text) => /^\s*SELECT\b/.test(text));
   assert.ok(preparable.length >= Object.keys(statements.LISTED).length);
-  for (const [i, text] of preparable.entries()) {
-    await client.query(`PREPARE idempotency_text_${i} AS ${text}`).catch((err) => {
-      assert.fail(`${fold(text)} does not prepare: ${err.message}`);
-    });
-    await client.query(`DEALLOCATE idempotency_text_${i}`);
-  }
+  for (const text of preparable) await prepares(text, fold(text));
 });
