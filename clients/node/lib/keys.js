@@ -69,7 +69,8 @@ class Reservation {
 
 const reservationOf = (row, client) => new Reservation(row, client);
 
-// A row of Statements (reserve's columns, in RESERVE's order) as the object Reservation reads.
+// A row of queryStatements (reserve's columns, in RESERVE's order) as the object Reservation
+// reads.
 const reservationOfFields = (f, client) => reservationOf({ outcome: f[0], status_code: f[1],
   response: f[2], attempt: f[3], recovery_point: f[4], first_seen_at: f[5],
   locked_until: f[6], expires_at: f[7] }, client);
