@@ -4,7 +4,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { createClient } from '@redis/client';
-import { completeThen, requestHash, reserveBegin } from '../../clients/node/lib/client.js';
+import { completeThen, requestHash, reserveBegin } from '../../clients/node/lib/keys.js';
 
 export const TTL = 86400; // seconds a result is kept
 export const LOCK_MS = 30000; // how long a Redis lock lives if its holder dies

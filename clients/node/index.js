@@ -1,20 +1,35 @@
 // @idempotency/client: the Node.js client of the idempotency PostgreSQL extension.
-export * from './lib/errors.js';
+export {
+  ArraySubscriptError, BY_SQLSTATE, ClientEncodingError, ConnectionLostError,
+  DuplicateObjectError, FeatureNotSupportedError, IdempotencyError, InvalidJsonError,
+  InvalidParameterValueError, KeyEmptyError, KeyInProgressError, KeyMismatchError,
+  KeyTooLongError, KeyTooOldError, LockNotAvailableError, NullValueNotAllowedError,
+  ObjectNotInPrerequisiteStateError, OutcomeError, PoisonMessageError,
+  PositionBelowWatermarkError, ProgramLimitExceededError, QueryCanceledError,
+  ReadOnlySqlTransactionError, ResultConflictError, SequenceGeneratorLimitExceededError,
+  SerializationFailureError, setUnlistedTranslator, StaleAttemptError, TransactionAbortedError,
+  TransactionOpenError, UndefinedObjectError,
+} from './lib/errors.js';
 export {
   canonicalJson, canonicalNumber, compareNames, fingerprint, fingerprintValue, MAX_DEPTH,
   MAX_DIGITS,
 } from './lib/fingerprint.js';
+export { isConnectionLost, query, translate } from './lib/connection.js';
 export {
-  accept, checkpoint, claimOnce, complete, emit, fail, forget, formatLsn, idempotent, lookup,
-  lsnKey, lsnKeyParts, nextKey, parseLsn, query, requestHash, reserve, reserveBegin, runExternal,
-  runOnce, watermark,
-} from './lib/client.js';
+  checkpoint, complete, fail, forget, lookup, requestHash, reserve, reserveBegin,
+} from './lib/keys.js';
+export { idempotent, runExternal, runOnce } from './lib/transactions.js';
+export {
+  accept, emit, formatLsn, lsnKey, lsnKeyParts, nextKey, parseLsn, watermark,
+} from './lib/streams.js';
 export {
   backoffDelay, IdempotentAction, idempotentFetch, IdempotentFetchError, isRetryableStatus,
   retryAfterMs, uuidv7, uuidv7Time,
 } from './lib/action.js';
-// consumeOnce / applyOnce with maxAttempts (poison messages) wrap client.js's.
-export { applyOnce, consumeOnce, OutboxConsumer, positionKey } from './lib/consumer.js';
+// applyOnce: streams.js's, with maxAttempts (poison messages).
+export {
+  applyOnce, claimOnce, consumeOnce, OutboxConsumer, positionKey,
+} from './lib/consumer.js';
 export {
   checkExtension, CLIENT_VERSION, EXTENSION_VERSIONS, ExtensionVersionError,
 } from './lib/versions.js';

@@ -1,4 +1,7 @@
-// The reference outbox consumer: reads an `idempotency` logical slot and confirms a transaction
+// Consumers: a key per message (claimOnce, consumeOnce), poison messages (maxAttempts on
+// consumeOnce and applyOnce), and the reference outbox consumer.
+//
+// The outbox consumer reads an `idempotency` logical slot and confirms a transaction
 // to the slot only after every message of it has been applied and committed in the consumer's
 // database.
 //
@@ -17,11 +20,20 @@
 // The source role needs the REPLICATION attribute (or superuser) for the slot functions.
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import * as client from './client.js';
-import { lsnKey, lsnKeyParts, query, transactionStatus, watchConnection } from './client.js';
 import {
-  ConnectionLostError, isConnectionLost, KeyInProgressError, PoisonMessageError,
+  firstValue, isConnectionLost, query, transactionStatus, watchConnection,
+} from './connection.js';
+import {
+  ConnectionLostError, KeyInProgressError, KeyTooOldError, PoisonMessageError,
 } from './errors.js';
+import { checkNames, interval, reserve } from './keys.js';
+import {
+  ADVANCE_SLOT, BEGIN, CLAIM_ONCE, COMMIT, CREATE_SLOT, FAIL_STAMPED, FAILURE_SAVEPOINT,
+  PEEK_CHANGES, PEEK_CHANGES_OF_TOPICS, ROLLBACK, SLOT_EXISTS,
+} from './statements.js';
+import * as streams from './streams.js';
+import { accept, lsnKey, lsnKeyParts } from './streams.js';
+import { transactionWith } from './transactions.js';
 
 export class OutboxConsumer {
   // source: a connected pg client of the database with the slot (used outside transactions);
@@ -44,21 +56,15 @@ export class OutboxConsumer {
   }
 
   async createSlot({ ifMissing = true } = {}) {
-    const { rows } = await query(this.source,
-      'SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [this.slot]);
-    if (rows.length === 0 || !ifMissing) {
-      await query(this.source,
-        "SELECT pg_create_logical_replication_slot($1, 'idempotency')", [this.slot]);
-    }
+    const { rows } = await query(this.source, SLOT_EXISTS, [this.slot]);
+    if (rows.length === 0 || !ifMissing) await query(this.source, CREATE_SLOT, [this.slot]);
   }
 
   async peek() {
-    const options = ['framing', 'on'];
-    if (this.topics) options.push('topics', this.topics);
-    const params = options.map((_, i) => `$${i + 3}`).join(', ');
-    const { rows } = await query(this.source,
-      `SELECT data FROM pg_logical_slot_peek_changes($1, NULL, $2, ${params})`,
-      [this.slot, this.batch, ...options]);
+    const { rows } = this.topics
+      ? await query(this.source, PEEK_CHANGES_OF_TOPICS,
+        [this.slot, this.batch, 'framing', 'on', 'topics', this.topics])
+      : await query(this.source, PEEK_CHANGES, [this.slot, this.batch, 'framing', 'on']);
     return rows.map((row) => JSON.parse(row.data));
   }
 
@@ -92,8 +98,7 @@ export class OutboxConsumer {
       if (line.action === 'commit') {
         // Every message of this transaction is committed in the target: confirm it.
         await this.onPhase('before_advance', line.end_lsn);
-        await query(this.source, 'SELECT pg_replication_slot_advance($1, $2::pg_lsn)',
-          [this.slot, line.end_lsn]);
+        await query(this.source, ADVANCE_SLOT, [this.slot, line.end_lsn]);
         await this.onPhase('advanced', line.end_lsn);
         continue;
       }
@@ -102,7 +107,7 @@ export class OutboxConsumer {
         key: lsnKey(commitLsn, lsn), topic: line.topic, payload: line.payload, commitLsn, lsn,
         xid: line.xid, commitTime: line.commit_time,
       };
-      const ran = await client.applyOnce(this.target, this.consumer, this.partition, message.key,
+      const ran = await streams.applyOnce(this.target, this.consumer, this.partition, message.key,
         async (client) => {
           await handle(client, message);
           await this.onPhase('applied_uncommitted', message);
@@ -133,6 +138,49 @@ export class OutboxConsumer {
   }
 }
 
+// ---- a key per message: queue consumers ----
+
+// idempotency.claim_once in the caller's transaction: true the first time (the key is now
+// completed in this transaction: apply the message in it), false for a redelivery.
+// KeyInProgressError (IK003) if another holder has the key after wait, KeyTooOldError (IK004)
+// for a UUIDv7 / ULID key older than retention; KeyEmptyError / KeyTooLongError before any query.
+function withKey(err, scope, key) {
+  if ((err instanceof KeyInProgressError || err instanceof KeyTooOldError) && err.key === null)
+    Object.assign(err, { scope, key });
+  return err;
+}
+
+export async function claimOnce(client, scope, key, { retention = '24 hours', wait = '0' } = {}) {
+  checkNames(scope, key);
+  try {
+    return firstValue(await query(client, CLAIM_ONCE,
+      [scope, key, interval(retention), interval(wait)]));
+  } catch (err) {
+    throw withKey(err, scope, key);
+  }
+}
+
+// Runs work(client) in one transaction with claimOnce(scope, key): true if it ran, false for a
+// redelivery (the key is completed: acknowledge the message without running work). A savepoint
+// if the caller has a transaction open, else a transaction committed before this resolves:
+// acknowledge the message after that. An error in work rolls the claim back with it (the
+// redelivery is applied), and so does a work that resolves inside a failed transaction
+// (TransactionAbortedError); a connection that breaks rejects with ConnectionLostError (nothing
+// of the transaction was kept, unless it broke during COMMIT: the redelivery then gives false).
+async function consumeOnceBare(client, scope, key, work,
+  { retention = '24 hours', wait = '0' } = {}) {
+  checkNames(scope, key);
+  try {
+    return await transactionWith(client, CLAIM_ONCE,
+      [scope, key, interval(retention), interval(wait)], async (claimed) => {
+        if (claimed) await work(client);
+        return claimed;
+      });
+  } catch (err) {
+    throw withKey(err, scope, key);
+  }
+}
+
 // ---- poison messages: a message whose work fails every time ----
 //
 // consumeOnce and applyOnce with maxAttempts count the failed attempts of a message's work on
@@ -149,8 +197,6 @@ export class OutboxConsumer {
 
 const ERROR_TEXT_LIMIT = 2000;
 const TRANSIENT_SQLSTATE = /^(08|40|53|57)[0-9A-Z]{3}$/;
-const FAIL = `SELECT idempotency.fail($1, $2, $3::jsonb || pg_catalog.jsonb_build_object(
-    'failed_at', pg_catalog.now()), $4::integer)`;
 
 function counted(c, err) {
   if (isConnectionLost(null, c) || err instanceof ConnectionLostError ||
@@ -178,17 +224,15 @@ async function undoQuietly(c, sql) {
 // fn() in a transaction of its own, or a savepoint inside the caller's.
 async function ownTransaction(c, fn) {
   const nested = transactionStatus(c) === 'T';
-  await query(c, nested ? 'SAVEPOINT idempotency_failure' : 'BEGIN');
+  await query(c, nested ? FAILURE_SAVEPOINT.open : BEGIN);
   let out;
   try {
     out = await fn();
   } catch (err) {
-    await undoQuietly(c, nested
-      ? 'ROLLBACK TO SAVEPOINT idempotency_failure; RELEASE SAVEPOINT idempotency_failure'
-      : 'ROLLBACK');
+    await undoQuietly(c, nested ? FAILURE_SAVEPOINT.undo : ROLLBACK);
     throw err;
   }
-  await query(c, nested ? 'RELEASE SAVEPOINT idempotency_failure' : 'COMMIT');
+  await query(c, nested ? FAILURE_SAVEPOINT.close : COMMIT);
   return out;
 }
 
@@ -197,10 +241,10 @@ async function ownTransaction(c, fn) {
 function recordFailure(c, scope, key, err, { maxAttempts, retention, wait, where = {},
   whenDead = async () => {} }) {
   return ownTransaction(c, async () => {
-    const r = await client.reserve(c, scope, key, null, { lockTtl: '1 minute', retention, wait });
+    const r = await reserve(c, scope, key, null, { lockTtl: '1 minute', retention, wait });
     if (r.outcome !== 'new') return { outcome: r.outcome, attempt: r.attempt, doc: null };
     const doc = errorDocument(err, r.attempt, r.attempt >= maxAttempts, where);
-    await query(c, FAIL, [scope, key, JSON.stringify(doc), r.attempt]);
+    await query(c, FAIL_STAMPED, [scope, key, JSON.stringify(doc), r.attempt]);
     if (doc.dead) await whenDead();
     return { outcome: r.outcome, attempt: r.attempt, doc };
   });
@@ -212,8 +256,8 @@ function checkMaxAttempts(maxAttempts) {
     throw new TypeError('maxAttempts must be a positive integer (or null)');
 }
 
-// client.js's consumeOnce (work(client) in one transaction with claim_once: true if it ran,
-// false for a redelivery), and with { maxAttempts } a poison message does not come back for
+// consumeOnceBare (work(client) in one transaction with claim_once: true if it ran, false for
+// a redelivery), and with { maxAttempts } a poison message does not come back for
 // ever: each failure of work is recorded on the key, and the maxAttempts-th throws
 // PoisonMessageError (reject the message without requeue, to a dead-letter exchange). A message
 // redelivered after it was recorded dead (a replay after a fix) gets one more attempt;
@@ -221,10 +265,10 @@ function checkMaxAttempts(maxAttempts) {
 export async function consumeOnce(c, scope, key, work, options = {}) {
   const { maxAttempts = null, retention = '24 hours', wait = '0' } = options;
   checkMaxAttempts(maxAttempts);
-  if (maxAttempts === null) return client.consumeOnce(c, scope, key, work, options);
+  if (maxAttempts === null) return consumeOnceBare(c, scope, key, work, options);
   let ran = false;
   try {
-    return await client.consumeOnce(c, scope, key, async (tx) => {
+    return await consumeOnceBare(c, scope, key, async (tx) => {
       ran = true;
       await work(tx);
     }, options);
@@ -247,8 +291,8 @@ export function positionKey(partition, position) {
   return `${createHash('sha256').update(String(partition), 'utf8').digest('hex')}@${position}`;
 }
 
-// client.js's applyOnce (fn(client) in one transaction with accept: true if it ran, false for
-// a position at or below the watermark), and with { maxAttempts } a position whose fn fails
+// streams.js's applyOnce (fn(client) in one transaction with accept: true if it ran, false
+// for a position at or below the watermark), and with { maxAttempts } a position whose fn fails
 // again and again does not stop the partition: each failure is recorded on the key
 // (consumer, positionKey(partition, position)), kept for retention; the maxAttempts-th moves
 // the watermark past the position in the same transaction and throws PoisonMessageError
@@ -256,21 +300,21 @@ export function positionKey(partition, position) {
 export async function applyOnce(c, consumer, partition, position, fn, options = {}) {
   const { maxAttempts = null, retention = '24 hours', strict = false } = options;
   checkMaxAttempts(maxAttempts);
-  if (maxAttempts === null) return client.applyOnce(c, consumer, partition, position, fn, { strict });
+  if (maxAttempts === null) return streams.applyOnce(c, consumer, partition, position, fn, { strict });
   let ran = false;
   try {
-    return await client.applyOnce(c, consumer, partition, position, async (tx) => {
+    return await streams.applyOnce(c, consumer, partition, position, async (tx) => {
       ran = true;
       await fn(tx);
     }, { strict });
   } catch (err) {
     if (!ran || !counted(c, err)) throw err;
     const key = positionKey(partition, position);
-    client.checkNames(consumer, key);
+    checkNames(consumer, key);
     const { attempt, doc } = await recordFailure(c, consumer, key, err, {
       maxAttempts, retention, wait: '0',
       where: { partition: String(partition), position: String(position) },
-      whenDead: () => client.accept(c, consumer, partition, position),
+      whenDead: () => accept(c, consumer, partition, position),
     });
     if (doc?.dead) {
       throw new PoisonMessageError(consumer, key, attempt, doc, { partition, position, cause: err });

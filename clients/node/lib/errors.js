@@ -78,24 +78,6 @@ export class ConnectionLostError extends IdempotencyError {
   get httpStatus() { return 503; }
 }
 
-// Socket errors of a connection that is gone, and the server's errors that end the session.
-const LOST_ERRNOS = new Set(['EPIPE', 'ECONNRESET', 'ECONNREFUSED', 'ECONNABORTED', 'ETIMEDOUT',
-  'ENOTCONN', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOENT', 'ERR_STREAM_DESTROYED',
-  'ERR_STREAM_WRITE_AFTER_END']);
-const LOST_SQLSTATES = new Set(['57P01', '57P02', '57P03']); // admin / crash shutdown, starting
-
-// Whether err means the connection is gone (client, if given: a pg client that is no longer
-// queryable counts too).
-export function isConnectionLost(err, client) {
-  if (err instanceof ConnectionLostError) return true;
-  if (client && (client._queryable === false || client._ending === true)) return true;
-  if (err === null || typeof err !== 'object') return false;
-  const code = typeof err.code === 'string' ? err.code : '';
-  if (LOST_ERRNOS.has(code) || LOST_SQLSTATES.has(code) || code.startsWith('08')) return true;
-  return err.severity === undefined && typeof err.message === 'string' &&
-    /Connection terminated|not queryable|Client was closed/.test(err.message);
-}
-
 export const BY_SQLSTATE = {
   ...Object.fromEntries([
     NullValueNotAllowedError, InvalidParameterValueError, ProgramLimitExceededError,
@@ -116,14 +98,10 @@ export function setUnlistedTranslator(fn) {
   unlistedTranslator = fn;
 }
 
-// The typed error for an error of pg (the error itself for an unlisted SQLSTATE, or for
-// something that is not a server error); ConnectionLostError for a connection that is gone.
-export function translate(err, client) {
-  if (err instanceof IdempotencyError || err === null || typeof err !== 'object') return err;
-  if (isConnectionLost(err, client)) {
-    return new ConnectionLostError(`the connection to the server was lost: ${err.message}`,
-      { cause: err });
-  }
+// The typed error for a server error of pg (the error itself for an unlisted SQLSTATE, or for
+// something that is not a server error). connection.js's translate calls it once it has told a
+// lost connection apart.
+export function typedError(err) {
   const cls = typeof err.code === 'string' ? BY_SQLSTATE[err.code] : undefined;
   if (err.severity === undefined) return err;
   if (cls === undefined) return unlistedTranslator(err) ?? err;

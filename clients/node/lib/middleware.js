@@ -6,15 +6,16 @@
 // req.idempotency.client for its queries, and the answer it sends is held back until that
 // transaction has committed.
 import { createHash } from 'node:crypto';
+import { isConnectionLost, transactionStatus, watchConnection } from './connection.js';
+import {
+  ConnectionLostError, IdempotencyError, InvalidJsonError, KeyEmptyError, KeyInProgressError,
+  KeyMismatchError, KeyTooLongError, KeyTooOldError, OutcomeError, ProgramLimitExceededError,
+} from './errors.js';
 import {
   checkNames, completeThen, preparedStatementUnusable, requestHash, reserveAfter,
-  reserveBegin, reserveBeginRefused, transactionStatus, watchConnection,
-} from './client.js';
-import {
-  ConnectionLostError, IdempotencyError, InvalidJsonError, isConnectionLost, KeyEmptyError,
-  KeyInProgressError, KeyMismatchError, KeyTooLongError, KeyTooOldError, OutcomeError,
-  ProgramLimitExceededError,
-} from './errors.js';
+  reserveBegin, reserveBeginRefused,
+} from './keys.js';
+import { BEGIN, COMMIT, ROLLBACK } from './statements.js';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const TOKEN_RE = /^[\x21-\x7e]{1,255}$/; // visible ASCII, no spaces
@@ -264,14 +265,14 @@ export function idempotencyMiddleware(options) {
         else throw err;
       }
     }
-    return [await reserveAfter(client, 'BEGIN', scope, key, hash, opts), false];
+    return [await reserveAfter(client, BEGIN, scope, key, hash, opts), false];
   };
   // Nothing to roll back on a connection the server reports idle (reserve_begin opened no
   // transaction, or failed before it could); otherwise ROLLBACK, then release.
   const endReservation = async (client, releaseClient) => {
     if (transactionStatus(client) === 'I') return releaseClient();
     try {
-      await client.query('ROLLBACK');
+      await client.query(ROLLBACK);
       return releaseClient();
     } catch (err) {
       return releaseClient(err); // a broken connection: the server rolls back on its own
@@ -389,12 +390,12 @@ export function idempotencyMiddleware(options) {
         await end();
         releaseClient();
       } catch (err) {
-        if (!isConnectionLost(err, client)) await client.query('ROLLBACK').catch(() => {});
+        if (!isConnectionLost(err, client)) await client.query(ROLLBACK).catch(() => {});
         releaseClient(err);
         throw err;
       }
     };
-    const rollback = () => client.query('ROLLBACK');
+    const rollback = () => client.query(ROLLBACK);
     const chunkOf = (chunk, encoding) =>
       (typeof chunk === 'string' ? Buffer.from(chunk, typeof encoding === 'string' ? encoding : 'utf8')
         : Buffer.from(chunk));
@@ -436,7 +437,7 @@ export function idempotencyMiddleware(options) {
             : Object.entries(given ?? {});
           const response = storedAnswer(body, [...pairs, ...Object.entries(res.getHeaders())],
             keepHeaders);
-          await finishTransaction(() => completeThen(client, 'COMMIT', scope, key, status,
+          await finishTransaction(() => completeThen(client, COMMIT, scope, key, status,
             response, reservation.attempt, { prepare: prepared && opts.prepare }));
         } else {
           await finishTransaction(rollback);

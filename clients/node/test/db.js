@@ -4,6 +4,7 @@
 // With IDEM_TEST_DB_SETUP set (test/citus/clients.sh), that command is then run with each
 // database's name (there: it makes the database a Citus one).
 import { execFileSync } from 'node:child_process';
+import { after, before } from 'node:test';
 import pg from 'pg';
 
 export function connect(database) {
@@ -38,10 +39,24 @@ export async function databases(name) {
   return { source, target };
 }
 
+// For the calling test file: { db, client }, filled in before its tests (db: the source
+// database of databases(name); client: connected to it, ended after the tests).
+export function connected(name) {
+  const shared = {};
+  before(async () => {
+    ({ source: shared.db } = await databases(name));
+    shared.client = await connect(shared.db);
+  });
+  after(async () => {
+    await shared.client?.end();
+  });
+  return shared;
+}
+
 export const vectorsPath = new URL('../../../test/vectors/fingerprint.jsonl', import.meta.url);
 
 // What one client.query call sends, as text: a query's text ('[name] ' before a prepared
-// statement's), or the client's several statements in one round trip (lib/client.js's
+// statement's), or the client's several statements in one round trip (lib/connection.js's
 // Statements), joined by '; ' ('(parse only)' after one that is parsed and not run).
 export function sentText(query) {
   if (typeof query === 'string') return query;

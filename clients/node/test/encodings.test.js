@@ -19,7 +19,7 @@ import {
   idempotencyMiddleware, KeyEmptyError, KeyTooLongError, reserveBegin, runExternal,
   runOnce, watermark,
 } from '../index.js';
-import { completeThen } from '../lib/client.js';
+import { completeThen } from '../lib/keys.js';
 import { connect } from './db.js';
 
 const DATABASES = { UTF8: 'nodeenc_utf8', EUC_JP: 'nodeenc_euc_jp', LATIN1: 'nodeenc_latin1' };

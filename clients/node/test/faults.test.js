@@ -15,7 +15,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { ConnectionLostError, consumeOnce, emit, OutboxConsumer, runOnce } from '../index.js';
+import {
+  ConnectionLostError, consumeOnce, emit, OutboxConsumer, query, runOnce,
+} from '../index.js';
 import { connect, databases } from './db.js';
 
 const SERVICE = fileURLToPath(new URL('service_proc.js', import.meta.url));
@@ -213,6 +215,22 @@ test('connections cut again and again under load: the service stays up, one orde
   assert.ok(failures > 0, 'the cuts hit some requests');
   for (const { key } of keys)
     assert.deepEqual(await ordersOf(key), [answers.get(key)], `${key}: one order, the answer's`);
+});
+
+test('a backend terminated during a statement: ConnectionLostError, and the close that ' +
+  'follows the rejection does not end the process', async () => {
+  const client = await connect(dbs.source); // no 'error' listener of the application's
+  const { rows: [{ pid }] } = await client.query('SELECT pg_backend_pid() AS pid');
+  // handled from here on: it rejects as soon as pg_terminate_backend has run
+  const rejected = assert.rejects(query(client, 'SELECT pg_sleep(600)'), ConnectionLostError);
+  await waitFor('the statement to run', async () => (await check.query(
+    "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active'", [pid])).rows.length);
+  await check.query('SELECT pg_terminate_backend($1)', [pid]);
+  // the server's 57P01 fails the statement; the socket's close is seen after it, as an 'error'
+  // event of the client (unhandled, it would fail this test as an uncaught exception)
+  await rejected;
+  await waitFor('the close to arrive', () => client._queryable === false);
+  await assert.rejects(client.query('SELECT 1'));
 });
 
 test('runOnce on a connection terminated during the work: ConnectionLostError', async () => {

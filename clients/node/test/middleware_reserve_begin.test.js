@@ -1,4 +1,4 @@
-// The Idempotency-Key middleware on reserve_begin (issue 23): a replay, a 409 or a 422 in one
+// The Idempotency-Key middleware on reserve_begin: a replay, a 409 or a 422 in one
 // statement, a prepared statement the server lost, and the fallback to BEGIN + reserve on a
 // server that refuses reserve_begin. Not in the Citus run (test/citus/clients.sh): there the
 // coordinator refuses reserve_begin, and middleware.test.js runs on that fallback.

@@ -1,0 +1,216 @@
+// The key calls of the extension with typed results and typed errors: reserve, reserve_begin,
+// complete, fail, checkpoint, lookup and forget, the Reservation reserve gives, the checks of
+// scope and key names, and the request hash. Every function takes a connected pg client
+// (pg.Client, or a pool's client): this package never opens connections itself, so it works
+// with whatever pg the application has.
+import {
+  firstValue, isParsed, query, queryStatements, TEXT_ROWS, writesProtocol,
+} from './connection.js';
+import { KeyEmptyError, KeyTooLongError } from './errors.js';
+import { fingerprint } from './fingerprint.js';
+import {
+  CHECKPOINT, COMPLETE, FAIL, FORGET, LOOKUP, RESERVE, RESERVE_BEGIN,
+} from './statements.js';
+
+// An interval parameter: a number is seconds, a string the server's interval text.
+export const interval = (v) => (typeof v === 'number' ? `${v} seconds` : v);
+// A jsonb parameter as its JSON text (pg would send an array as a PostgreSQL array).
+export const json = (v) => (v === undefined ? null : JSON.stringify(v));
+
+// fingerprint(request, { exclude }), or null for a request of null / undefined (no check).
+export function requestHash(request, exclude) {
+  return request === undefined || request === null ? null : fingerprint(request, { exclude });
+}
+
+const TIMESTAMPTZ = 1184;
+
+// A jsonb value the server sent as text (the statements cast it): the JSON value, or null.
+const jsonOf = (text) => (text === null ? null : JSON.parse(text));
+
+// reserve's row. The three timestamps become Dates (with the client's own parser) when first
+// read: the middleware never reads them, and three Dates cost a replay more than its JSON.
+const number = (v) => (v === null ? null : Number(v));
+
+class Reservation {
+  #row;
+  #client;
+  #dates = {};
+
+  constructor(row, client) {
+    this.outcome = row.outcome;
+    this.statusCode = number(row.status_code);
+    this.response = jsonOf(row.response);
+    this.attempt = number(row.attempt);
+    this.recoveryPoint = row.recovery_point;
+    this.#row = row;
+    this.#client = client;
+  }
+
+  #date(column) {
+    if (!(column in this.#dates)) {
+      const text = this.#row[column];
+      const toDate = this.#client?.getTypeParser?.(TIMESTAMPTZ, 'text') ?? ((t) => new Date(t));
+      this.#dates[column] = text === null ? null : toDate(text);
+    }
+    return this.#dates[column];
+  }
+
+  get firstSeenAt() { return this.#date('first_seen_at'); }
+
+  get lockedUntil() { return this.#date('locked_until'); }
+
+  get expiresAt() { return this.#date('expires_at'); }
+
+  toJSON() {
+    return { ...this, firstSeenAt: this.firstSeenAt, lockedUntil: this.lockedUntil,
+      expiresAt: this.expiresAt };
+  }
+}
+
+const reservationOf = (row, client) => new Reservation(row, client);
+
+// A row of queryStatements (reserve's columns, in RESERVE's order) as the object Reservation
+// reads.
+const reservationOfFields = (f, client) => reservationOf({ outcome: f[0], status_code: f[1],
+  response: f[2], attempt: f[3], recovery_point: f[4], first_seen_at: f[5],
+  locked_until: f[6], expires_at: f[7] }, client);
+
+// KeyEmptyError / KeyTooLongError (a 400 for answerFor) unless scope and key are each 1 to 255
+// bytes of UTF-8, the server's rule: refused before anything is sent.
+export function checkNames(scope, key) {
+  for (const [what, value] of [['scope', scope], ['key', key]]) {
+    if (value === undefined || value === null) continue;
+    const bytes = Buffer.byteLength(String(value), 'utf8');
+    if (bytes === 0) throw new KeyEmptyError(what);
+    if (bytes > 255) throw new KeyTooLongError(what, bytes);
+  }
+}
+
+// The values of reserve's ($1 to $6) and reserve_begin's parameters, once scope and key pass
+// checkNames.
+function reserveValues(scope, key, requestHash,
+  { lockTtl = '5 minutes', retention = '24 hours', wait = '0' } = {}) {
+  checkNames(scope, key);
+  return [scope, key, requestHash ?? null, interval(lockTtl), interval(retention),
+    interval(wait)];
+}
+
+// idempotency.reserve. requestHash: a Buffer (see fingerprint) or null.
+export async function reserve(client, scope, key, requestHash = null, options = {}) {
+  const values = reserveValues(scope, key, requestHash, options);
+  const { rows } = await query(client, RESERVE, values, TEXT_ROWS);
+  return reservationOf(rows[0], client);
+}
+
+export async function complete(client, scope, key, statusCode, response, attempt = null) {
+  await query(client, COMPLETE, [scope, key, statusCode, json(response), attempt]);
+}
+
+export async function fail(client, scope, key, error = null, attempt = null) {
+  await query(client, FAIL, [scope, key, json(error), attempt]);
+}
+
+export async function checkpoint(client, scope, key, recoveryPoint, attempt = null) {
+  await query(client, CHECKPOINT, [scope, key, recoveryPoint, attempt]);
+}
+
+// ---- several statements in one round trip ----
+// A transaction that opens, reserves, and later completes and commits costs five round trips
+// one statement at a time (BEGIN, reserve, the work, complete, COMMIT). On pg's own client,
+// connection.js's queryStatements sends BEGIN and reserve (or complete and COMMIT) in one
+// write with the values bound; the server runs them in order and stops at the first error
+// (the rest are skipped, so a COMMIT after a failed complete never runs and the transaction is
+// left failed, to be rolled back). No value is ever written into a query text: a client
+// without pg's protocol connection (pg-native, a wrapper) sends the statements one by one,
+// with parameters.
+
+// `before` (say 'BEGIN' or 'SAVEPOINT s') then reserve, in one round trip. If it fails, it is
+// unknown whether `before` ran: roll back as after a failed reserve.
+export async function reserveAfter(client, before, scope, key, requestHash = null,
+  options = {}) {
+  const values = reserveValues(scope, key, requestHash, options);
+  if (!writesProtocol(client)) {
+    await query(client, before);
+    return reservationOf((await query(client, RESERVE, values, TEXT_ROWS)).rows[0], client);
+  }
+  const [, rows] = await queryStatements(client, [{ text: before, values: [] },
+    { text: RESERVE, values }]);
+  return reservationOfFields(rows[0], client); // `before`'s rows (none), then reserve's
+}
+
+const RESERVE_BEGIN_NAME = 'idempotency_reserve_begin_v1';
+const COMPLETE_NAME = 'idempotency_complete_v1';
+const PREPARED_COMPLETE = { name: COMPLETE_NAME, text: COMPLETE };
+
+// idempotency.reserve_begin, for a client with no transaction open: one statement. The outcome
+// 'new' leaves a transaction open (the server opened it, as BEGIN would); any other leaves
+// none, so a replay needs no ROLLBACK. A server before 0.3.0 (42883), a role without EXECUTE
+// on it (42501) or keys distributed by Citus (0A000) refuse it: see reserveBeginRefused.
+// prepare: as a prepared statement (parsed and planned once per connection); behind a pooler
+// that does not keep them apart, see preparedStatementUnusable, then call it unprepared.
+export async function reserveBegin(client, scope, key, requestHash = null, options = {}) {
+  const { prepare = false } = options;
+  const values = reserveValues(scope, key, requestHash, options);
+  if (prepare && writesProtocol(client)) {
+    // complete's prepared statement is parsed with reserve_begin's, never inside the
+    // transaction: a server connection has both or neither (see completeThen)
+    const [rows] = await queryStatements(client, [PREPARED_COMPLETE,
+      { name: RESERVE_BEGIN_NAME, text: RESERVE_BEGIN, values }]);
+    return reservationOfFields(rows[0], client);
+  }
+  if (!prepare && writesProtocol(client)) {
+    const [rows] = await queryStatements(client, [{ text: RESERVE_BEGIN, values }]);
+    return reservationOfFields(rows[0], client);
+  }
+  const { rows } = await query(client, RESERVE_BEGIN, values, TEXT_ROWS,
+    prepare ? RESERVE_BEGIN_NAME : undefined);
+  return reservationOf(rows[0], client);
+}
+
+// Whether err says that the server connection's prepared statements are not the client's: one
+// it lacks (26000: a pooler moved the client to another server connection, or DISCARD ALL),
+// or one that another client of the pooler made there first (42P05).
+export const preparedStatementUnusable = (err) => ['26000', '42P05'].includes(err?.code) &&
+  [RESERVE_BEGIN_NAME, COMPLETE_NAME].some((name) => err.message.includes(name));
+
+// Whether err is reserve_begin refused as a whole (see reserveBegin): BEGIN + reserve do the
+// same in two statements.
+export const reserveBeginRefused = (err) =>
+  ['42883', '42501', '0A000'].includes(err?.code) && /reserve_begin|shard/.test(err.message);
+
+// complete then `after` (say 'COMMIT' or 'RELEASE SAVEPOINT s'), in one round trip. A failed
+// complete skips `after`: the transaction is left failed, for the caller to roll back.
+// prepare: complete's prepared statement, if reserveBegin parsed it on this connection
+// (otherwise parsed afresh: a named Parse could fail, 42P05, and with it the transaction).
+export async function completeThen(client, after, scope, key, statusCode, response,
+  attempt = null, { prepare = false } = {}) {
+  const values = [scope, key, statusCode, json(response), attempt];
+  if (writesProtocol(client)) {
+    const named = prepare && isParsed(client, PREPARED_COMPLETE);
+    await queryStatements(client, [
+      named ? { ...PREPARED_COMPLETE, values } : { text: COMPLETE, values },
+      { text: after, values: [] },
+    ]);
+    return;
+  }
+  await query(client, COMPLETE, values);
+  await query(client, after);
+}
+
+// What the server knows of a key, or null.
+export async function lookup(client, scope, key) {
+  const { rows } = await query(client, LOOKUP, [scope, key]);
+  if (rows.length === 0) return null;
+  const r = rows[0];
+  return {
+    state: r.state, statusCode: r.status_code, response: jsonOf(r.response),
+    requestHash: r.request_hash, attempt: r.attempt, recoveryPoint: r.recovery_point,
+    lastError: jsonOf(r.last_error),
+    firstSeenAt: r.first_seen_at, completedAt: r.completed_at, lockedUntil: r.locked_until,
+    expiresAt: r.expires_at,
+  };
+}
+
+export async function forget(client, scope, key) {
+  return firstValue(await query(client, FORGET, [scope, key]));
+}

@@ -1,0 +1,96 @@
+// The public API by name: what index.js and lib/action.js (the package's two entry points)
+// export at run time, and what index.d.ts and action.d.ts declare, against fixed lists. Moving
+// code between the modules of lib/ must leave these lists as they are; a change to them is a
+// change to the package's API.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+import * as action from '../lib/action.js';
+import * as api from '../index.js';
+
+const ACTION = [
+  'backoffDelay', 'IdempotentAction', 'idempotentFetch', 'IdempotentFetchError',
+  'isRetryableStatus', 'retryAfterMs', 'uuidv7', 'uuidv7Time',
+];
+
+const INDEX = [
+  ...ACTION,
+  // errors
+  'ArraySubscriptError', 'BY_SQLSTATE', 'ClientEncodingError', 'ConnectionLostError',
+  'DuplicateObjectError', 'FeatureNotSupportedError', 'IdempotencyError', 'InvalidJsonError',
+  'InvalidParameterValueError', 'isConnectionLost', 'KeyEmptyError', 'KeyInProgressError',
+  'KeyMismatchError', 'KeyTooLongError', 'KeyTooOldError', 'LockNotAvailableError',
+  'NullValueNotAllowedError', 'ObjectNotInPrerequisiteStateError', 'OutcomeError',
+  'PoisonMessageError', 'PositionBelowWatermarkError', 'ProgramLimitExceededError',
+  'QueryCanceledError', 'ReadOnlySqlTransactionError', 'ResultConflictError',
+  'SequenceGeneratorLimitExceededError', 'SerializationFailureError', 'setUnlistedTranslator',
+  'StaleAttemptError', 'TransactionAbortedError', 'TransactionOpenError', 'translate',
+  'UndefinedObjectError',
+  // fingerprint
+  'canonicalJson', 'canonicalNumber', 'compareNames', 'fingerprint', 'fingerprintValue',
+  'MAX_DEPTH', 'MAX_DIGITS',
+  // key calls and request helpers
+  'checkpoint', 'complete', 'fail', 'forget', 'idempotent', 'lookup', 'query', 'requestHash',
+  'reserve', 'reserveBegin', 'runExternal', 'runOnce',
+  // streams and consumers
+  'accept', 'applyOnce', 'claimOnce', 'consumeOnce', 'emit', 'formatLsn', 'lsnKey',
+  'lsnKeyParts', 'nextKey', 'OutboxConsumer', 'parseLsn', 'positionKey', 'watermark',
+  // versions
+  'checkExtension', 'CLIENT_VERSION', 'EXTENSION_VERSIONS', 'ExtensionVersionError',
+  // middleware
+  'answerFor', 'IdempotencyKeyHeaderError', 'idempotencyMiddleware', 'parseIdempotencyKey',
+  'replayOf', 'STORED_MARK', 'storedAnswer',
+];
+
+// The names the typings declare as types only (interfaces and type aliases).
+const ACTION_TYPES = [
+  'AttemptReport', 'BackoffOptions', 'IdempotentAnswer', 'IdempotentFetchOptions', 'SavedAction',
+];
+const INDEX_TYPES = [
+  ...ACTION_TYPES,
+  'Answer', 'ApplyOnceOptions', 'Attempt', 'Body', 'ClaimOnceOptions', 'ConsumeOnceOptions',
+  'ErrorFields', 'ExcludePaths', 'FingerprintOptions', 'HttpAnswer', 'IdempotencyContext',
+  'Interval', 'JsonValue', 'KeyRecord', 'Message', 'MiddlewareOptions', 'Outcome',
+  'OutboxConsumerOptions', 'Phase', 'PoisonMessageRecord', 'PoolClientLike', 'PoolLike',
+  'Position', 'QueryConfigLike', 'Queryable', 'QueryResultLike', 'Reservation',
+  'RequestOptions', 'ReserveOptions', 'Result', 'StoredAnswer',
+];
+
+const sorted = (names) => [...names].sort();
+
+// { values, types }: the names a declaration file exports (re-exports followed), as the
+// TypeScript compiler reads it.
+function declared(file) {
+  const path = fileURLToPath(new URL(`../${file}`, import.meta.url));
+  const program = ts.createProgram([path], { noEmit: true, types: ['node'] });
+  const checker = program.getTypeChecker();
+  const module = checker.getSymbolAtLocation(program.getSourceFile(path));
+  const values = [];
+  const types = [];
+  for (const symbol of checker.getExportsOfModule(module)) {
+    const target = symbol.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(symbol) : symbol;
+    (target.flags & ts.SymbolFlags.Value ? values : types).push(symbol.name);
+  }
+  return { values: sorted(values), types: sorted(types) };
+}
+
+test('index.js exports exactly the listed names', () => {
+  assert.deepEqual(sorted(Object.keys(api)), sorted(INDEX));
+});
+
+test('lib/action.js (@idempotency/client/action) exports exactly the listed names', () => {
+  assert.deepEqual(sorted(Object.keys(action)), sorted(ACTION));
+});
+
+test('index.d.ts declares exactly the listed names: the run-time ones as values', () => {
+  const { values, types } = declared('index.d.ts');
+  assert.deepEqual(values, sorted(INDEX));
+  assert.deepEqual(types, sorted(INDEX_TYPES));
+});
+
+test('action.d.ts declares exactly the listed names: the run-time ones as values', () => {
+  const { values, types } = declared('action.d.ts');
+  assert.deepEqual(values, sorted(ACTION));
+  assert.deepEqual(types, sorted(ACTION_TYPES));
+});
