@@ -32,6 +32,14 @@ IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
   python3-psycopg-pool python3-starlette python3-fastapi python3-httpx python3-flask
   python3-django python3-psycopg2"
 
+# Debian packages of the suites that install them when they run (scripts/test.sh's go, java
+# and browser suites, test/packaging/run.sh); .ci/run installs them all at once beforehand.
+GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
+JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
+BROWSER_PACKAGES="chromium"
+PACKAGING_PACKAGES="postgresql-server-dev-all debhelper lintian pgxnclient python3-build
+  python3-venv python3-setuptools python3-wheel unzip autopkgtest"
+
 # shellcheck source=scripts/majors.sh
 source "$IDEM_ROOT/scripts/majors.sh"
 # IDEM_PG picks the PostgreSQL major: 15 (Debian 12's own, the default), 17 or 18 (built from

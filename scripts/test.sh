@@ -318,7 +318,6 @@ run_clients_node() {
 # Debian's packages (/usr/share/gocode: pgx v4, lib/pq), which it installs when missing; no
 # module proxy is asked. The restart test restarts the test cluster (IDEM_GO_RESTART). Counts:
 # go test -v's top-level "--- PASS" / "--- FAIL" lines; a vet or build failure fails the suite.
-GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
 run_go() {
   local log=$LOGS/go.log rc=0 gopath=$IDEM_ROOT/build/gopath passed failed skipped missing
   local pkgs=(idempotency idempotency/pgxv4 idempotency-example-http-go) restart
@@ -357,7 +356,6 @@ run_go() {
 # offline with javac against /usr/share/java (clients/java/build.sh); installs its Debian
 # packages when missing. Counts: the console launcher's "tests successful" / "tests failed"
 # summary; a build failure fails the suite.
-JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
 run_java() {
   local log=$LOGS/java.log rc=0 passed failed skipped missing restart
   log "java: the Java client (javac, JUnit 5)"
@@ -406,7 +404,7 @@ run_browser() {
   log "browser: the order page in chromium (node --test)"
   rm -rf "$shots"
   {
-    install_missing chromium &&
+    install_missing $BROWSER_PACKAGES &&
       PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$IDEM_ROOT/scripts/npm_ci.sh" "$dir" &&
       tsql -d postgres -c 'SET client_min_messages = warning' \
         -c 'DROP DATABASE IF EXISTS http_browser WITH (FORCE)' -c 'CREATE DATABASE http_browser' &&

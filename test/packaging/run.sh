@@ -56,8 +56,7 @@ MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 PKG=postgresql-$MAJOR-idempotency
 
 check "the packaging tools are installed (postgresql-server-dev-all, debhelper, lintian, pgxnclient, python3-build, autopkgtest)" \
-  install_missing postgresql-server-dev-all debhelper lintian pgxnclient python3-build \
-  python3-venv python3-setuptools python3-wheel unzip autopkgtest || finish
+  install_missing $PACKAGING_PACKAGES || finish
 
 # --- README's install section, run as written ----------------------------------------------
 # readme_block N: the commands of the Nth sh block of README's "Installing into your own
