@@ -133,7 +133,7 @@ release() {
   done
 }
 check "release.sh: the .deb (its build ran the regression suite against the package), the zip, the wheel, the sdist, the npm tarball, SHA256SUMS" \
-  release || finish
+  timed_step "release.sh (dpkg-buildpackage with its regression run, the zip, the wheel, the sdist, npm pack)" release || finish
 DEB=$(ls "$DIST/${PKG}_$VERSION"-*.deb)
 
 # --- lintian -----------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ if check "README: $(readme_line 1 3) (the .deb release.sh built): the extension'
     grep -E '^installcheck +PASS' "$out/summary"
   }
   check "autopkgtest (debian/tests: installcheck) against the .deb, null virtualisation server" \
-    autopkgtest_null
+    timed_step "autopkgtest of the .deb (null virtualisation server)" autopkgtest_null
   purge() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get remove --purge -y "$PKG" || return 1
     local f left=0
