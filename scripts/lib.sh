@@ -32,6 +32,18 @@ IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
   python3-psycopg-pool python3-starlette python3-fastapi python3-httpx python3-flask
   python3-django python3-psycopg2"
 
+# Debian packages of the suites that install them when they run (scripts/test.sh's go, java
+# and browser suites, test/packaging/run.sh); .ci/run installs them all at once beforehand.
+# shellcheck disable=SC2034 # used by the scripts that source this file
+GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
+# shellcheck disable=SC2034
+JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
+# shellcheck disable=SC2034
+BROWSER_PACKAGES="chromium"
+# shellcheck disable=SC2034
+PACKAGING_PACKAGES="postgresql-server-dev-all debhelper lintian pgxnclient python3-build
+  python3-venv python3-setuptools python3-wheel unzip autopkgtest"
+
 # shellcheck source=scripts/majors.sh
 source "$IDEM_ROOT/scripts/majors.sh"
 # IDEM_PG picks the PostgreSQL major: 15 (Debian 12's own, the default), 17 or 18 (built from
@@ -60,11 +72,34 @@ as_pg() {
   if is_root; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
+# Setup steps' times (apt installs, npm ci, builds of PostgreSQL, Citus and the extension):
+# note_step NAME SECONDS appends "SECONDS<tab>NAME" to $IDEM_STEP_TIMES when it is set
+# (scripts/test.sh sets it; its summary and .ci/run's time table list them).
+note_step() {
+  [[ -z ${IDEM_STEP_TIMES:-} ]] || printf '%s\t%s\n' "$2" "$1" >>"$IDEM_STEP_TIMES" || true
+}
+# timed_step NAME COMMAND...: runs COMMAND, notes its time, returns its status.
+timed_step() {
+  local name=$1 started=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  note_step "$name" $((SECONDS - started))
+  return $rc
+}
+
+# Another apt or dpkg run holding the lock (a second test command, a build in the background)
+# is waited for rather than failed on.
+APT_LOCK_WAIT=(-o DPkg::Lock::Timeout=600)
 apt_updated=0
 apt_install() {
-  [[ $apt_updated == 1 ]] || { as_root apt-get update; apt_updated=1; }
-  as_root env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends "$@"
+  local what="apt-get install $*"
+  [[ ${#what} -le 72 ]] || what="${what:0:69}..."
+  [[ $apt_updated == 1 ]] || {
+    timed_step "apt-get update" as_root apt-get "${APT_LOCK_WAIT[@]}" update
+    apt_updated=1
+  }
+  timed_step "$what" as_root env DEBIAN_FRONTEND=noninteractive \
+    apt-get "${APT_LOCK_WAIT[@]}" install -y --no-install-recommends "$@"
 }
 
 # The packages of the list that are not installed yet.
@@ -111,7 +146,7 @@ ensure_packages() {
 # (Each step is chained: callers may run these functions where set -e is off.)
 build_and_install() {
   log "building the extension"
-  make -C "$IDEM_ROOT" -j2 PG_CONFIG="$PG_CONFIG" || return
+  timed_step "the extension's build" make -C "$IDEM_ROOT" -j2 PG_CONFIG="$PG_CONFIG" || return
   log "installing the extension"
   as_root make -C "$IDEM_ROOT" install PG_CONFIG="$PG_CONFIG"
 }
@@ -129,7 +164,8 @@ install_extension_with() {
   mkdir -p "$dir" &&
     tar -C "$IDEM_ROOT" --exclude='*.o' --exclude='*.so' -cf - Makefile idempotency.control src \
       extension | tar -C "$dir" -xpf - &&
-    make -s -C "$dir" -j2 PG_CONFIG="$config" IDEM_WERROR=1 "$@" >"$dir/build.log" 2>&1 &&
+    timed_step "the extension's build${1:+ with $1}" \
+      make -s -C "$dir" -j2 PG_CONFIG="$config" IDEM_WERROR=1 "$@" >"$dir/build.log" 2>&1 &&
     as_root make -s -C "$dir" install PG_CONFIG="$config" "$@" >>"$dir/build.log" 2>&1 ||
     { tail -n 30 "$dir/build.log" >&2; return 1; }
 }
@@ -235,10 +271,51 @@ CITUS_ARCHIVE=${IDEM_CITUS_ARCHIVE:-$IDEM_ROOT/../shared/vendor/citus-$CITUS_VER
 CITUS_BUILD_DEPS="libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev
   libxslt1-dev libpam0g-dev libreadline-dev"
 
+# build_citus: Citus built (not installed) for the major of $PG_CONFIG in a folder under
+# $IDEM_CACHE, once; 0 when it is (or now is), otherwise prints why not on stdout and returns
+# 1. Under a lock on that folder: a build that .ci/run started in the background and the citus
+# suite's never run into each other (the second waits, then finds the first one's build).
+build_citus() {
+  local major cache
+  major=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+  cache=$IDEM_CACHE/citus-$CITUS_VERSION-pg$major
+  mkdir -p "$IDEM_CACHE" || { echo "cannot create $IDEM_CACHE"; return 1; }
+  (
+    flock 8 || { echo "cannot lock $cache.lock"; exit 1; }
+    [[ -f $cache/.built ]] && exit 0
+    if [[ ! -f $CITUS_ARCHIVE ]]; then
+      echo "citus.so is not installed in $("$PG_CONFIG" --pkglibdir) and $CITUS_ARCHIVE does not exist"
+      exit 1
+    fi
+    local dep missing=()
+    # shellcheck disable=SC2086 # word splitting of the list is intended
+    for dep in $CITUS_BUILD_DEPS; do
+      dpkg-query -W -f='${Status}' "$dep" 2>/dev/null | grep -q 'install ok installed' ||
+        missing+=("$dep")
+    done
+    if [[ ${#missing[@]} -gt 0 ]]; then
+      log "installing Citus build dependencies: ${missing[*]}"
+      apt_install "${missing[@]}" >&2 || { echo "could not install ${missing[*]}"; exit 1; }
+    fi
+    log "building Citus $CITUS_VERSION in $cache (a few minutes)"
+    local started=$SECONDS
+    rm -rf "$cache" && mkdir -p "$cache" || { echo "cannot create $cache"; exit 1; }
+    if ! { tar -xzf "$CITUS_ARCHIVE" -C "$cache" --strip-components=1 &&
+      (cd "$cache" && ./configure --without-libcurl PG_CONFIG="$PG_CONFIG" &&
+        make -j2 with_llvm=no); } >"$cache/build.log" 2>&1; then
+      tail -n 20 "$cache/build.log" >&2
+      echo "building Citus failed (log: $cache/build.log)"
+      exit 1
+    fi
+    note_step "Citus $CITUS_VERSION build (PostgreSQL $major)" $((SECONDS - started))
+    touch "$cache/.built"
+  ) 8>"$cache.lock"
+}
+
 # ensure_citus: 0 when citus.so is (or now is) installed; otherwise prints why not on stdout
 # and returns 1.
 ensure_citus() {
-  local major libdir cache dep missing=()
+  local major libdir cache
   major=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
   if [[ $major -lt 14 || $major -gt 16 ]]; then
     echo "Citus $CITUS_VERSION supports PostgreSQL 14 to 16, this is PostgreSQL $major"
@@ -246,32 +323,8 @@ ensure_citus() {
   fi
   libdir=$("$PG_CONFIG" --pkglibdir)
   [[ -f $libdir/citus.so ]] && return 0
-  if [[ ! -f $CITUS_ARCHIVE ]]; then
-    echo "citus.so is not installed in $libdir and $CITUS_ARCHIVE does not exist"
-    return 1
-  fi
-  # shellcheck disable=SC2086 # word splitting of the list is intended
-  for dep in $CITUS_BUILD_DEPS; do
-    dpkg-query -W -f='${Status}' "$dep" 2>/dev/null | grep -q 'install ok installed' ||
-      missing+=("$dep")
-  done
-  if [[ ${#missing[@]} -gt 0 ]]; then
-    log "installing Citus build dependencies: ${missing[*]}"
-    apt_install "${missing[@]}" >&2 || { echo "could not install ${missing[*]}"; return 1; }
-  fi
+  build_citus || return 1
   cache=$IDEM_CACHE/citus-$CITUS_VERSION-pg$major
-  if [[ ! -f $cache/.built ]]; then
-    log "building Citus $CITUS_VERSION in $cache (a few minutes)"
-    rm -rf "$cache" && mkdir -p "$cache" || { echo "cannot create $cache"; return 1; }
-    if ! { tar -xzf "$CITUS_ARCHIVE" -C "$cache" --strip-components=1 &&
-      (cd "$cache" && ./configure --without-libcurl PG_CONFIG="$PG_CONFIG" &&
-        make -j2 with_llvm=no); } >"$cache/build.log" 2>&1; then
-      tail -n 20 "$cache/build.log" >&2
-      echo "building Citus failed (log: $cache/build.log)"
-      return 1
-    fi
-    touch "$cache/.built"
-  fi
   log "installing Citus $CITUS_VERSION into $libdir"
   as_root make -C "$cache" install with_llvm=no >"$cache/install.log" 2>&1 || {
     echo "installing Citus failed (log: $cache/install.log)"

@@ -67,8 +67,14 @@ fetch_checked() {
 
 # fetch_source SUITE PACKAGE DEST: the upstream tarball of a Debian source package, checked
 # against the archive's SHA-256 and unpacked into DEST (replaced). Only the .orig tarball is
-# fetched: the build uses upstream's source, without Debian's packaging.
+# fetched: the build uses upstream's source, without Debian's packaging. One at a time (a lock
+# in $IDEM_CACHE/apt): the private package lists and download folder are shared by builds that
+# may run side by side (.ci/run builds in the background while tests run).
 fetch_source() {
+  mkdir -p "$IDEM_CACHE/apt" || return
+  (flock 9 && fetch_source_locked "$@") 9>"$IDEM_CACHE/apt/.lock"
+}
+fetch_source_locked() {
   local suite=$1 pkg=$2 dest=$3 apt_dir=$IDEM_CACHE/apt mirror opts line uri file sum
   mirror=$(debian_mirror)
   if [[ -z $mirror ]]; then
@@ -106,14 +112,26 @@ fetch_source() {
     tar -xf "$apt_dir/download/$file" -C "$dest" --strip-components=1
 }
 
-# build_pg_major MAJOR: PostgreSQL MAJOR with contrib, pg_regress and the isolation tester,
-# built with injection points and their test module (the `faults` suite drives the extension's
-# own points with them), and the extensions of IDEM_EXTENSION_SOURCES, installed under
-# $IDEM_CACHE/pgMAJOR. Each part is built once (a stamp file marks it done), so an interrupted
-# build resumes where it stopped; a build from before injection points has an older stamp and
-# is made again.
+# The contrib modules the suites use on 17 and 18: amcheck (regress direct_storage, scripted
+# wal_consistency), dblink (regress outbox, wait_committed), test_decoding (named in
+# output_plugin_libraries), pg_stat_statements and pg_prewarm (bench/). The others (some fifty)
+# are not built: a tenth of the build's time.
+IDEM_PG_CONTRIB="amcheck dblink pg_prewarm pg_stat_statements test_decoding"
+
+# build_pg_major MAJOR: PostgreSQL MAJOR (the server, its programs and libraries: no docs) with
+# the contrib modules of IDEM_PG_CONTRIB, pg_regress and the isolation tester, built with
+# injection points and their test module (the `faults` suite drives the extension's own points
+# with them), and the extensions of IDEM_EXTENSION_SOURCES, installed under $IDEM_CACHE/pgMAJOR.
+# Each part is built once (a stamp file marks it done), so an interrupted build resumes where
+# it stopped; a build from before injection points has an older stamp and is made again.
+# Under a lock per major: a second build of the same major (.ci/run's in the background, a test
+# command's) waits for the first and then finds it done.
 build_pg_major() {
-  local major=$1 prefix src suite pkg
+  mkdir -p "$IDEM_CACHE" || return
+  (flock 8 && build_pg_major_locked "$1") 8>"$IDEM_CACHE/.pg$1.lock"
+}
+build_pg_major_locked() {
+  local major=$1 prefix src suite pkg started=$SECONDS contrib
   prefix=$(pg_major_prefix "$major")
   if [[ ! -f $prefix/.built-postgresql-injection-points ]]; then
     rm -rf "$prefix"
@@ -121,16 +139,24 @@ build_pg_major() {
     # shellcheck disable=SC2086 # one package a word
     install_missing $IDEM_PG_BUILD_PACKAGES || return
     src=$IDEM_CACHE/src/$pkg
-    fetch_source "$suite" "$pkg" "$src" || return
+    timed_step "PostgreSQL $major: source download" fetch_source "$suite" "$pkg" "$src" || return
     log "building PostgreSQL $major into $prefix (a few minutes)"
+    started=$SECONDS
     (cd "$src" && ./configure --prefix="$prefix" --without-icu --with-openssl --enable-debug \
       --enable-injection-points CFLAGS="-O2 -g" >configure.log &&
-      make -s -j2 world-bin >build.log 2>&1 &&
-      make -s install-world-bin >install.log 2>&1 &&
+      make -s -j2 >build.log 2>&1 &&
+      for contrib in $IDEM_PG_CONTRIB; do
+        make -s -j2 -C "contrib/$contrib" >>build.log 2>&1 || exit
+      done &&
+      make -s install >install.log 2>&1 &&
+      for contrib in $IDEM_PG_CONTRIB; do
+        make -s -C "contrib/$contrib" install >>install.log 2>&1 || exit
+      done &&
       make -s -C src/test/regress install >>install.log 2>&1 &&
       make -s -C src/test/isolation install >>install.log 2>&1 &&
       make -s -C src/test/modules/injection_points install >>install.log 2>&1) ||
       { echo "error: building PostgreSQL $major failed (logs in $src)" >&2; return 1; }
+    note_step "PostgreSQL $major: configure, build, install" $((SECONDS - started))
     chmod -R a+rX "$IDEM_CACHE" && touch "$prefix/.built-postgresql-injection-points"
   fi
   local source
@@ -148,9 +174,11 @@ build_pgxs_source() {
   src=$IDEM_CACHE/src/$pkg-$(basename "$prefix")
   fetch_source "$suite" "$pkg" "$src" || return
   log "building $pkg for $("$prefix/bin/pg_config" --version)"
+  local started=$SECONDS
   (cd "$src" && make -s -j2 PG_CONFIG="$prefix/bin/pg_config" >build.log 2>&1 &&
     make -s PG_CONFIG="$prefix/bin/pg_config" install >install.log 2>&1) ||
     { echo "error: building $pkg failed (logs in $src)" >&2; return 1; }
+  note_step "$pkg: build, install ($(basename "$prefix"))" $((SECONDS - started))
   chmod -R a+rX "$prefix" && touch "$prefix/.built-$pkg"
 }
 

@@ -13,6 +13,9 @@ fi
 echo "==> $1: npm ci"
 if npm ci --no-audit --no-fund --prefer-offline; then
   echo "$lock_sum" >"$stamp"
+  # Its time, for the test command's summary (see note_step in scripts/lib.sh).
+  [[ -z ${IDEM_STEP_TIMES:-} ]] ||
+    printf '%s\tnpm ci %s\n' "$SECONDS" "${1#"${IDEM_ROOT:-}"/}" >>"$IDEM_STEP_TIMES" || true
 else
   echo "npm ci failed in $1" >&2
   exit 1

@@ -44,9 +44,11 @@ timed() {
 
 # record SUITE PASSED FAILED [NOTE]: with the seconds since the suite (or its last record)
 # began.
+SUITES_SECONDS=0
 record() {
   local secs=$((SECONDS - SUITE_STARTED))
   SUITE_STARTED=$SECONDS
+  SUITES_SECONDS=$((SUITES_SECONDS + secs))
   PASSED=$((PASSED + $2))
   FAILED=$((FAILED + $3))
   RESULTS+=("$(printf '%-18s %4d passed, %d failed %6ds%s' "$1" "$2" "$3" "$secs" "${4:+  ($4)}")")
@@ -316,7 +318,6 @@ run_clients_node() {
 # Debian's packages (/usr/share/gocode: pgx v4, lib/pq), which it installs when missing; no
 # module proxy is asked. The restart test restarts the test cluster (IDEM_GO_RESTART). Counts:
 # go test -v's top-level "--- PASS" / "--- FAIL" lines; a vet or build failure fails the suite.
-GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
 run_go() {
   local log=$LOGS/go.log rc=0 gopath=$IDEM_ROOT/build/gopath passed failed skipped missing
   local pkgs=(idempotency idempotency/pgxv4 idempotency-example-http-go) restart
@@ -355,7 +356,6 @@ run_go() {
 # offline with javac against /usr/share/java (clients/java/build.sh); installs its Debian
 # packages when missing. Counts: the console launcher's "tests successful" / "tests failed"
 # summary; a build failure fails the suite.
-JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
 run_java() {
   local log=$LOGS/java.log rc=0 passed failed skipped missing restart
   log "java: the Java client (javac, JUnit 5)"
@@ -404,7 +404,7 @@ run_browser() {
   log "browser: the order page in chromium (node --test)"
   rm -rf "$shots"
   {
-    install_missing chromium &&
+    install_missing $BROWSER_PACKAGES &&
       PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$IDEM_ROOT/scripts/npm_ci.sh" "$dir" &&
       tsql -d postgres -c 'SET client_min_messages = warning' \
         -c 'DROP DATABASE IF EXISTS http_browser WITH (FORCE)' -c 'CREATE DATABASE http_browser' &&
@@ -602,6 +602,9 @@ stop_test_cluster() {
 
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
+# The setup steps' times (apt installs, npm ci, builds), listed in the summary.
+export IDEM_STEP_TIMES=$LOGS/steps
+: >"$IDEM_STEP_TIMES"
 if ! ensure_packages; then
   echo "0 passed, 1 failed"
   exit 1
@@ -645,8 +648,9 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
       [[ -x $t ]] || continue
       [[ -z ${IDEM_SCRIPTED:-} || " $IDEM_SCRIPTED " == *" $(basename "$t" .sh) "* ]] || continue
       # A test marked "# idem: same on every major" (core fuzzing, packaging, the 15 -> 18
-      # moves) or "# idem: 15 only: WHY" (a tool packaged for 15 only) is run by the run
-      # against 15; another major's summary names it.
+      # moves, the benchmark scripts, the pinned settings) or "# idem: 15 only: WHY" (a tool
+      # packaged for 15 only) is run by the run against 15; another major's summary names it.
+      # The reasons the others depend on the major: .ci/run's head comment.
       marker=$(sed -nE 's/^# idem: (same on every major|15 only: [^(]*).*/\1/p' "$t" | head -n1)
       if [[ ${IDEM_PG:-15} != 15 && -z ${IDEM_SCRIPTED:-} && -n $marker ]]; then
         elsewhere+=("$(basename "$t" .sh) (${marker% })")
@@ -686,6 +690,14 @@ echo "=== summary (logs in ${LOGS#"$IDEM_ROOT"/})"
 printf '%s\n' "${RESULTS[@]}"
 if [[ -s $LOGS/timings ]]; then
   echo "slowest tests (seconds): $(sort -rn "$LOGS/timings" | head -n 8 | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $3, $1}')"
+fi
+# Where the time outside the suites went, and the setup steps inside them (summed by name).
+echo "outside the suites: $((SECONDS - SUITES_SECONDS))s (packages, builds of PostgreSQL and the extension, the test cluster)"
+if [[ -s $IDEM_STEP_TIMES ]]; then
+  echo "setup steps (seconds, in the suite or the setup that ran them): $(awk -F'\t' '
+    { s[$2] += $1; n[$2]++ }
+    END { for (k in s) if (s[k] > 0) printf "%d\t%s%s\n", s[k], k, (n[k] > 1 ? " (" n[k] " times)" : "") }' \
+    "$IDEM_STEP_TIMES" | sort -rn | awk -F'\t' '{ printf "%s%s %s", (NR > 1 ? "; " : ""), $2, $1 }')"
 fi
 echo "total ${SECONDS}s${IDEM_BUSY_CORES:+ (with $IDEM_BUSY_CORES busy cores)}"
 echo "$PASSED passed, $FAILED failed" # the last line, as .ci/run reads it

@@ -6,16 +6,21 @@
 #    PGXN zip, the wheel, the sdist and the npm tarball, with SHA-256 sums;
 #  - lintian: no error, and each warning kept is listed with its reason in
 #    docs/development.md ("Packages");
-#  - with the checkout's own `make install` removed: apt-get install ./…deb, a cluster that
-#    loads only the package's files, CREATE EXTENSION, the regression suite, the Python client
-#    (from the wheel) and the Node client (from the tarball) against it, ALTER EXTENSION
-#    UPDATE of a database made at 0.2.0 by the packaged scripts; apt-get remove --purge leaves
-#    none of the package's files;
-#  - pgxnclient installs the zip (pgxn install ./idempotency-<version>.zip) and the extension
-#    creates; then it is uninstalled again;
+#  - with the checkout's own `make install` removed: the .deb installed by README's command, a
+#    cluster that loads only the package's files, CREATE EXTENSION, the regression suite, the
+#    Python client (from the wheel) and the Node client (from the tarball) against it, ALTER
+#    EXTENSION UPDATE of a database made at 0.2.0 by the packaged scripts; the package's
+#    autopkgtest (debian/tests) as Debian runs it, `autopkgtest … -- null` against the .deb;
+#    apt-get remove --purge leaves none of the package's files;
+#  - README's PGXN commands: make dist, then pgxnclient installs the zip (pgxn install
+#    ./idempotency-*.zip) and the extension creates; then it is uninstalled again;
 #  - the wheel and the sdist install into fresh venvs and import; the npm tarball installs into
 #    an empty project and both entry points import;
-#  - at the end the checkout's own build is installed again, as before the suite.
+#  - at the end the checkout's own build is installed again by README's "From source" commands,
+#    as before the suite.
+# README's install section ("Installing into your own server") is run as written: each command
+# of its three blocks is run here (sudo dropped, apt answering yes), but dpkg-buildpackage,
+# which release.sh runs on an export of the tree.
 # Prints "ok …" / "FAILED …" per check and ends with "packaging: N passed, M failed".
 # IDEM_PG15_LOCK=FILE: hold flock on FILE while the system's PostgreSQL is changed (a machine
 # shared by several checkouts).
@@ -50,9 +55,54 @@ VERSION=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" idempotency.control)
 MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 PKG=postgresql-$MAJOR-idempotency
 
-check "the packaging tools are installed (postgresql-server-dev-all, debhelper, lintian, pgxnclient, python3-build)" \
-  install_missing postgresql-server-dev-all debhelper lintian pgxnclient python3-build \
-  python3-venv python3-setuptools python3-wheel unzip || finish
+check "the packaging tools are installed (postgresql-server-dev-all, debhelper, lintian, pgxnclient, python3-build, autopkgtest)" \
+  install_missing $PACKAGING_PACKAGES || finish
+
+# --- README's install section, run as written ----------------------------------------------
+# readme_block N: the commands of the Nth sh block of README's "Installing into your own
+# server" (1: the Debian package, 2: PGXN, 3: from source), a leading sudo and comments
+# dropped, one a line.
+readme_block() {
+  awk -v n="$1" '
+    /^## / { section = ($0 == "## Installing into your own server"); next }
+    section && /^```sh$/ { block++; inside = (block == n); next }
+    section && /^```$/ { inside = 0; next }
+    inside {
+      sub(/[ \t]+#.*$/, ""); sub(/^sudo /, ""); gsub(/ && sudo /, " \\&\\& "); print
+    }' "$IDEM_ROOT/README.md"
+}
+# readme_line N K: the Kth command of block N.
+readme_line() { readme_block "$1" | sed -n "${2}p"; }
+# readme_run DIR COMMAND: one of README's commands, run in DIR as root (the block's sudo), apt
+# answering yes as a person at the terminal would, make with -j2.
+printf 'APT::Get::Assume-Yes "true";\nDPkg::Lock::Timeout "600";\n' >"$WORK/apt.conf"
+readme_run() {
+  echo "README: (cd $1 && $2)"
+  (cd "$1" && as_root env APT_CONFIG="$WORK/apt.conf" DEBIAN_FRONTEND=noninteractive \
+    MAKEFLAGS=-j2 bash -c "$2")
+}
+readme_shape() {
+  local want=(3 3 2) n k
+  for n in 1 2 3; do
+    k=$(readme_block "$n" | grep -c .)
+    [[ $k == "${want[n - 1]}" ]] || { echo "README's install block $n has $k commands, not ${want[n - 1]}:"; readme_block "$n"; return 1; }
+  done
+  readme_block 1 | sed -n 2p | grep -qx 'dpkg-buildpackage -us -uc -b' &&
+    grep -qF '&& dpkg-buildpackage -us -uc -b)' scripts/release.sh ||
+    { echo "README's dpkg-buildpackage line is not release.sh's"; return 1; }
+}
+check "README's install section: three blocks, whose dpkg-buildpackage is release.sh's" readme_shape || finish
+# The Debian block's first command (the package's Build-Depends) in the checkout, and the PGXN
+# and source blocks' package installs.
+# (It installs postgresql-all, the servers the package build tests against: under
+# IDEM_PG15_LOCK, as it changes the system's PostgreSQL.)
+with_pg15_lock() {
+  if [[ -z ${IDEM_PG15_LOCK:-} ]]; then "$@"; else (flock 7 && "$@") 7>"$IDEM_PG15_LOCK"; fi
+}
+check "README: $(readme_line 1 1) (in the checkout)" \
+  with_pg15_lock readme_run "$IDEM_ROOT" "$(readme_line 1 1)" || finish
+check "README: $(readme_line 2 1)" readme_run "$IDEM_ROOT" "$(readme_line 2 1)"
+check "README: $(readme_line 3 1)" readme_run "$IDEM_ROOT" "$(readme_line 3 1)"
 
 # --- release.sh's check, on a copy of the tree with one marker changed ------------------------
 mismatch() {
@@ -83,7 +133,7 @@ release() {
   done
 }
 check "release.sh: the .deb (its build ran the regression suite against the package), the zip, the wheel, the sdist, the npm tarball, SHA256SUMS" \
-  release || finish
+  timed_step "release.sh (dpkg-buildpackage with its regression run, the zip, the wheel, the sdist, npm pack)" release || finish
 DEB=$(ls "$DIST/${PKG}_$VERSION"-*.deb)
 
 # --- lintian -----------------------------------------------------------------------------------
@@ -109,7 +159,14 @@ fi
 SHAREDIR=$("$PG_CONFIG" --sharedir)/extension
 LIBDIR=$("$PG_CONFIG" --pkglibdir)
 ours() { ls "$LIBDIR"/idempotency.so "$SHAREDIR"/idempotency.control "$SHAREDIR"/idempotency--*.sql 2>/dev/null; }
+# The checkout's own build installed again: README's "From source" make line when `pg_config`
+# is this server's (else, and should that fail, the test command's own build and install).
 restore() {
+  if [[ $(pg_config --bindir 2>/dev/null) == "$PGBIN" ]] &&
+    check "README: $(readme_line 3 2) (the checkout's own build installed again)" \
+      readme_run "$IDEM_ROOT" "$(readme_line 3 2)"; then
+    return 0
+  fi
   check "the checkout's own build is installed again" build_and_install
 }
 
@@ -120,10 +177,11 @@ uninstall_checkout() {
 check "the checkout's make install removed: no idempotency file in $LIBDIR or $SHAREDIR" \
   uninstall_checkout || { restore; finish; }
 
-# apt-get install ./PKG.deb: then every file of the extension in the server's folders is the
+# README's apt-get install ../PKG_*.deb, from a folder beside the .deb as a clone is beside
+# dpkg-buildpackage's output: then every file of the extension in the server's folders is the
 # package's (dpkg -S names it).
 install_deb() {
-  apt_install "$DEB" || return 1
+  mkdir -p "$DIST/clone" && readme_run "$DIST/clone" "$(readme_line 1 3)" || return 1
   local f
   for f in $(ours); do
     dpkg -S "$f" | grep -q "^$PKG: " || { echo "$f is not the package's"; return 1; }
@@ -133,7 +191,7 @@ install_deb() {
 cluster_setup test-cluster/packaging 54498
 PKG_DATA=$CLUSTER_DATA PKG_PORT=$CLUSTER_PORT PKG_SOCK=$CLUSTER_SOCK
 pq() { cluster_psql "$PKG_DATA" "$PKG_PORT" "$PKG_SOCK" -qAt "$@"; }
-if check "apt-get install ./$(basename "$DEB"): the extension's files are the package's" install_deb; then
+if check "README: $(readme_line 1 3) (the .deb release.sh built): the extension's files are the package's" install_deb; then
   dpkg -L "$PKG" | sort >"$WORK/package-files"
   if check "a cluster preloading the packaged library starts" \
     eval 'cluster_init "$PKG_DATA" "$PKG_PORT" "$PKG_SOCK" "fsync = off" && cluster_start "$PKG_DATA"'; then
@@ -179,6 +237,19 @@ if check "apt-get install ./$(basename "$DEB"): the extension's files are the pa
     check "ALTER EXTENSION idempotency UPDATE takes a database made at 0.2.0 to $VERSION" update
   fi
   cluster_stop "$PKG_DATA" >/dev/null 2>&1 || true
+  # The package's autopkgtest (debian/tests/control: installcheck), the way Debian's CI runs
+  # it, on this machine (the null virtualisation server): autopkgtest installs the test's
+  # Depends and the .deb given, then runs debian/tests/installcheck as root in a copy of the
+  # source tree. Exit 0: every test passed (2 would be a skipped test, 4 a failed one).
+  autopkgtest_null() {
+    local src=$WORK/autopkgtest-src out=$WORK/autopkgtest-out
+    rm -rf "$src" "$out" && mkdir -p "$src" &&
+      (git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -C "$src" -xf - &&
+      as_root autopkgtest --output-dir "$out" "$DEB" "$src" -- null || return 1
+    grep -E '^installcheck +PASS' "$out/summary"
+  }
+  check "autopkgtest (debian/tests: installcheck) against the .deb, null virtualisation server" \
+    timed_step "autopkgtest of the .deb (null virtualisation server)" autopkgtest_null
   purge() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get remove --purge -y "$PKG" || return 1
     local f left=0
@@ -193,20 +264,28 @@ if check "apt-get install ./$(basename "$DEB"): the extension's files are the pa
   check "apt-get remove --purge $PKG leaves none of its files" purge
 fi
 
-# --- PGXN: Debian's pgxnclient installs the zip ---------------------------------------------
+# --- PGXN: README's make dist, then Debian's pgxnclient installs the zip ----------------------
+# In the checkout, as README says; `pg_config` on the PATH must be this server's (on another
+# machine, pgxn's --pg_config names it).
 pgxn_install() {
-  (cd "$DIST" && as_root pgxn install --pg_config "$PG_CONFIG" "./idempotency-$VERSION.zip") || return 1
+  local pgxn_opts=""
+  [[ $(pg_config --bindir 2>/dev/null) == "$PGBIN" ]] || pgxn_opts=" --pg_config $PG_CONFIG"
+  rm -f "$IDEM_ROOT"/idempotency-*.zip
+  readme_run "$IDEM_ROOT" "$(readme_line 2 2)" || return 1
+  [[ -f $IDEM_ROOT/idempotency-$VERSION.zip ]] || { echo "make dist wrote no idempotency-$VERSION.zip"; return 1; }
+  readme_run "$IDEM_ROOT" "$(readme_line 2 3 | sed "s| install | install$pgxn_opts |")" || return 1
   [[ -f $LIBDIR/idempotency.so && -f $SHAREDIR/idempotency.control ]] || return 1
   cluster_init "$PKG_DATA" "$PKG_PORT" "$PKG_SOCK" "fsync = off" && cluster_start "$PKG_DATA" || return 1
   local rc=0
   pq -d postgres -c 'CREATE EXTENSION idempotency' &&
     [[ $(pq -d postgres -c "SELECT outcome FROM idempotency.reserve('s', 'k', NULL)") == new ]] || rc=1
   cluster_stop "$PKG_DATA" >/dev/null 2>&1 || true
-  (cd "$DIST" && as_root pgxn uninstall --pg_config "$PG_CONFIG" "./idempotency-$VERSION.zip") || rc=1
+  (cd "$IDEM_ROOT" && as_root pgxn uninstall --pg_config "$PG_CONFIG" "./idempotency-$VERSION.zip") || rc=1
+  rm -f "$IDEM_ROOT/idempotency-$VERSION.zip"
   [[ -z $(ours) ]] || { echo "left after pgxn uninstall:"; ours; rc=1; }
   return $rc
 }
-check "pgxn install ./idempotency-$VERSION.zip (Debian's pgxnclient): the extension creates; pgxn uninstall removes it" pgxn_install
+check "README: $(readme_line 2 2); $(readme_line 2 3) (Debian's pgxnclient): the extension creates; pgxn uninstall removes it" pgxn_install
 restore
 [[ -z ${IDEM_PG15_LOCK:-} ]] || exec 9>&-
 

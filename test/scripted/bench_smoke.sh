@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# idem: same on every major (the benchmark scripts; the IDEM_PG=15 run runs it, see .ci/run)
 # Keeps the benchmark commands working: bench/run.sh --smoke (a few seconds, its own cluster,
 # report under bench/out/smoke/) must run every workload and print every target line;
 # bench/clients.sh --smoke must measure both clients with both bodies (its own checks: each

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# idem: same on every major (whether each test file sets the settings it depends on; the IDEM_PG=15 run runs it, see .ci/run)
 # `make installcheck` (the regression and isolation suites) against a server where every
 # idempotency.* setting has a non-default value: each test sets what it depends on. A setting
 # added later and not listed below fails this test until it is given a non-default value here.
