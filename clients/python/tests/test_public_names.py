@@ -6,15 +6,16 @@ import types
 import pg_idempotency
 
 PUBLIC = [
-    "Answer", "ArraySubscriptError", "Attempt", "BY_SQLSTATE", "CLIENT_VERSION", "Claim",
-    "ConnectionLost", "DuplicateObject", "EXTENSION_VERSIONS", "ExtensionVersionError",
-    "FeatureNotSupported", "IdempotencyError", "InvalidJson", "InvalidParameterValue", "KeyEmpty",
+    "Answer", "ArraySubscriptError", "Attempt", "BY_SQLSTATE", "CLIENT_VERSION",
+    "CardinalityViolation", "Claim", "ConnectionLost", "DuplicateObject", "EXTENSION_VERSIONS", "ExtensionVersionError",
+    "FeatureNotSupported", "IdempotencyError", "InvalidJson",
+    "InvalidTransactionTermination", "InvalidParameterValue", "KeyEmpty",
     "KeyInProgress", "KeyMalformed", "KeyMismatch", "KeyTooLong", "KeyTooOld",
     "KeyUntranslatable", "LockNotAvailable", "Lsn", "Message", "NullValueNotAllowed",
-    "ObjectNotInPrerequisiteState", "OutboxConsumer", "OutcomeError", "PoisonMessage",
+    "ObjectInUse", "ObjectNotInPrerequisiteState", "OutboxConsumer", "OutcomeError", "PoisonMessage",
     "PositionBelowWatermark", "ProgramLimitExceeded", "QueryCanceled", "ReadOnlySqlTransaction",
     "Reservation", "Result", "ResultConflict", "SequenceGeneratorLimitExceeded",
-    "SerializationFailure", "StaleAttempt", "TransactionAborted", "TransactionOpen",
+    "SerializationFailure", "StaleAttempt", "StatementSyntaxError", "TransactionAborted", "TransactionOpen",
     "UndefinedObject", "UntranslatableCharacter", "accept", "answer_for", "apply_once",
     "canonical_json", "canonical_number", "check_extension", "check_names", "checkpoint",
     "claim", "claim_once", "complete", "consume_once", "emit", "execute", "fail", "fingerprint",
