@@ -306,8 +306,10 @@ run_clients_node() {
   log "clients: Node (node --test)"
   {
     "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/clients/node" &&
+      # --test-timeout bounds each file as well as each test: the encoding matrix's file takes
+      # up to two minutes on a loaded machine.
       (cd "$IDEM_ROOT/clients/node" && PGDATABASE=postgres timeout -k 10 "$TIMEOUT" \
-        node --test --test-reporter=tap --test-concurrency=1 --test-timeout=120000 \
+        node --test --test-reporter=tap --test-concurrency=1 --test-timeout=600000 \
           test/*.test.js)
   } >"$log" 2>&1 </dev/null || rc=$?
   record_node_tap clients-node "$log" "$rc"
