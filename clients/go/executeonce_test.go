@@ -293,6 +293,13 @@ func TestMiddlewareStatement(t *testing.T) {
 		if a := post(t, srv.URL, bad, "application/json", `{"item": "ab"}`); a.status != 201 || countOrders(t, db, "acct_mw", bad) != 1 {
 			t.Fatalf("after the error: %+v", a)
 		}
+		// a statement without parameters (no Params function), and another status
+		plain := httptest.NewServer(c.Middleware(idempotency.MiddlewareOptions{Scope: scopeFromHeader,
+			Statement: &idempotency.StatementOptions{SQL: "SELECT 1 AS one", Status: 200}})(nil))
+		defer plain.Close()
+		if a := post(t, plain.URL, newKey("plain"), "application/json", `{}`); a.status != 200 || a.body != `{"one":1}` {
+			t.Fatalf("no params: %+v", a)
+		}
 	})
 }
 

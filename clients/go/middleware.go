@@ -192,11 +192,11 @@ type MiddlewareOptions struct {
 
 // StatementOptions: the statement of Middleware's Statement option (one SELECT, INSERT,
 // UPDATE, DELETE or MERGE with $1, $2, ...), Params: its parameters from the request and
-// its body (converted as StatementParams says; an error is answered 400 invalid_request),
-// and Status: the status of its answer (0: 201). A new key is answered with that status and
-// the statement's response as the JSON body (its one row as a JSON object, a single json /
-// jsonb column as it is; no row: an empty body); a retry gets the same answer with
-// Idempotent-Replayed: true. An error of the statement answers 500 and leaves the key new; a
+// its body (converted as StatementParams says; an error is answered 400 invalid_request; nil
+// for a statement without parameters), and Status: the status of its answer (0: 201). A new
+// key is answered with that status and the statement's response as the JSON body (its one row
+// as a JSON object, a single json / jsonb column as it is; no row: an empty body); a retry
+// gets the same answer with Idempotent-Replayed: true. An error of the statement answers 500 and leaves the key new; a
 // server without execute_once answers 500 and logs ErrUndefinedFunction naming it.
 type StatementOptions struct {
 	SQL    string
@@ -568,10 +568,13 @@ func writeStored(w http.ResponseWriter, reservation *Reservation, o MiddlewareOp
 func (c *Client) serveStatement(w http.ResponseWriter, r *http.Request, o MiddlewareOptions, scope, key string,
 	hash, body []byte) {
 	st := o.Statement
-	params, err := st.Params(r, body)
-	if err != nil {
-		WriteAnswer(w, problem(400, "invalid_request", err.Error(), nil))
-		return
+	var params []interface{}
+	if st.Params != nil { // none: a statement without parameters
+		var err error
+		if params, err = st.Params(r, body); err != nil {
+			WriteAnswer(w, problem(400, "invalid_request", err.Error(), nil))
+			return
+		}
 	}
 	reservation, err := ExecuteOnce(r.Context(), c.DB, scope, key, hash, st.SQL, params,
 		ExecuteOptions{StatusCode: st.Status, ReserveOptions: o.ReserveOptions})
