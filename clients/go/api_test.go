@@ -141,6 +141,7 @@ const CodeSerializationFailure
 const CodeStaleAttempt
 const CodeTransactionAborted
 const CodeTransactionOpen
+const CodeUndefinedFunction
 const CodeUndefinedObject
 const CodeUntranslatableCharacter
 const MaxDepth
@@ -170,6 +171,8 @@ field Error.Detail
 field Error.Err
 field Error.Hint
 field Error.Message
+field ExecuteOptions.ReserveOptions
+field ExecuteOptions.StatusCode
 field ExternalOptions.FailWith
 field ExternalOptions.Finish
 field KeyHeaderError.Code
@@ -184,7 +187,11 @@ field MiddlewareOptions.ReplayHeaders
 field MiddlewareOptions.Request
 field MiddlewareOptions.ReserveOptions
 field MiddlewareOptions.Scope
+field MiddlewareOptions.Statement
 field MiddlewareOptions.Store
+field OneStatement.Params
+field OneStatement.SQL
+field OneStatement.StatusCode
 field OutcomeError.Key
 field OutcomeError.Outcome
 field OutcomeError.Reservation
@@ -230,6 +237,9 @@ field Result.Response
 field Result.StatusCode
 field Statement.Args
 field Statement.SQL
+field StatementOptions.Params
+field StatementOptions.SQL
+field StatementOptions.Status
 field StatementResult.Rows
 field StatementResult.Tag
 func Accept
@@ -241,6 +251,7 @@ func Checkpoint
 func ClaimFrom
 func ClaimOnce
 func Complete
+func ExecuteOnce
 func Fail
 func Fingerprint
 func FingerprintValue
@@ -256,7 +267,9 @@ func RegisterPipeliner
 func ReplayOf
 func Reserve
 func ReserveBegin
+func RunOnceStatementTx
 func RunOnceTx
+func StatementParams
 func StoredAnswer
 func TxFrom
 func Watermark
@@ -267,6 +280,7 @@ method Client.ConsumeOnce
 method Client.Middleware
 method Client.RunExternal
 method Client.RunOnce
+method Client.RunOnceStatement
 method Error.Error
 method Error.HTTPStatus
 method Error.Is
@@ -289,11 +303,13 @@ type Claim
 type ClaimOnceOptions
 type Client
 type Error
+type ExecuteOptions
 type ExternalOptions
 type Features
 type KeyHeaderError
 type KeyMalformedError
 type MiddlewareOptions
+type OneStatement
 type OutcomeError
 type Pipeliner
 type Position
@@ -306,6 +322,7 @@ type Reservation
 type ReserveOptions
 type Result
 type Statement
+type StatementOptions
 type StatementResult
 type Work
 var ErrConnectionLost
@@ -329,5 +346,6 @@ var ErrSerializationFailure
 var ErrStaleAttempt
 var ErrTransactionAborted
 var ErrTransactionOpen
+var ErrUndefinedFunction
 var ErrUndefinedObject
 `

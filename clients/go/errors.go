@@ -35,6 +35,7 @@ const (
 	CodeUntranslatableCharacter      = "22P05" // \u0000 in a jsonb value
 	CodeTransactionAborted           = "25P02"
 	CodeTransactionOpen              = "25001"
+	CodeUndefinedFunction            = "42883" // a function the server lacks (execute_once before 0.3.0)
 	CodeConnectionLost               = "08006"
 )
 
@@ -108,6 +109,7 @@ var (
 	ErrInvalidJSON                  = &Error{Code: CodeInvalidJSON}
 	ErrTransactionAborted           = &Error{Code: CodeTransactionAborted}
 	ErrTransactionOpen              = &Error{Code: CodeTransactionOpen}
+	ErrUndefinedFunction            = &Error{Code: CodeUndefinedFunction}
 	// ErrConnectionLost: the connection broke (the server restarted or was stopped, the
 	// backend was terminated, the network cut it, or no connection could be made). The
 	// transaction in flight was rolled back by the server, unless the break came during

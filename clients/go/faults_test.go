@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -85,10 +86,10 @@ func TestFaultBackendTerminatedDuringWork(t *testing.T) {
 
 // retryUntilFinal sends one key until the answer is final (not 409 / 503), as a client that
 // keeps its key does.
-func retryUntilFinal(t testing.TB, url, key string) answer {
+func retryUntilFinal(t testing.TB, url, key, body string) answer {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		a, err := tryPost(url, key)
+		a, err := tryPost(url, key, body)
 		if err == nil && a.status != 409 && a.status != 503 {
 			return a
 		}
@@ -100,16 +101,20 @@ func retryUntilFinal(t testing.TB, url, key string) answer {
 	}
 }
 
-func tryPost(url, key string) (answer, error) {
-	req, _ := http.NewRequest("POST", url, nil)
+func tryPost(url, key, body string) (answer, error) {
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("X-Account", "acct_mw")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return answer{}, err
 	}
 	defer res.Body.Close()
-	return answer{status: res.StatusCode, header: res.Header}, nil
+	b, err := io.ReadAll(res.Body)
+	return answer{status: res.StatusCode, header: res.Header, body: string(b)}, err
 }
 
 // The server restarts (IDEM_GO_RESTART: the command, from scripts/test.sh) while 8 clients
@@ -141,7 +146,7 @@ func TestFaultServerRestart(t *testing.T) {
 					mu.Lock()
 					keys = append(keys, key)
 					mu.Unlock()
-					if a := retryUntilFinal(t, srv.URL, key); a.status != 201 {
+					if a := retryUntilFinal(t, srv.URL, key, ""); a.status != 201 {
 						t.Errorf("key %s: %d", key, a.status)
 					}
 				}
@@ -180,34 +185,42 @@ func newKeyConcurrent(prefix string) string {
 func TestFaultBurstOfOneKey(t *testing.T) {
 	eachDriver(t, func(t *testing.T, db *sql.DB) {
 		db.SetMaxOpenConns(8)
-		srv := newService(t, db, orderHandler(t))
-		key := newKey("burst")
-		answers := make([]answer, 8)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range answers {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				<-start
-				answers[i] = retryUntilFinal(t, srv.URL, key)
-			}(i)
-		}
-		close(start)
-		wg.Wait()
-		replayed := 0
-		for _, a := range answers {
-			if a.status != 201 {
-				t.Fatalf("answer %+v", a)
-			}
-			if a.header.Get("Idempotent-Replayed") == "true" {
-				replayed++
-			}
-		}
-		if n := countOrders(t, db, "acct_mw", key); n != 1 || replayed != 7 {
-			t.Fatalf("%d orders, %d replays", n, replayed)
-		}
+		burstOfOneKey(t, db, newService(t, db, orderHandler(t)).URL, newKey("burst"), "")
 	})
+}
+
+// burstOfOneKey sends one key from 8 concurrent clients, each until its answer is final:
+// every answer is 201, the 7 replays with the same body, and the key made one order.
+func burstOfOneKey(t *testing.T, db *sql.DB, url, key, body string) {
+	answers := make([]answer, 8)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range answers {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			answers[i] = retryUntilFinal(t, url, key, body)
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	replayed, replayBody := 0, ""
+	for _, a := range answers {
+		if a.status != 201 {
+			t.Fatalf("answer %+v", a)
+		}
+		if a.header.Get("Idempotent-Replayed") == "true" {
+			if replayed++; replayed == 1 {
+				replayBody = a.body
+			} else if a.body != replayBody {
+				t.Fatalf("replays %q and %q", replayBody, a.body)
+			}
+		}
+	}
+	if n := countOrders(t, db, "acct_mw", key); n != 1 || replayed != 7 {
+		t.Fatalf("%d orders, %d replays", n, replayed)
+	}
 }
 
 // No database at all: 503 + Retry-After, and the service answers.

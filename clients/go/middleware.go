@@ -184,6 +184,24 @@ type MiddlewareOptions struct {
 	// ReplayHeaders: extra headers of a replay; response is Replay.Value (the JSON body, or the
 	// text as a JSON string; nil for bytes or no body).
 	ReplayHeaders func(status int, response json.RawMessage) map[string]string
+	// Statement: answer each new key with one statement instead of the handler (which is
+	// then never called, and may be nil): claim, statement and answer in one round trip
+	// (ExecuteOnce in autocommit). See StatementOptions.
+	Statement *StatementOptions
+}
+
+// StatementOptions: the statement of Middleware's Statement option (one SELECT, INSERT,
+// UPDATE, DELETE or MERGE with $1, $2, ...), Params: its parameters from the request and
+// its body (converted as StatementParams says; an error is answered 400 invalid_request; nil
+// for a statement without parameters), and Status: the status of its answer (0: 201). A new
+// key is answered with that status and the statement's response as the JSON body (its one row
+// as a JSON object, a single json / jsonb column as it is; no row: an empty body); a retry
+// gets the same answer with Idempotent-Replayed: true. An error of the statement answers 500 and leaves the key new; a
+// server without execute_once answers 500 and logs ErrUndefinedFunction naming it.
+type StatementOptions struct {
+	SQL    string
+	Params func(r *http.Request, body []byte) ([]interface{}, error)
+	Status int
 }
 
 var jsonTypeRE = regexp.MustCompile(`(?i)^(application/json|[a-z]+/[^;\s]+\+json)$`)
@@ -444,6 +462,11 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		return
 	}
 
+	if o.Statement != nil {
+		c.serveStatement(w, r, o, scope, key, hash, body)
+		return
+	}
+
 	s, err := c.session(r.Context())
 	if err != nil {
 		fail(err, problem(503, "database_unavailable", "the database could not be reached; retry with the same Idempotency-Key",
@@ -461,23 +484,7 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		// Nothing was written: the transaction BEGIN + reserve opened (if any) is rolled back.
 		s.rollback()
 		if reservation.Outcome == OutcomeReplay {
-			replay := ReplayOf(reservation.Response)
-			h := w.Header()
-			for k, v := range replay.Headers {
-				h.Set(k, v)
-			}
-			if h.Get("Content-Type") == "" {
-				h["Content-Type"] = nil // as it was: net/http does not guess one
-			}
-			h.Set("Content-Length", strconv.Itoa(len(replay.Body)))
-			h.Set("Idempotent-Replayed", "true")
-			if o.ReplayHeaders != nil {
-				for k, v := range o.ReplayHeaders(reservation.StatusCode, replay.Value) {
-					h.Set(k, v)
-				}
-			}
-			w.WriteHeader(reservation.StatusCode)
-			_, _ = w.Write(replay.Body)
+			writeStored(w, reservation, o, true)
 			return
 		}
 		fail(outcomeError(scope, key, reservation), nil)
@@ -529,4 +536,62 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(held.body.Bytes())
+}
+
+// writeStored writes a stored answer (a replay, or the answer execute_once stored just now):
+// its status, headers and body, with Idempotent-Replayed: true for a replay.
+func writeStored(w http.ResponseWriter, reservation *Reservation, o MiddlewareOptions, replayed bool) {
+	replay := ReplayOf(reservation.Response)
+	h := w.Header()
+	for k, v := range replay.Headers {
+		h.Set(k, v)
+	}
+	if h.Get("Content-Type") == "" {
+		h["Content-Type"] = nil // as it was: net/http does not guess one
+	}
+	h.Set("Content-Length", strconv.Itoa(len(replay.Body)))
+	if replayed {
+		h.Set("Idempotent-Replayed", "true")
+		if o.ReplayHeaders != nil {
+			for k, v := range o.ReplayHeaders(reservation.StatusCode, replay.Value) {
+				h.Set(k, v)
+			}
+		}
+	}
+	w.WriteHeader(reservation.StatusCode)
+	_, _ = w.Write(replay.Body)
+}
+
+// serveStatement answers a request with the Statement option: execute_once on the pool in
+// autocommit (one round trip), then the statement's answer, the replay, or the outcome's
+// refusal.
+func (c *Client) serveStatement(w http.ResponseWriter, r *http.Request, o MiddlewareOptions, scope, key string,
+	hash, body []byte) {
+	st := o.Statement
+	var params []interface{}
+	if st.Params != nil { // none: a statement without parameters
+		var err error
+		if params, err = st.Params(r, body); err != nil {
+			WriteAnswer(w, problem(400, "invalid_request", err.Error(), nil))
+			return
+		}
+	}
+	reservation, err := ExecuteOnce(r.Context(), c.DB, scope, key, hash, st.SQL, params,
+		ExecuteOptions{StatusCode: st.Status, ReserveOptions: o.ReserveOptions})
+	if err != nil {
+		err = translate(err)
+		if IsConnectionLost(err) {
+			WriteAnswer(w, AnswerFor(err, time.Now()))
+			return
+		}
+		log.Printf("idempotency: the statement of key %q failed: %v", key, err)
+		WriteAnswer(w, problem(500, "internal_error", "the request failed; retry with the same Idempotency-Key", nil))
+		return
+	}
+	switch reservation.Outcome {
+	case OutcomeNew, OutcomeReplay:
+		writeStored(w, reservation, o, reservation.Outcome == OutcomeReplay)
+	default:
+		WriteAnswer(w, AnswerFor(outcomeError(scope, key, reservation), time.Now()))
+	}
 }

@@ -19,6 +19,10 @@ const (
 	sqlLookup     = `SELECT state::text, status_code, response::text, request_hash, attempt,
     recovery_point, last_error::text, first_seen_at, completed_at, locked_until, expires_at
   FROM idempotency.lookup($1, $2)`
+	sqlExecuteOnce = `SELECT r.outcome::text, r.status_code, r.response::text, r.attempt,
+    r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at
+  FROM idempotency.execute_once($1, $2, $3::bytea, $4, $5::text[], $6::integer, $7::interval,
+    $8::interval, $9::interval) AS r`
 	sqlForget     = `SELECT idempotency.forget($1, $2)`
 	sqlClaimOnce  = `SELECT idempotency.claim_once($1, $2, $3::interval, $4::interval)`
 	sqlAcceptInt  = `SELECT idempotency.accept($1, $2, $3::bigint)`
@@ -37,6 +41,7 @@ var listedStatements = map[string]string{
 	"lookup":        sqlLookup,
 	"forget":        sqlForget,
 	"claim_once":    sqlClaimOnce,
+	"execute_once":  sqlExecuteOnce,
 	"accept_bigint": sqlAcceptInt,
 	"accept_uuid":   sqlAcceptUUID,
 	"watermark":     sqlWatermark,

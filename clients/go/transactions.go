@@ -1,5 +1,6 @@
 // The transaction helpers: run once (claim, work and answer in one transaction, on a
-// connection of the pool or inside the caller's transaction) and the cross-transaction form
+// connection of the pool or inside the caller's transaction), its one-statement form
+// (execute_once: claim, statement and answer in one round trip) and the cross-transaction form
 // for external side effects (lease, attempt fence).
 
 package idempotency
@@ -7,11 +8,17 @@ package idempotency
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // Client holds a *sql.DB (any driver) and what the server refused so far (Features).
@@ -293,4 +300,225 @@ func (c *Client) RunExternal(ctx context.Context, req Request, o ExternalOptions
 		return nil, err
 	}
 	return &Result{StatusCode: status, Response: response, Attempt: r.Attempt}, nil
+}
+
+// ExecuteOptions are execute_once's status_code (0: 201) and reserve's lock_ttl, retention
+// and wait.
+type ExecuteOptions struct {
+	StatusCode int
+	ReserveOptions
+}
+
+// ExecuteOnce is idempotency.execute_once: the claim, one statement and its answer in one
+// statement (one round trip; under autocommit, claim, work and answer commit together). On a
+// new key the server runs statement with params bound to $1, $2, ... (each converted to text
+// by StatementParams, typed by the statement as a parameter sent without a type), stores its
+// one row as the response (a single json / jsonb column as it is, other rows as a JSON object,
+// no row NULL; several rows are 21000) with o.StatusCode, and completes the key: the result is
+// the outcome new with that status and response. Other outcomes run nothing and are reserve's.
+// Any error of the statement rolls the claim back with it: the key stays new. On a *sql.Tx it
+// runs in the caller's transaction (an error aborts that transaction, as any statement's).
+// A server without execute_once (before 0.3.0, or the managed edition) is ErrUndefinedFunction
+// with a message naming it.
+func ExecuteOnce(ctx context.Context, q Querier, scope, key string, requestHash []byte, statement string,
+	params []interface{}, o ExecuteOptions) (*Reservation, error) {
+	if err := CheckNames(scope, key); err != nil {
+		return nil, err
+	}
+	values, err := StatementParams(params)
+	if err != nil {
+		return nil, err
+	}
+	status := o.StatusCode
+	if status == 0 {
+		status = 201
+	}
+	lockTTL, retention, wait := o.values()
+	r, err := scanReservation(q.QueryRowContext(ctx, sqlExecuteOnce, scope, key, nullableBytes(requestHash),
+		statement, textArray(values), status, lockTTL, retention, wait))
+	if err != nil {
+		return nil, executeOnceMissing(err)
+	}
+	return r, nil
+}
+
+// executeOnceMissing: the server's 42883 for execute_once itself (not for a function the
+// statement calls) as an error that says which function is missing and what to use instead.
+func executeOnceMissing(err error) error {
+	if sqlState(err) != CodeUndefinedFunction || !strings.Contains(err.Error(), "idempotency.execute_once(") {
+		return err
+	}
+	return &Error{Code: CodeUndefinedFunction, Err: err,
+		Message: "the server has no idempotency.execute_once (the one-statement form): it needs the " +
+			"extension 0.3.0 or later, and the managed edition does not offer it",
+		Hint: "update the extension (ALTER EXTENSION idempotency UPDATE), or use RunOnce (reserve, the work, complete)"}
+}
+
+// textArray is a text[] parameter written as the text of an array value (each element quoted,
+// NULL for nil): bound as one parameter and read by the server's array input, so every
+// database/sql driver sends it as it is.
+type textArray []*string
+
+func (a textArray) Value() (driver.Value, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range a {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if v == nil {
+			b.WriteString("NULL")
+			continue
+		}
+		b.WriteByte('"')
+		for _, c := range []byte(*v) {
+			if c == '"' || c == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(c)
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String(), nil
+}
+
+var (
+	timeType        = reflect.TypeOf(time.Time{})
+	durationType    = reflect.TypeOf(time.Duration(0))
+	rawMessageType  = reflect.TypeOf(json.RawMessage(nil))
+	valuerInterface = reflect.TypeOf((*driver.Valuer)(nil)).Elem()
+)
+
+// StatementParams converts the values of a statement's $1, $2, ... to the texts execute_once
+// binds (the server converts each to the type the statement gives it): nil (and a nil
+// pointer) is NULL; strings as they are; bools true / false; integers and floats in decimal
+// (NaN, Infinity, -Infinity); time.Time in RFC 3339 with nanoseconds; time.Duration as an
+// interval; a [16]byte (a UUID type) as a UUID; json.RawMessage as its text; []byte as bytea's
+// hex form; a driver.Valuer (sql.NullString, ...) as its Value; maps, slices, arrays and
+// structs as JSON. Any other value is an error.
+func StatementParams(params []interface{}) ([]*string, error) {
+	out := make([]*string, len(params))
+	for i, p := range params {
+		t, err := paramText(p, 0)
+		if err != nil {
+			return nil, fmt.Errorf("idempotency: parameter $%d: %w", i+1, err)
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+func paramText(p interface{}, depth int) (*string, error) {
+	if p == nil {
+		return nil, nil
+	}
+	v := reflect.ValueOf(p)
+	for v.Kind() == reflect.Ptr || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return nil, nil
+		}
+		if v.Type().Implements(valuerInterface) {
+			break
+		}
+		v = v.Elem()
+	}
+	t := v.Type()
+	switch {
+	case t.Implements(valuerInterface) && depth < 4:
+		dv, err := v.Interface().(driver.Valuer).Value()
+		if err != nil {
+			return nil, err
+		}
+		return paramText(dv, depth+1)
+	case t == timeType:
+		return text(v.Interface().(time.Time).Format(time.RFC3339Nano)), nil
+	case t == durationType:
+		return text(interval(time.Duration(v.Int()))), nil
+	case t == rawMessageType:
+		if v.IsNil() {
+			return nil, nil
+		}
+		return text(string(v.Bytes())), nil
+	case t.Kind() == reflect.Array && t.Len() == 16 && t.Elem().Kind() == reflect.Uint8:
+		var u [16]byte
+		reflect.Copy(reflect.ValueOf(u[:]), v)
+		return text(fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])), nil
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8:
+		if v.IsNil() {
+			return nil, nil
+		}
+		return text(`\x` + hex.EncodeToString(v.Bytes())), nil
+	}
+	switch v.Kind() {
+	case reflect.String:
+		return text(v.String()), nil
+	case reflect.Bool:
+		return text(strconv.FormatBool(v.Bool())), nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return text(strconv.FormatInt(v.Int(), 10)), nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return text(strconv.FormatUint(v.Uint(), 10)), nil
+	case reflect.Float32, reflect.Float64:
+		f := v.Float()
+		switch {
+		case math.IsInf(f, 1):
+			return text("Infinity"), nil
+		case math.IsInf(f, -1):
+			return text("-Infinity"), nil
+		}
+		return text(strconv.FormatFloat(f, 'g', -1, t.Bits())), nil
+	case reflect.Map, reflect.Slice, reflect.Array, reflect.Struct:
+		b, err := json.Marshal(v.Interface())
+		if err != nil {
+			return nil, err
+		}
+		return text(string(b)), nil
+	}
+	return nil, fmt.Errorf("a %T cannot be sent as a statement's parameter", p)
+}
+
+// OneStatement is the work of RunOnceStatement: one SELECT, INSERT, UPDATE, DELETE or MERGE
+// with its parameters ($1, $2, ...; converted as StatementParams says), and the status stored
+// with its response (0: 201).
+type OneStatement struct {
+	SQL        string
+	Params     []interface{}
+	StatusCode int
+}
+
+// RunOnceStatement is RunOnce for work that is one statement, in one round trip: execute_once
+// on the pool in autocommit, where the claim, the statement and its answer commit together.
+// A new key runs the statement and returns its response (its one row as JSON, see
+// ExecuteOnce) with st.StatusCode; a replay returns the stored answer and runs nothing;
+// in_progress, mismatch and too_old are *OutcomeError. An error of the statement leaves the
+// key new.
+func (c *Client) RunOnceStatement(ctx context.Context, req Request, st OneStatement) (*Result, error) {
+	return runOnceStatement(ctx, c.DB, req, st)
+}
+
+// RunOnceStatementTx is RunOnceStatement in the caller's transaction (tx: a *sql.Tx, or a
+// connection with a transaction open): the claim and the statement's writes commit with it,
+// and an error of the statement aborts it.
+func RunOnceStatementTx(ctx context.Context, tx Querier, req Request, st OneStatement) (*Result, error) {
+	return runOnceStatement(ctx, tx, req, st)
+}
+
+func runOnceStatement(ctx context.Context, q Querier, req Request, st OneStatement) (*Result, error) {
+	hash, err := req.hash()
+	if err != nil {
+		return nil, err
+	}
+	r, err := ExecuteOnce(ctx, q, req.Scope, req.Key, hash, st.SQL, st.Params,
+		ExecuteOptions{StatusCode: st.StatusCode, ReserveOptions: req.ReserveOptions})
+	if err != nil {
+		return nil, err
+	}
+	switch r.Outcome {
+	case OutcomeNew:
+		return &Result{StatusCode: r.StatusCode, Response: r.Response, Attempt: r.Attempt}, nil
+	case OutcomeReplay:
+		return &Result{StatusCode: r.StatusCode, Response: r.Response, Replayed: true, Attempt: r.Attempt}, nil
+	}
+	return nil, outcomeError(req.Scope, req.Key, r)
 }

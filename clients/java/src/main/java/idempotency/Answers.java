@@ -210,17 +210,36 @@ final class Answers {
   static void replayOrRefuse(HttpServletResponse res, Reservation r, String sc, String k)
       throws IOException {
     if (Reservation.REPLAY.equals(r.outcome())) {
-      IdempotencyFilter.Replay replay = replayOf(r.response());
-      if (!res.isCommitted()) res.reset();
-      res.setStatus(r.statusCode());
-      // Tomcat writes a Content-Type with a charset as type;charset=x (no space)
-      replay.headers().forEach(res::setHeader);
-      res.setContentLength(replay.body().length);
-      res.setHeader("Idempotent-Replayed", "true");
-      res.getOutputStream().write(replay.body());
-      res.flushBuffer();
+      writeStored(res, r, true);
       return;
     }
     if (!answerFor(r.error(sc, k), res)) internal(res);
+  }
+
+  /**
+   * The answer of execute_once's reservation: new, the answer it stored just now (as its
+   * replays send it, without Idempotent-Replayed); replay; or the outcome's refusal.
+   */
+  static void statementAnswer(HttpServletResponse res, Reservation r, String sc, String k)
+      throws IOException {
+    if (Reservation.NEW.equals(r.outcome())) {
+      writeStored(res, r, false);
+    } else {
+      replayOrRefuse(res, r, sc, k);
+    }
+  }
+
+  /** A stored answer: its status, kept headers and body; replayed adds Idempotent-Replayed. */
+  private static void writeStored(HttpServletResponse res, Reservation r, boolean replayed)
+      throws IOException {
+    IdempotencyFilter.Replay replay = replayOf(r.response());
+    if (!res.isCommitted()) res.reset();
+    res.setStatus(r.statusCode());
+    // Tomcat writes a Content-Type with a charset as type;charset=x (no space)
+    replay.headers().forEach(res::setHeader);
+    res.setContentLength(replay.body().length);
+    if (replayed) res.setHeader("Idempotent-Replayed", "true");
+    res.getOutputStream().write(replay.body());
+    res.flushBuffer();
   }
 }

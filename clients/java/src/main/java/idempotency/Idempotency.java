@@ -6,6 +6,7 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.time.Duration;
+import java.util.List;
 import java.util.UUID;
 
 /**
@@ -64,6 +65,29 @@ public final class Idempotency {
   public static void checkpoint(
       Connection c, String scope, String key, String recoveryPoint, int attempt) {
     Keys.checkpoint(c, scope, key, recoveryPoint, attempt);
+  }
+
+  /**
+   * execute_once: the claim, one statement and its answer in one statement (one round trip;
+   * under auto-commit, committed together). On a new key the server runs statement with
+   * params bound to $1, $2, ... (each sent as text: null, strings, numbers, booleans, java.time
+   * values, UUIDs, byte[], and maps, collections and arrays as JSON), stores its one row as the
+   * response (a single json / jsonb column as it is, other rows as a JSON object, no row null;
+   * several rows are 21000) with statusCode (0: 201) and completes the key: the reservation is
+   * new with that status and response. Other outcomes run nothing and are reserve's. An error
+   * of the statement rolls the claim back with it (in c's transaction, that transaction fails).
+   * A server without execute_once is an error (42883) naming it.
+   */
+  public static Reservation executeOnce(
+      Connection c,
+      String scope,
+      String key,
+      byte[] requestHash,
+      String statement,
+      List<?> params,
+      int statusCode,
+      ReserveOptions o) {
+    return Transactions.executeOnce(c, scope, key, requestHash, statement, params, statusCode, o);
   }
 
   /** The stored record of a key, or null. */

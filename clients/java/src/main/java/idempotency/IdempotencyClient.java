@@ -1,6 +1,8 @@
 package idempotency;
 
 import java.sql.Connection;
+import java.util.Arrays;
+import java.util.List;
 import java.util.Objects;
 import java.util.UUID;
 import javax.sql.DataSource;
@@ -73,6 +75,39 @@ public final class IdempotencyClient {
    */
   public static Result runOnceIn(Connection tx, Request req, Work work) {
     return Transactions.runOnceIn(tx, req, work);
+  }
+
+  /**
+   * The work of runOnceStatement: one SELECT, INSERT, UPDATE, DELETE or MERGE with the values
+   * of its $1, $2, ... (sent as text, see {@link Idempotency#executeOnce}), and the status
+   * stored with its response (0: 201).
+   */
+  public record OneStatement(String sql, List<?> params, int statusCode) {
+    /** The statement with these parameters (nulls allowed) and the status 201. */
+    public static OneStatement of(String sql, Object... params) {
+      return new OneStatement(sql, Arrays.asList(params), 201);
+    }
+  }
+
+  /**
+   * runOnce for work that is one statement, in one round trip: execute_once on a connection of
+   * the pool under auto-commit, where the claim, the statement and its answer commit together.
+   * A new key runs the statement and returns its response (its one row as JSON) with the
+   * statement's status; a replay returns the stored answer and runs nothing; in_progress,
+   * mismatch and too_old throw KeyInProgress, KeyMismatch, KeyTooOld. An error of the
+   * statement leaves the key new.
+   */
+  public Result runOnceStatement(Request req, OneStatement statement) {
+    return Transactions.runOnceStatement(dataSource, req, statement);
+  }
+
+  /**
+   * runOnceStatement in the caller's transaction (a connection with auto-commit off): the
+   * claim and the statement's writes commit with it; an error of the statement fails it.
+   */
+  public static Result runOnceStatementIn(Connection tx, Request req, OneStatement statement) {
+    Keys.checkNames(req.scope(), req.key());
+    return Transactions.runOnceStatementIn(tx, req, statement, req.requestHash());
   }
 
   /** One holder's attempt at an external side effect (runExternal). */

@@ -25,6 +25,8 @@ public class IdempotencyException extends RuntimeException {
   public static final String UNTRANSLATABLE_CHARACTER = "22P05";
   public static final String TRANSACTION_ABORTED = "25P02";
   public static final String CONNECTION_LOST = "08006";
+  /** A function the server lacks: execute_once before 0.3.0 or on the managed edition. */
+  public static final String UNDEFINED_FUNCTION = "42883";
   /** The client's code for reserve's outcome mismatch (the server answers it as a row). */
   public static final String KEY_MISMATCH = "mismatch";
 

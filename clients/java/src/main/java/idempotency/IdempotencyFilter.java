@@ -87,7 +87,16 @@ public final class IdempotencyFilter implements Filter {
     T apply(HttpServletRequest request) throws Exception;
   }
 
+  /** The parameters of the filter's statement, from the request and its body. */
+  @FunctionalInterface
+  public interface StatementParams {
+    List<?> apply(HttpServletRequest request, byte[] body) throws Exception;
+  }
+
   private final DataSource dataSource;
+  private final String statementSql;
+  private final StatementParams statementParams;
+  private final int statementStatus;
   private final RequestFunction<String> scope;
   private final RequestFunction<String> key;
   private final RequestFunction<Connection> join;
@@ -111,6 +120,12 @@ public final class IdempotencyFilter implements Filter {
     this.store = b.store;
     this.keepHeaders = b.keepHeaders;
     this.options = b.options;
+    this.statementSql = b.statementSql;
+    this.statementParams = b.statementParams;
+    this.statementStatus = b.statementStatus;
+    if (statementSql != null && dataSource == null) {
+      throw new IllegalArgumentException("the filter's statement needs a DataSource");
+    }
   }
 
   public static Builder builder() {
@@ -128,6 +143,9 @@ public final class IdempotencyFilter implements Filter {
     private IntPredicate store = status -> status < 500;
     private List<String> keepHeaders = List.of();
     private Idempotency.ReserveOptions options = Idempotency.ReserveOptions.DEFAULTS;
+    private String statementSql;
+    private StatementParams statementParams;
+    private int statementStatus;
 
     /** Where the filter takes a connection per request (a pool). */
     public Builder dataSource(DataSource ds) {
@@ -184,6 +202,26 @@ public final class IdempotencyFilter implements Filter {
      */
     public Builder keepHeaders(String... names) {
       this.keepHeaders = List.of(names);
+      return this;
+    }
+
+    /**
+     * Answer each new key with one statement instead of the rest of the chain (which is then
+     * not called): execute_once on a connection of the DataSource under auto-commit, where the
+     * claim, the statement and its answer commit together in one round trip. sql: one SELECT,
+     * INSERT, UPDATE, DELETE or MERGE with $1, $2, ...; params: their values from the request
+     * and its body (sent as text, see {@link Idempotency#executeOnce}; a throw is answered 400
+     * invalid_request); status: the status of its answer (0: 201). A new key is answered with
+     * that status and the statement's response as the JSON body (its one row as a JSON object,
+     * a single json / jsonb column as it is; no row: an empty body); a retry gets the same
+     * answer with Idempotent-Replayed: true; 409, 422, 400 and 503 as without it. An error of
+     * the statement answers 500 and leaves the key new; a server without execute_once answers
+     * 500 and logs the error naming it.
+     */
+    public Builder statement(String sql, StatementParams params, int status) {
+      this.statementSql = Objects.requireNonNull(sql);
+      this.statementParams = Objects.requireNonNull(params);
+      this.statementStatus = status;
       return this;
     }
 
@@ -303,11 +341,49 @@ public final class IdempotencyFilter implements Filter {
       return;
     }
     HttpServletRequest bodyRequest = new BufferedRequest(req, body);
-    if (join != null) {
+    if (statementSql != null) {
+      statement(bodyRequest, res, sc, k, hash, body);
+    } else if (join != null) {
       joined(bodyRequest, res, chain, sc, k, hash);
     } else {
       own(bodyRequest, res, chain, sc, k, hash);
     }
+  }
+
+  /** The statement option: execute_once on a connection of the pool, then its answer. */
+  private void statement(
+      HttpServletRequest req, HttpServletResponse res, String sc, String k, byte[] hash,
+      byte[] body)
+      throws IOException {
+    List<?> params;
+    try {
+      params = statementParams.apply(req, body);
+    } catch (Exception e) {
+      Answers.answer(res, 400, "invalid_request", String.valueOf(e.getMessage()), null);
+      return;
+    }
+    Reservation r;
+    Connection c;
+    try {
+      c = Connections.connect(dataSource);
+    } catch (IdempotencyException e) {
+      Answers.unavailable(res);
+      return;
+    }
+    try {
+      if (!c.getAutoCommit()) c.setAutoCommit(true);
+      r = Transactions.executeOnce(c, sc, k, hash, statementSql, params, statementStatus, options);
+    } catch (SQLException | RuntimeException e) {
+      RuntimeException x = Connections.translate(e);
+      if (!(x instanceof IdempotencyException.ConnectionLost && Answers.answerFor(x, res))) {
+        LOG.log(Level.WARNING, "the statement of key " + Json.quote(k) + " failed", x);
+        Answers.internal(res);
+      }
+      return;
+    } finally {
+      Connections.close(c);
+    }
+    Answers.statementAnswer(res, r, sc, k);
   }
 
   private byte[] readBody(HttpServletRequest req) throws IOException {

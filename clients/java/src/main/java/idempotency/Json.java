@@ -411,6 +411,66 @@ final class Json {
     out.append('"');
   }
 
+  /**
+   * A value as a JSON text: null, strings, numbers, booleans, maps (their keys as strings),
+   * collections and arrays; anything else is refused (IllegalArgumentException).
+   */
+  static String write(Object v) {
+    StringBuilder sb = new StringBuilder();
+    write(sb, v, 0);
+    return sb.toString();
+  }
+
+  private static void write(StringBuilder sb, Object v, int depth) {
+    if (depth > MAX_DEPTH) throw new IllegalArgumentException("a value nested too deep for JSON");
+    if (v == null) {
+      sb.append("null");
+    } else if (v instanceof CharSequence s) {
+      writeString(sb, s.toString());
+    } else if (v instanceof Boolean b) {
+      sb.append(b);
+    } else if (v instanceof java.math.BigDecimal d) {
+      sb.append(d.toPlainString());
+    } else if (v instanceof Double || v instanceof Float) {
+      double d = ((Number) v).doubleValue();
+      if (Double.isNaN(d) || Double.isInfinite(d)) {
+        throw new IllegalArgumentException("JSON has no " + d);
+      }
+      sb.append(v);
+    } else if (v instanceof Number n) {
+      sb.append(n);
+    } else if (v instanceof Map<?, ?> m) {
+      sb.append('{');
+      boolean first = true;
+      for (Map.Entry<?, ?> e : m.entrySet()) {
+        if (!first) sb.append(',');
+        first = false;
+        writeString(sb, String.valueOf(e.getKey()));
+        sb.append(':');
+        write(sb, e.getValue(), depth + 1);
+      }
+      sb.append('}');
+    } else if (v instanceof Iterable<?> items) {
+      sb.append('[');
+      boolean first = true;
+      for (Object item : items) {
+        if (!first) sb.append(',');
+        first = false;
+        write(sb, item, depth + 1);
+      }
+      sb.append(']');
+    } else if (v.getClass().isArray()) {
+      sb.append('[');
+      for (int i = 0; i < java.lang.reflect.Array.getLength(v); i++) {
+        if (i > 0) sb.append(',');
+        write(sb, java.lang.reflect.Array.get(v, i), depth + 1);
+      }
+      sb.append(']');
+    } else {
+      throw new IllegalArgumentException("a " + v.getClass().getName() + " has no JSON form");
+    }
+  }
+
   /** A string value as a JSON text. */
   static String quote(String s) {
     StringBuilder sb = new StringBuilder();

@@ -64,7 +64,7 @@ final class Keys {
         o.waitText());
   }
 
-  private static Reservation reservation(ResultSet rs) throws SQLException {
+  static Reservation reservation(ResultSet rs) throws SQLException {
     return new Reservation(
         rs.getString(1),
         rs.getInt(2),

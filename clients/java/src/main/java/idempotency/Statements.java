@@ -30,6 +30,11 @@ final class Statements {
           + " last_error::text, first_seen_at, completed_at, locked_until, expires_at"
           + " FROM idempotency.lookup(?, ?)";
   static final String FORGET = "SELECT idempotency.forget(?, ?)";
+  static final String EXECUTE_ONCE =
+      "SELECT r.outcome::text, r.status_code, r.response::text, r.attempt, r.recovery_point,"
+          + " r.first_seen_at, r.locked_until, r.expires_at"
+          + " FROM idempotency.execute_once(?, ?, ?::bytea, ?, ?::text[], ?::integer, ?::interval,"
+          + " ?::interval, ?::interval) AS r";
   static final String CLAIM_ONCE =
       "SELECT idempotency.claim_once(?, ?, ?::interval, ?::interval)";
   static final String ACCEPT_BIGINT = "SELECT idempotency.accept(?, ?, ?::bigint)";
@@ -42,6 +47,7 @@ final class Statements {
   static final Map<String, String> LISTED = listed(
       "reserve", RESERVE, "reserve_begin", RESERVE_BEGIN, "complete", COMPLETE, "fail", FAIL,
       "checkpoint", CHECKPOINT, "lookup", LOOKUP, "forget", FORGET, "claim_once", CLAIM_ONCE,
+      "execute_once", EXECUTE_ONCE,
       "accept_bigint", ACCEPT_BIGINT, "accept_uuid", ACCEPT_UUID, "watermark", WATERMARK,
       "next_key", NEXT_KEY, "fingerprint", FINGERPRINT);
 

@@ -1,15 +1,27 @@
 package idempotency;
 
+import java.math.BigDecimal;
 import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Savepoint;
+import java.time.Duration;
+import java.time.ZonedDateTime;
+import java.time.temporal.TemporalAccessor;
+import java.util.Collection;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
 import javax.sql.DataSource;
 
 /**
  * The transaction helpers: the claim (reserve_begin, or BEGIN + reserve on a server that
  * refuses it), run once (claim, work and answer in one transaction, on a connection of the
- * pool or in the caller's transaction), the answer stored with COMMIT in one round trip, and
- * the cross-transaction helper for an external side effect (lease, attempt fence).
+ * pool or in the caller's transaction), the answer stored with COMMIT in one round trip, the
+ * one-statement form (execute_once: claim, statement and answer in one round trip), and the
+ * cross-transaction helper for an external side effect (lease, attempt fence).
  * {@link IdempotencyClient} is their public face.
  */
 final class Transactions {
@@ -191,5 +203,134 @@ final class Transactions {
     } catch (IdempotencyException ignored) {
       // the lease lapses by itself; the next holder gets attempt + 1
     }
+  }
+
+  /**
+   * execute_once on c: the claim, the statement (its parameters bound as text, see
+   * {@link #statementParams}) and its answer in one statement, in c's transaction or, under
+   * auto-commit, committed together. A server without execute_once (before 0.3.0, or the
+   * managed edition) is an error naming it (42883).
+   */
+  static Reservation executeOnce(
+      Connection c,
+      String scope,
+      String key,
+      byte[] requestHash,
+      String statement,
+      List<?> params,
+      int statusCode,
+      Idempotency.ReserveOptions o) {
+    Keys.checkNames(scope, key);
+    if (o == null) o = Idempotency.ReserveOptions.DEFAULTS;
+    String[] values = statementParams(params);
+    try (PreparedStatement ps = c.prepareStatement(Statements.EXECUTE_ONCE)) {
+      Connections.bind(ps, scope, key, requestHash, statement);
+      ps.setArray(5, c.createArrayOf("text", values));
+      ps.setInt(6, statusCode == 0 ? 201 : statusCode);
+      ps.setString(7, o.lockTtlText());
+      ps.setString(8, o.retentionText());
+      ps.setString(9, o.waitText());
+      try (ResultSet rs = ps.executeQuery()) {
+        rs.next();
+        return Keys.reservation(rs);
+      }
+    } catch (SQLException e) {
+      IdempotencyException t = IdempotencyException.from(e);
+      if (IdempotencyException.UNDEFINED_FUNCTION.equals(t.sqlState())
+          && String.valueOf(e.getMessage()).contains("idempotency.execute_once(")) {
+        throw new IdempotencyException(
+            IdempotencyException.UNDEFINED_FUNCTION,
+            "the server has no idempotency.execute_once (the one-statement form): it needs the"
+                + " extension 0.3.0 or later, and the managed edition does not offer it; update"
+                + " the extension, or use runOnce (reserve, the work, complete)",
+            e);
+      }
+      throw t;
+    }
+  }
+
+  /**
+   * The values of a statement's $1, $2, ... as the texts execute_once binds (the server
+   * converts each to the type the statement gives it): null is NULL; strings as they are;
+   * numbers in decimal (NaN, Infinity, -Infinity); booleans true / false; java.time values in
+   * ISO 8601 (a Duration as an interval); java.util.Date and java.sql.Timestamp as instants;
+   * UUIDs; enums by name; byte[] as bytea's hex form; maps, collections and arrays as JSON.
+   * Anything else is refused (IllegalArgumentException).
+   */
+  static String[] statementParams(List<?> params) {
+    if (params == null) return new String[0];
+    String[] out = new String[params.size()];
+    for (int i = 0; i < out.length; i++) {
+      try {
+        out[i] = paramText(params.get(i));
+      } catch (IllegalArgumentException e) {
+        throw new IllegalArgumentException("parameter $" + (i + 1) + ": " + e.getMessage(), e);
+      }
+    }
+    return out;
+  }
+
+  private static String paramText(Object v) {
+    if (v == null) return null;
+    if (v instanceof CharSequence s) return s.toString();
+    if (v instanceof Boolean b) return b.toString();
+    if (v instanceof BigDecimal d) return d.toPlainString();
+    if (v instanceof Double || v instanceof Float) {
+      double d = ((Number) v).doubleValue();
+      if (Double.isNaN(d)) return "NaN";
+      if (Double.isInfinite(d)) return d > 0 ? "Infinity" : "-Infinity";
+      return v.toString();
+    }
+    if (v instanceof Number n) return n.toString();
+    if (v instanceof Duration d) {
+      return d.getSeconds() + " seconds " + d.getNano() / 1000 + " microseconds";
+    }
+    if (v instanceof ZonedDateTime z) return z.toOffsetDateTime().toString();
+    if (v instanceof TemporalAccessor t) return t.toString();
+    if (v instanceof java.util.Date d) return d.toInstant().toString();
+    if (v instanceof UUID u) return u.toString();
+    if (v instanceof Enum<?> e) return e.name();
+    if (v instanceof byte[] b) return "\\x" + HexFormat.of().formatHex(b);
+    if (v instanceof Map<?, ?> || v instanceof Collection<?> || v.getClass().isArray()) {
+      return Json.write(v);
+    }
+    throw new IllegalArgumentException(
+        "a " + v.getClass().getName() + " cannot be sent as a statement's parameter");
+  }
+
+  /** The result of execute_once's outcome: new or replay, or the outcome's error. */
+  private static IdempotencyClient.Result statementResult(
+      Reservation r, IdempotencyClient.Request req) {
+    if (Reservation.NEW.equals(r.outcome()) || Reservation.REPLAY.equals(r.outcome())) {
+      return new IdempotencyClient.Result(
+          r.statusCode(), r.response(), Reservation.REPLAY.equals(r.outcome()), r.attempt());
+    }
+    throw r.error(req.scope(), req.key());
+  }
+
+  static IdempotencyClient.Result runOnceStatement(
+      DataSource ds, IdempotencyClient.Request req, IdempotencyClient.OneStatement st) {
+    byte[] hash = req.requestHash();
+    Keys.checkNames(req.scope(), req.key());
+    Connection c = Connections.connect(ds);
+    try {
+      if (!c.getAutoCommit()) c.setAutoCommit(true);
+      return runOnceStatementIn(c, req, st, hash);
+    } catch (SQLException e) {
+      throw IdempotencyException.from(e);
+    } finally {
+      Connections.close(c);
+    }
+  }
+
+  static IdempotencyClient.Result runOnceStatementIn(
+      Connection c,
+      IdempotencyClient.Request req,
+      IdempotencyClient.OneStatement st,
+      byte[] hash) {
+    Reservation r =
+        executeOnce(
+            c, req.scope(), req.key(), hash, st.sql(), st.params(), st.statusCode(), req.options());
+    return statementResult(r, req);
   }
 }
