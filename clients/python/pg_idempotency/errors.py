@@ -64,12 +64,23 @@ FeatureNotSupported = _state("0A000", "FeatureNotSupported",
 InvalidJson = _state("22P02", "InvalidJson",
                      "22P02 (22P05 for \\u0000): a body that is not JSON, NaN or Infinity, "
                      "invalid UTF-8, an unpaired surrogate", ValueError)
+# execute_once's refusals of its statement, and of what the statement did.
+StatementSyntaxError = _state("42601", "StatementSyntaxError",
+                              "42601: execute_once of a text that is not one statement, or "
+                              "does not parse")
+InvalidTransactionTermination = _state("2D000", "InvalidTransactionTermination",
+                                       "2D000: execute_once of transaction control")
+CardinalityViolation = _state("21000", "CardinalityViolation",
+                              "21000: execute_once's statement returned more than one row")
+ObjectInUse = _state("55006", "ObjectInUse",
+                     "55006: execute_once called by its own statement for the same key")
 
 BY_SQLSTATE = {cls.sqlstate: cls for cls in (
     NullValueNotAllowed, InvalidParameterValue, ProgramLimitExceeded, ArraySubscriptError,
     ObjectNotInPrerequisiteState, StaleAttempt, ResultConflict, ReadOnlySqlTransaction,
     SerializationFailure, LockNotAvailable, QueryCanceled, UndefinedObject, DuplicateObject,
-    SequenceGeneratorLimitExceeded, FeatureNotSupported, InvalidJson)}
+    SequenceGeneratorLimitExceeded, FeatureNotSupported, InvalidJson, StatementSyntaxError,
+    InvalidTransactionTermination, CardinalityViolation, ObjectInUse)}
 BY_SQLSTATE["22P05"] = InvalidJson       # \u0000 in a jsonb value
 BY_SQLSTATE["22021"] = InvalidJson       # invalid UTF-8
 

@@ -1,5 +1,6 @@
 """The package's public names, and the submodules the documentation and examples import, are
-those the client has always offered: splitting its modules changes no import of a user."""
+those the client has always offered (and the exception classes of the SQLSTATEs added since):
+splitting its modules changes no import of a user."""
 import importlib
 import types
 
@@ -7,6 +8,8 @@ import pg_idempotency
 
 PUBLIC = [
     "Answer", "ArraySubscriptError", "Attempt", "BY_SQLSTATE", "CLIENT_VERSION", "Claim",
+    "CardinalityViolation", "InvalidTransactionTermination", "ObjectInUse",
+    "StatementSyntaxError",
     "ConnectionLost", "DuplicateObject", "EXTENSION_VERSIONS", "ExtensionVersionError",
     "FeatureNotSupported", "IdempotencyError", "InvalidJson", "InvalidParameterValue", "KeyEmpty",
     "KeyInProgress", "KeyMalformed", "KeyMismatch", "KeyTooLong", "KeyTooOld",
