@@ -409,3 +409,16 @@ def test_middleware_on_a_server_without_execute_once(framework, old_server, capl
     assert any("idempotency.execute_once does not exist on this server" in r.getMessage()
                for r in caplog.records)
     assert rows_of(old_server, "k") == []
+
+
+def test_middleware_503_when_the_database_is_unreachable():
+    import flask
+    from pg_idempotency.wsgi import IdempotencyMiddleware
+    app = flask.Flask("eo-down")
+    app.wsgi_app = IdempotencyMiddleware(
+        app.wsgi_app, conninfo="host=127.0.0.1 port=1 connect_timeout=2", **mw_options())
+    r = app.test_client().post("/eo", data=json.dumps({"item": "a", "qty": 1}),
+                               headers={"Content-Type": "application/json",
+                                        "X-Account": SCOPE, "Idempotency-Key": "k-down"})
+    assert r.status_code == 503 and r.get_json()["error"] == "database_unavailable"
+    assert r.headers["Retry-After"] == "1"
