@@ -77,6 +77,13 @@ class IdempotencyMiddleware(PsycopgFlow):
       applies     (method, path) -> whether the middleware handles the request; default:
                   POST and PATCH
       max_body    the largest body read, in bytes (413 above); default 1 MiB
+      statement   the statement form, for an endpoint whose work is one SQL statement: the
+                  middleware answers the requests `applies` selects itself, with one call of
+                  idempotency.execute_once (one round trip for a new key and for a replay):
+                  the statement's result (the one row's json column, or the row as a JSON
+                  object) is the body, sent and stored with `status`; the app does not run
+      params      RequestInfo -> the statement's parameters ($1, $2, ...), bound; default none
+      status      the status of a new key's answer in the statement form; default 201
     """
 
     def __init__(self, app, *, pool=None, conninfo=None, connect=None, scope=None, **options):

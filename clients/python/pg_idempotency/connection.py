@@ -200,6 +200,29 @@ def autocommit_to_restore(conn, autocommit: bool) -> bool:
         conn.info.transaction_status == TransactionStatus.IDLE
 
 
+@contextlib.contextmanager
+def one_statement(conn):
+    """The block sends one statement that must commit by itself when conn has no transaction
+    open, and run inside the caller's otherwise. A connection in autocommit, or one with a
+    transaction open: as it is. One not in autocommit with no transaction open: autocommit
+    for the block (one round trip instead of BEGIN, the statement, COMMIT), set back after;
+    one that sets an isolation level, read-only or deferrable mode, or is in pipeline mode:
+    a transaction of psycopg's (conn.transaction()), which carries them."""
+    if conn.autocommit or not transaction_idle(conn):
+        yield
+        return
+    if not reserve_begin_usable(conn):
+        with conn.transaction():
+            yield
+        return
+    conn.autocommit = True
+    try:
+        yield
+    finally:
+        if autocommit_to_restore(conn, False):
+            conn.autocommit = False
+
+
 def begin_needed(conn) -> bool:
     """Whether reserve on conn needs a BEGIN of the caller's: an autocommit connection with no
     transaction open would commit the claim by itself, apart from the work."""

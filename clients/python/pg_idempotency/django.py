@@ -8,7 +8,8 @@ claim, the view's ORM writes and the stored answer commit in one transaction.
     # a view: request.idempotency.key, .attempt; the ORM's writes are in the claim's transaction
 
 IDEMPOTENCY takes the options of pg_idempotency.asgi.IdempotencyMiddleware (scope, key,
-exclude, lock_ttl, retention, wait, store, replay_headers, applies, max_body) and `database`
+exclude, lock_ttl, retention, wait, store, replay_headers, applies, max_body, and the statement
+form's statement, params, status) and `database`
 (the alias, default "default"); the callables get a RequestInfo whose `raw` is the Django
 request. Answers: those of the ASGI and WSGI middlewares.
 """
@@ -126,6 +127,13 @@ class DjangoSession:
 
     def reserve(self, params):
         row = yield from self._execute(statements.RESERVE, params)
+        response = None if row[2] is None else json.loads(row[2])
+        return Reservation(str(row[0]), row[1], response, *row[3:])
+
+    def execute_once(self, params):
+        """execute_once on Django's connection: in autocommit (one round trip) outside an
+        atomic block, inside the request's transaction in one."""
+        row = yield from self._execute(statements.EXECUTE_ONCE, params)
         response = None if row[2] is None else json.loads(row[2])
         return Reservation(str(row[0]), row[1], response, *row[3:])
 

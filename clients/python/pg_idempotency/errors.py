@@ -61,17 +61,19 @@ SequenceGeneratorLimitExceeded = _state("2200H", "SequenceGeneratorLimitExceeded
                                         "2200H: a stream handed out its last value")
 FeatureNotSupported = _state("0A000", "FeatureNotSupported",
                              "0A000: PREPARE TRANSACTION after create_stream / drop_stream")
-StatementSyntaxError = _state("42601", "StatementSyntaxError",
-                              "42601: execute_once of a text that is not one statement")
-InvalidTransactionTermination = _state("2D000", "InvalidTransactionTermination",
-                                       "2D000: execute_once of COMMIT, ROLLBACK or SAVEPOINT")
-CardinalityViolation = _state("21000", "CardinalityViolation",
-                              "21000: execute_once's statement returned more than one row")
-ObjectInUse = _state("55006", "ObjectInUse",
-                     "55006: execute_once called again for the key its statement runs for")
 InvalidJson = _state("22P02", "InvalidJson",
                      "22P02 (22P05 for \\u0000): a body that is not JSON, NaN or Infinity, "
                      "invalid UTF-8, an unpaired surrogate", ValueError)
+# execute_once's refusals of its statement, and of what the statement did.
+StatementSyntaxError = _state("42601", "StatementSyntaxError",
+                              "42601: execute_once of a text that is not one statement, or "
+                              "does not parse")
+InvalidTransactionTermination = _state("2D000", "InvalidTransactionTermination",
+                                       "2D000: execute_once of transaction control")
+CardinalityViolation = _state("21000", "CardinalityViolation",
+                              "21000: execute_once's statement returned more than one row")
+ObjectInUse = _state("55006", "ObjectInUse",
+                     "55006: execute_once called by its own statement for the same key")
 
 BY_SQLSTATE = {cls.sqlstate: cls for cls in (
     NullValueNotAllowed, InvalidParameterValue, ProgramLimitExceeded, ArraySubscriptError,

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import decimal
+import json
+import math
 import re
+import uuid
 from typing import Any, Optional
 
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json, Jsonb
 
 from . import statements as sql
 from .connection import check_encodable, execute, load_json
@@ -54,6 +58,54 @@ def reserve_params(scope, key, request_hash, lock_ttl, retention, wait):
     return (scope, key, request_hash, interval(lock_ttl), interval(retention), interval(wait))
 
 
+def statement_param(value) -> Optional[str]:
+    """A parameter of execute_once's statement as the text the server reads for its type (the
+    statement's cast or column says which): None is NULL; bool true / false; int, float and
+    Decimal as numbers; str as it is; date, time and datetime in ISO 8601 (a naive datetime is
+    read in the session's TimeZone by timestamptz); timedelta as an interval; UUID; bytes as
+    bytea's hex form; dict, list, tuple (and psycopg's Json / Jsonb) as JSON text. Anything
+    else is a TypeError: the text of an unknown type would be a guess."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(value)
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, _dt.timedelta):
+        return f"{value.days} days {value.seconds}.{value.microseconds:06d} seconds"
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "\\x" + bytes(value).hex()
+    if isinstance(value, (Json, Jsonb)):
+        value = value.obj
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    raise TypeError(f"a statement parameter of type {type(value).__name__} has no text form "
+                    "here: pass it as str, or as a type the client converts")
+
+
+def execute_once_params(scope, key, request_hash, statement, params, status_code, lock_ttl,
+                        retention, wait):
+    """execute_once's parameters, the statement's converted by statement_param; KeyMalformed
+    (a 400) for an empty scope or key, or one over 255 bytes, before anything is sent."""
+    if not isinstance(statement, str) or not statement.strip():
+        raise TypeError("execute_once needs the statement as a non-empty str")
+    texts = [statement_param(v) for v in (params or ())]
+    return (scope, key, request_hash, statement, texts, status_code,
+            *reserve_params(scope, key, request_hash, lock_ttl, retention, wait)[3:])
+
+
 def reservation_of(row, cur=None) -> Reservation:
     """A row of statements.RESERVE or RESERVE_BEGIN as a Reservation: the response arrives as
     text and is loaded as JSON, as cur's connection loads jsonb when cur is given."""
@@ -85,6 +137,22 @@ def reserve(conn, scope, key, request_hash=None, *, lock_ttl="5 minutes",
     params = reserve_params(scope, key, request_hash, lock_ttl, retention, wait)
     check_encodable(conn, names(scope, key))
     cur = execute(conn, sql.RESERVE, params)
+    return reservation_of(cur.fetchone(), cur)
+
+
+def execute_once(conn, scope, key, statement, params=(), request_hash=None, *,
+                 status_code=201, lock_ttl="5 minutes", retention="24 hours", wait="0"
+                 ) -> Reservation:
+    """idempotency.execute_once in the connection's current transaction (in autocommit if it
+    has none open, and the connection is in autocommit): on the outcome 'new' the statement ran
+    with its parameters bound, and the reservation carries status_code and its response. One
+    round trip. Errors of the statement come out typed, as execute's."""
+    args = execute_once_params(scope, key, request_hash, statement, params, status_code,
+                               lock_ttl, retention, wait)
+    check_encodable(conn, names(scope, key),
+                    (("statement", statement),
+                     *(("statement parameter", v) for v in args[4] if v is not None)))
+    cur = execute(conn, sql.EXECUTE_ONCE, args)
     return reservation_of(cur.fetchone(), cur)
 
 

@@ -23,6 +23,12 @@ The flow of a request:
   store: complete + COMMIT, and the answer goes out once they returned (500 if they failed);
   one not to store (by default 500 and above): rolled back with the claim, and sent. An
   application that raises, or ends without an answer: rolled back, and the error goes on.
+
+The statement form (the statement= option): instead of the claim and the application, one call
+of idempotency.execute_once in autocommit (one round trip for a new key and for a replay)
+answers: a new key with the statement's result as the JSON body and the `status` option, the
+other outcomes as above. An error of the statement (or a server without execute_once, named in
+the log) is a 500 with nothing stored: the key stays new.
 """
 from __future__ import annotations
 
@@ -37,10 +43,11 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import statements
+from .versions import missing_from_server
 from .connection import (autocommit_to_restore, begin_needed, check_encodable, cursor_of,
                          reserve_begin_usable)
 from .errors import KeyInProgress, KeyMalformed, KeyMismatch, KeyTooOld, translate
-from .keys import reservation_of, reserve_begin_refused, reserve_params
+from .keys import execute_once_params, reservation_of, reserve_begin_refused, reserve_params
 from .web import (DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context, RequestInfo, answer_for,
                   headers_of_replay, options_from, replay_of, stored_answer)
 
@@ -163,9 +170,16 @@ class Flow:
         returns its answer (an Outgoing, held back), or None if it ended without a complete
         one. Returns an Answer, or an Outgoing (a replay, the application's answer) to send."""
         opts = self.options
+        on_connection = self._on_connection
         try:
             scope, key, request_hash = opts.identify(req)
-            params = reserve_params(scope, key, request_hash, **opts.reserve_options())
+            if opts.statement is not None:
+                on_connection = self._on_connection_statement
+                params = execute_once_params(scope, key, request_hash, opts.statement,
+                                             opts.statement_params(req), opts.status,
+                                             **opts.reserve_options())
+            else:
+                params = reserve_params(scope, key, request_hash, **opts.reserve_options())
         except Exception as e:
             answer = answer_for(e)
             if answer is None:
@@ -180,7 +194,7 @@ class Flow:
                 log.error("idempotency: the database is unreachable: %s", e)
                 return DATABASE_UNAVAILABLE
             try:
-                answer = yield from self._on_connection(session, scope, key, params, run_app)
+                answer = yield from on_connection(session, scope, key, params, run_app)
             except BaseException as e:
                 yield from session.close(e)
                 if not isinstance(e, StaleConnection):
@@ -244,6 +258,41 @@ class Flow:
             log.error('idempotency: the answer to key "%s" was not stored: %s', key, e)
             return NOT_STORED
         return held
+
+    def _on_connection_statement(self, session, scope, key, params, run_app):
+        """The statement form: execute_once answers; the application does not run."""
+        opts = self.options
+        try:
+            session.check_encodable((("scope", scope), ("key", key)))
+        except KeyMalformed as e:
+            return answer_for(e)
+        try:
+            reservation = yield from session.execute_once(params)
+        except BaseException as e:
+            yield from session.rollback(e)
+            if session.lost(e):
+                raise StaleConnection(e) from e
+            if not isinstance(e, Exception):
+                raise
+            missing = missing_from_server(e) or missing_from_server(e.__cause__)
+            if missing is not None:
+                log.error("idempotency: the statement form needs idempotency.execute_once: %s",
+                          missing)
+            else:
+                log.error('idempotency: the statement for key "%s" failed, nothing is stored: '
+                          "%s", key, e)
+            return NOT_STORED
+        if reservation.outcome in _OUTCOMES:
+            return answer_for(_OUTCOMES[reservation.outcome](scope, key, reservation,
+                                                             reservation.outcome))
+        # The first answer has the body and headers its replays send (a JSON body; none for
+        # a statement without a row), without Idempotent-Replayed and replay_headers.
+        replay = replay_of(reservation.response)
+        if reservation.outcome == "replay":
+            headers = headers_of_replay(opts, reservation.status_code, replay)
+        else:
+            headers = {**replay.headers, "content-length": str(len(replay.body))}
+        return Outgoing(reservation.status_code, list(headers.items()), replay.body)
 
     def _claim(self, session, params):
         """reserve_begin where the session allows it, otherwise BEGIN + reserve."""
@@ -382,6 +431,18 @@ class PsycopgSession:
 
     def reserve(self, params):
         return (yield from self._fetch(statements.RESERVE, params))
+
+    def execute_once(self, params):
+        """execute_once in autocommit: one round trip (the connection goes back with its own
+        autocommit setting). One that sets an isolation level, read-only or deferrable mode, or
+        is in pipeline mode: in a transaction of psycopg's, which carries them."""
+        if self.reserve_begin_usable():
+            yield self._set_autocommit(True)
+            return (yield from self._fetch(statements.EXECUTE_ONCE, params))
+        yield from self.begin()
+        reservation = yield from self._fetch(statements.EXECUTE_ONCE, params)
+        yield (self.conn.commit,)
+        return reservation
 
     def _fetch(self, sql, params):
         cur = yield (cursor_of(self.conn).execute, sql, params)

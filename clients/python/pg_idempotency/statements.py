@@ -18,6 +18,13 @@ RESERVE_BEGIN = ("SELECT r.outcome::text, r.status_code, r.response::text, r.att
                  "r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at "
                  "FROM idempotency.reserve_begin(%s, %s, %s::bytea, %s::interval, "
                  "%s::interval, %s::interval) AS r")
+# The claim, one statement of the caller's (its text and its parameters as text, bound) and
+# its answer in one call: on 'new' the statement ran and its result is the stored response.
+# Its row is RESERVE's.
+EXECUTE_ONCE = ("SELECT r.outcome::text, r.status_code, r.response::text, r.attempt, "
+                "r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at "
+                "FROM idempotency.execute_once(%s, %s, %s::bytea, %s, %s::text[], %s::integer, "
+                "%s::interval, %s::interval, %s::interval) AS r")
 COMPLETE = "SELECT idempotency.complete(%s, %s, %s::integer, %s::jsonb, %s::integer)"
 # complete and COMMIT in one simple query (sent through a psycopg.ClientCursor): one round
 # trip. A failed complete skips the COMMIT and leaves the transaction failed, for the caller to
@@ -45,6 +52,7 @@ EMIT = "SELECT idempotency.emit(%s, %s::jsonb)::text"
 LISTED = {
     "reserve": RESERVE,
     "reserve_begin": RESERVE_BEGIN,
+    "execute_once": EXECUTE_ONCE,
     "complete": COMPLETE,
     "fail": FAIL,
     "fail_stamped": FAIL_STAMPED,

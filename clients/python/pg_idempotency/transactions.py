@@ -7,9 +7,10 @@ import dataclasses
 import functools
 from typing import Any, Callable, Optional
 
-from .connection import check_usable, guard, transaction_failed, transaction_idle
+from .connection import (check_usable, guard, one_statement, transaction_failed,
+                         transaction_idle)
 from .errors import TransactionOpen
-from .keys import checkpoint, complete, fail, raise_for, request_hash, reserve
+from .keys import checkpoint, complete, execute_once, fail, raise_for, request_hash, reserve
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,15 +72,50 @@ def claim(conn, scope, key, request=None, *, exclude=(), lock_ttl="5 minutes",
                                "its claim is rolled back")
 
 
-def run_once(conn, scope, key, work: Callable[[], tuple], request=None, **options) -> Result:
-    """One-transaction helper as a call: on `new`, runs work() (which returns
-    (status_code, response)) in the transaction and completes with it; on `replay`, returns the
-    stored result without running work."""
+def run_once(conn, scope, key, work: Optional[Callable[[], tuple]] = None, request=None, *,
+             statement: Optional[str] = None, params=(), status: int = 201,
+             **options) -> Result:
+    """One-transaction helper as a call, in one of two forms.
+
+    With `work`: on `new`, runs work() (which returns (status_code, response)) in the
+    transaction and completes with it; on `replay`, returns the stored result without running
+    work.
+
+    With `statement` (the statement form, for work that is one SQL statement): the claim, the
+    statement and its answer are one call of idempotency.execute_once, one round trip for a new
+    key and for a replay. `params` are bound, never part of the text (statement_param says how
+    each Python value is sent); the statement's result is the response (the one row's single
+    json / jsonb column, or the row as a JSON object; None for no row) stored with `status`.
+    On a connection with no transaction open it commits by itself; inside the caller's
+    transaction it commits or rolls back with it. An error of the statement is raised, and the
+    key stays new (inside the caller's transaction, that transaction is failed).
+
+        result = run_once(conn, "acct_42", key, request=body,
+                          statement="INSERT INTO orders (item, qty) VALUES ($1, $2) "
+                                    "RETURNING id, item, qty",
+                          params=[body["item"], body["qty"]])
+
+    Both forms raise KeyInProgress / KeyMismatch / KeyTooOld for those outcomes."""
+    if (work is None) == (statement is None):
+        raise TypeError("run_once needs either work or statement=, not both")
+    if statement is not None:
+        return _run_statement(conn, scope, key, statement, params, status, request, **options)
     with claim(conn, scope, key, request, **options) as c:
         if not c.replayed:
             status_code, response = work()
             c.complete(status_code, response)
     return c.result
+
+
+def _run_statement(conn, scope, key, statement, params, status, request, *, exclude=(),
+                   lock_ttl="5 minutes", retention="24 hours", wait="0") -> Result:
+    check_usable(conn)
+    rh = request_hash(request, exclude)
+    with guard(conn), one_statement(conn):
+        r = execute_once(conn, scope, key, statement, params, rh, status_code=status,
+                         lock_ttl=lock_ttl, retention=retention, wait=wait)
+    raise_for(scope, key, r)
+    return Result(r.status_code, r.response, r.outcome == "replay", r.attempt)
 
 
 def idempotent(scope, key, request=None, **options):

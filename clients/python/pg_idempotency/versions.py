@@ -14,7 +14,7 @@ CLIENT_VERSION = "0.3.0"
 # helpers that need a newer function (below) are refused; everything else works.
 EXTENSION_VERSIONS = ("0.2.0", "0.3.0")
 # Functions the client calls that came after the oldest version: the version that added each.
-FUNCTION_SINCE = {"claim_once": "0.3.0", "reserve_begin": "0.3.0"}
+FUNCTION_SINCE = {"claim_once": "0.3.0", "reserve_begin": "0.3.0", "execute_once": "0.3.0"}
 
 _SUPPORTED = f"{EXTENSION_VERSIONS[0]} to {EXTENSION_VERSIONS[1]}"
 

@@ -226,6 +226,11 @@ class Options:
     applies: Optional[Callable[[str, str], bool]] = None
     max_body: int = DEFAULT_MAX_BODY
     keep_headers: tuple = ()            # more headers of the first answer that replays carry
+    # The statement form: the middleware answers a new key with this statement's result
+    # (idempotency.execute_once), params(RequestInfo) its parameters, stored with `status`.
+    statement: Optional[str] = None
+    params: Optional[Callable[["RequestInfo"], Any]] = None
+    status: int = 201
 
     def applies_to(self, method: str, path: str) -> bool:
         """applies(method, path); by default POST and PATCH (the methods that are not
@@ -247,6 +252,10 @@ class Options:
         return scope, key, request_fingerprint(req.body, req.headers.get("content-type"),
                                                self.exclude)
 
+    def statement_params(self, req: "RequestInfo"):
+        """The statement's parameters for the request (none without a params function)."""
+        return list(self.params(req)) if self.params is not None else []
+
     def reserve_options(self):
         return {"lock_ttl": self.lock_ttl, "retention": self.retention, "wait": self.wait}
 
@@ -255,6 +264,9 @@ def options_from(scope, **kwargs) -> Options:
     if scope is None:
         raise TypeError("the idempotency middleware needs a scope (a string, or a callable of "
                         "the request)")
+    if kwargs.get("statement") is None and (kwargs.get("params") is not None or
+                                            kwargs.get("status") is not None):
+        raise TypeError("the idempotency middleware's params= and status= go with statement=")
     return Options(scope=scope, **{k: v for k, v in kwargs.items() if v is not None})
 
 

@@ -1,5 +1,6 @@
 """The package's public names, and the submodules the documentation and examples import, are
-those the client has always offered: splitting its modules changes no import of a user."""
+those the client has always offered (and the exception classes of the SQLSTATEs added since):
+splitting its modules changes no import of a user."""
 import importlib
 import types
 
@@ -7,15 +8,18 @@ import pg_idempotency
 
 PUBLIC = [
     "Answer", "ArraySubscriptError", "Attempt", "BY_SQLSTATE", "CLIENT_VERSION",
-    "CardinalityViolation", "Claim", "ConnectionLost", "DuplicateObject", "EXTENSION_VERSIONS", "ExtensionVersionError",
+    "CardinalityViolation", "Claim", "ConnectionLost", "DuplicateObject", "EXTENSION_VERSIONS",
+    "ExtensionVersionError",
     "FeatureNotSupported", "IdempotencyError", "InvalidJson",
     "InvalidTransactionTermination", "InvalidParameterValue", "KeyEmpty",
     "KeyInProgress", "KeyMalformed", "KeyMismatch", "KeyTooLong", "KeyTooOld",
     "KeyUntranslatable", "LockNotAvailable", "Lsn", "Message", "NullValueNotAllowed",
-    "ObjectInUse", "ObjectNotInPrerequisiteState", "OutboxConsumer", "OutcomeError", "PoisonMessage",
+    "ObjectInUse", "ObjectNotInPrerequisiteState", "OutboxConsumer", "OutcomeError",
+    "PoisonMessage",
     "PositionBelowWatermark", "ProgramLimitExceeded", "QueryCanceled", "ReadOnlySqlTransaction",
     "Reservation", "Result", "ResultConflict", "SequenceGeneratorLimitExceeded",
-    "SerializationFailure", "StaleAttempt", "StatementSyntaxError", "TransactionAborted", "TransactionOpen",
+    "SerializationFailure", "StaleAttempt", "StatementSyntaxError", "TransactionAborted",
+    "TransactionOpen",
     "UndefinedObject", "UntranslatableCharacter", "accept", "answer_for", "apply_once",
     "canonical_json", "canonical_number", "check_extension", "check_names", "checkpoint",
     "claim", "claim_once", "complete", "consume_once", "emit", "execute", "fail", "fingerprint",
