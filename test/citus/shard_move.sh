@@ -2,7 +2,7 @@
 # A shard move under load, with Citus's default transfer mode. The key calls write the local
 # shard directly, outside Citus's executor; at the commit they take Citus's lock on the
 # shard's placement metadata, as its executor holds it for a write, and fail (40001) when the
-# placement moved meanwhile (src/pg/storage/citus.cpp, UsedShards): a commit either precedes
+# placement moved meanwhile (src/pg/citus/citus.cpp, UsedShards): a commit either precedes
 # the move's last catch-up or is refused. Load through the coordinator
 # (test/citus/lib/move_load.py: reserve + business INSERT + complete, and claim_once + INSERT,
 # fresh and hot keys) over the moved tenant and one tenant of each worker, while the tenant's
