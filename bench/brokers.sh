@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Message consumers against RabbitMQ (issue 26): messages per second and CPU per message (the
+# Message consumers against RabbitMQ: messages per second and CPU per message (the
 # consumer process and its PostgreSQL backend) of a consumer that applies each message exactly
 # once with the extension (examples/consumers' pattern: consume_once, i.e. claim_once, by
 # message id for a queue, apply_once by offset for a stream) against the same consumer with no

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Client overhead per request (issue 15): the request helpers of the Python client
+# Client overhead per request: the request helpers of the Python client
 # (pg_idempotency.run_once) and of the Node client (runOnce of @idempotency/client) against
 # the bare SQL calls they make (BEGIN; reserve; the business INSERT; complete; COMMIT) over
 # the same connection, as a ratio within one run; and the share of a request spent computing

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Publishing everything (issue 22): a publication FOR ALL TABLES WITH (publish_via_partition_root
+# Publishing everything: a publication FOR ALL TABLES WITH (publish_via_partition_root
 # = true), and one FOR TABLES IN SCHEMA idempotency plus the business table, keep replicating
 # while both servers run maintenance, the worker and maintain() alike. Both carry
 # idempotency.maintenance_log, whose runs both servers number from 1: before the fix the

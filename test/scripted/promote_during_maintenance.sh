@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Promotion while a maintenance pass is running, and the promoted server keeping
-# synchronous_standby_names with no standby of its own (issue 17's original report).
+# synchronous_standby_names with no standby of its own.
 # A primary and its synchronous standby, both with the library preloaded (1-second
 # partitions); the worker is configured on the standby only (in its own postgresql.conf), so
 # no pass on the primary can move the keys expiring hours ahead out of the default partition. A maintain()
