@@ -7,8 +7,8 @@
 # complete: the pattern before claim_once) in the same rounds; and what batching buys (BATCH
 # messages per transaction: a claim_once per message for a queue, one accept per stream).
 # Python (pika) and Node (amqplib), one run,
-# ratios within a round, the order of the modes rotated each round. Method: bench/README.md,
-# "Message consumers". Writes bench/brokers.md.
+# ratios within a round, the order of the modes rotated each round. Method:
+# bench/pages/consumers.md. Writes bench/brokers.md.
 #
 #   bash bench/brokers.sh            full run (4 to 8 minutes on 2 cores)
 #   bash bench/brokers.sh --smoke    a few seconds; its report goes under bench/out/ only

@@ -5,8 +5,8 @@
 # the same connection, as a ratio within one run; and the share of a request spent computing
 # the fingerprint client-side, for a 1 KB and a 100 KB JSON body (bench/clients/bodies.py);
 # and the Python WSGI middleware claiming with reserve_begin against BEGIN + reserve.
-# Method: bench/clients/py_overhead.py and node_overhead.mjs, and bench/README.md, "Client
-# overhead". Prints a table and writes bench/clients.md.
+# Method: bench/clients/py_overhead.py and node_overhead.mjs, and
+# bench/pages/client-overhead.md. Prints a table and writes bench/clients.md.
 #
 #   bash bench/clients.sh            full run (about 2 minutes on 2 cores)
 #   bash bench/clients.sh --smoke    a few seconds; writes its report under bench/out/ only
