@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Message consumers against RabbitMQ (issue 26): messages per second and CPU per message (the
+# Message consumers against RabbitMQ: messages per second and CPU per message (the
 # consumer process and its PostgreSQL backend) of a consumer that applies each message exactly
 # once with the extension (examples/consumers' pattern: consume_once, i.e. claim_once, by
 # message id for a queue, apply_once by offset for a stream) against the same consumer with no
@@ -7,8 +7,8 @@
 # complete: the pattern before claim_once) in the same rounds; and what batching buys (BATCH
 # messages per transaction: a claim_once per message for a queue, one accept per stream).
 # Python (pika) and Node (amqplib), one run,
-# ratios within a round, the order of the modes rotated each round. Method: bench/README.md,
-# "Message consumers". Writes bench/brokers.md.
+# ratios within a round, the order of the modes rotated each round. Method:
+# bench/pages/consumers.md. Writes bench/brokers.md.
 #
 #   bash bench/brokers.sh            full run (4 to 8 minutes on 2 cores)
 #   bash bench/brokers.sh --smoke    a few seconds; its report goes under bench/out/ only

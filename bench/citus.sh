@@ -18,7 +18,7 @@
 # BENCH_CLIENTS (8) pgbench clients, BENCH_DURATION (10) s per run, BENCH_ROUNDS (2) rounds
 # with the order rotated (BENCH_VS_ROUNDS, 3, for the comparison), BENCH_STORM_DURATION (10)
 # s per storm; the median TPS per target and workload is printed as markdown tables, then
-# each round's ratios (bench/README.md, "Citus").
+# each round's ratios (bench/pages/citus-pattern.md).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 CLIENTS=${BENCH_CLIENTS:-8}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where the time goes on Citus (issue 28): perf (Debian's linux-perf; the cpu-clock event,
+# Where the time goes on Citus: perf (Debian's linux-perf; the cpu-clock event,
 # which needs no hardware counters) on the backends of the coordinator and of the workers
 # while pgbench (-M extended, 8 clients, through the coordinator) runs one workload, for the
 # extension and the hand-written pattern:

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# The pgbench scripts of the Citus comparison (issue 28), shared by bench/citus.sh and
+# The pgbench scripts of the Citus comparison, shared by bench/citus.sh and
 # bench/citus_profile.sh: the extension and the hand-written pattern (a table `fortress`
 # distributed by tenant, co-located with `orders`), tenant and key as bound parameters.
 pick_tenant() { # pick_tenant TENANT...: pgbench lines that set :t to one of them at random

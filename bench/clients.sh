@@ -9,7 +9,7 @@
 # client's runOnce against the same statements sent by hand, in the same round trips (target:
 # within 10%).
 # Method: bench/clients/py_overhead.py, node_overhead.mjs, go_overhead/main.go and
-# JavaOverhead.java, and bench/README.md, "Client overhead". Prints a table and writes
+# JavaOverhead.java, and bench/pages/client-overhead.md. Prints a table and writes
 # bench/clients.md.
 #
 #   bash bench/clients.sh            full run (about 2 minutes on 2 cores)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Side by side with what users pick instead (issue 23): one Express 5 service (bench/peers/
+# Side by side with what users pick instead: one Express 5 service (bench/peers/
 # service.mjs), POST /orders with an Idempotency-Key, the same one-row insert, under seven
 # idempotency strategies: the project's middleware and runExternal, hand-written PostgreSQL
 # ("fortress"), Redis SET NX + Lua, the Redis + PostgreSQL hybrid, Powertools (Redis cache

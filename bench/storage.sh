@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Storage benchmark (issue 5), on a throwaway cluster of its own (port 54464):
+# Storage benchmark, on a throwaway cluster of its own (port 54464):
 #  1. reserve (new keys, 24h retention) throughput and latency with SMALL and LARGE keys
 #     stored in the live partitions of idempotency.keys: reserve's cost must not grow with
 #     the number of keys (target: within 1.2x);

@@ -3,7 +3,7 @@
 -- (test/scripted/upgrade_chain.sh compares them).
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.3.0'" to load this file. \quit
 
--- === logical replication: each server's own maintenance history (issue 22) ===
+-- === logical replication: each server's own maintenance history ===
 -- A publication FOR ALL TABLES (or FOR TABLES IN SCHEMA idempotency) carries
 -- idempotency.maintenance_log too, and both servers number their runs from 1: the publisher's
 -- runs collided with the subscriber's own and stopped the whole subscription. The history is
@@ -18,8 +18,8 @@ CREATE TRIGGER keep_local_rows BEFORE INSERT OR UPDATE OR DELETE ON idempotency.
     FOR EACH ROW EXECUTE FUNCTION idempotency.keep_local_rows();
 ALTER TABLE idempotency.maintenance_log ENABLE REPLICA TRIGGER keep_local_rows;
 
--- === issue 25: in-flight claims inside open transactions, counters per hour and day, row
--- estimates before ANALYZE (h25b) ===
+-- === in-flight claims inside open transactions, counters per hour and day, row estimates
+-- before ANALYZE ===
 
 -- The 64-bit hash (scope, key)'s advisory lock is taken on, as pg_locks shows it: classid is
 -- its high 32 bits, objid its low 32 bits, objsubid 478 (0x1DE, the extension's lock class).
@@ -267,7 +267,7 @@ SELECT m.name, m.labels, m.value FROM (
 ORDER BY m.ord, m.sub, m.labels::text;
 
 
--- === issue 26: a key per message for queue consumers in one statement (h26) ===
+-- === claim_once: a key per message for queue consumers in one statement ===
 -- claim_once is reserve and complete in one call, inside the caller's transaction: true the
 -- first time (apply the message's effect in this transaction; a rollback frees the key again),
 -- false once the key is completed (a redelivery: acknowledge it). A key another holder has
@@ -290,7 +290,7 @@ REVOKE ALL ON FUNCTION idempotency.claim_once(text, text, interval, interval) FR
 -- (the scope's shard is not local), never run on the wrong node.
 
 
--- === issue 23: a replay in one round trip ===
+-- === reserve_begin: a replay in one round trip ===
 -- reserve_begin is reserve that, outside a transaction block, opens one when the key is new
 -- (as BEGIN would), so the work and complete + COMMIT follow in it; any other outcome leaves
 -- no transaction open, so a replay needs no ROLLBACK. Inside a transaction block it is

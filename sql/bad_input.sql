@@ -1,4 +1,4 @@
--- Issue 7, bad input at the SQL level: NULL in every argument position, empty strings, the
+-- Bad input at the SQL level: NULL in every argument position, empty strings, the
 -- 10 MB limit on stored responses and errors, invalid UTF-8, deeply nested JSON, huge exclude
 -- lists. Each call gets a clear error or a documented result, and leaves the database as it
 -- was: bad_input.try runs its statements in a subtransaction that it always rolls back, and

@@ -1,5 +1,5 @@
 -- claim_once: a key per message for queue consumers, claimed and completed in one statement
--- inside the caller's transaction (issue 26).
+-- inside the caller's transaction.
 \set VERBOSITY terse
 \i sql/include/try.sql
 SELECT idempotency.stats_reset();

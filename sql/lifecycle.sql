@@ -1,4 +1,5 @@
--- The life of a key within one session: behaviours 1, 2, 4-9 of the core issue.
+-- The life of a key within one session, one numbered case each; what two sessions at once do
+-- is in test/isolation/specs.
 \set VERBOSITY terse
 \i sql/include/try.sql
 

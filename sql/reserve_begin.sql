@@ -1,6 +1,6 @@
 -- reserve_begin: outside a transaction block, a new key opens one (the work and complete +
--- COMMIT follow in it); any other outcome leaves none open, so a replay needs no ROLLBACK
--- (issue 23). Inside a transaction block it is reserve.
+-- COMMIT follow in it); any other outcome leaves none open, so a replay takes one round trip
+-- and needs no ROLLBACK. Inside a transaction block it is reserve.
 \set VERBOSITY terse
 \i sql/include/try.sql
 CREATE FUNCTION pg_temp.holds_key_lock(scope text, key text) RETURNS boolean

@@ -2,8 +2,8 @@
 
 #include "pg/sql_errors.hpp"
 #include "pg/stats.hpp"
-#include "pg/storage/maintenance.hpp"
-#include "pg/storage/worker.hpp"
+#include "pg/maintenance/maintenance.hpp"
+#include "pg/maintenance/worker.hpp"
 
 extern "C" {
 #include "utils/guc.h"

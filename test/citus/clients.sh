@@ -19,7 +19,7 @@ export PGHOST=$COORD_SOCK PGPORT=$COORD_PORT PGUSER=postgres PGDATABASE=postgres
 export COORD_PORT COORD_SOCK W1_PORT W1_SOCK W2_PORT W2_SOCK PGBIN
 export IDEM_TEST_DB_SETUP=$IDEM_ROOT/test/citus/lib/client_db.sh IDEM_TEST_CITUS=1
 LOG=$(mktemp -d /tmp/idem-citus-clients.XXXXXX)
-trap 'citus_cluster_stop; rm -rf "$LOG"' EXIT
+on_exit 'rm -rf "$LOG"'
 
 # Python: the package installed into a venv that sees Debian's psycopg and pytest, as
 # scripts/test.sh's clients suite does.

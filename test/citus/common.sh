@@ -1,21 +1,20 @@
 # shellcheck shell=bash
 # Shared by test/citus/*.sh: a coordinator and two workers (scripts/lib.sh), `public.orders`
 # distributed by its text tenant column, idempotency.keys distributed with it.
-# Source after setting CITUS_NAME and CITUS_PORT.
+# Source after setting CITUS_NAME and CITUS_PORT; it sources the prelude
+# (test/scripted/lib/prelude.sh: fail, on_exit, WORK, the checks, poll; q is coord), and stops
+# the three nodes at exit.
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
+# shellcheck source=test/scripted/lib/prelude.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripted/lib/prelude.sh" none
 citus_cluster_setup "test-cluster/$CITUS_NAME" "$CITUS_PORT"
-trap citus_cluster_stop EXIT
-fail() {
-  echo "FAIL: $*"
-  for d in "$COORD_DATA" "$W1_DATA" "$W2_DATA"; do
-    echo "--- $(basename "$(dirname "$d")") log"
-    tail -n 15 "$(dirname "$d")/server.log" 2>/dev/null || true
-  done
-  exit 1
-}
-# shellcheck source=test/scripted/lib/checks.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../scripted/lib/checks.sh"
+stop_servers() { citus_cluster_stop; }
+on_fail 'for d in "$COORD_DATA" "$W1_DATA" "$W2_DATA"; do
+  echo "--- $(basename "$(dirname "$d")") log"
+  tail -n 15 "$(dirname "$d")/server.log" 2>/dev/null || true
+done'
 coord() { citus_node coord -qAt "$@"; }
+q() { coord "$@"; }
 w1() { citus_node w1 -qAt "$@"; }
 w2() { citus_node w2 -qAt "$@"; }
 # node_of SCOPE: w1 or w2, the worker that holds the scope's shard of idempotency.keys

@@ -12,7 +12,7 @@ set -euo pipefail
 CITUS_NAME=citus-regress CITUS_PORT=54469
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUT=$(mktemp -d /tmp/idem-citus-regress.XXXXXX)
-trap 'citus_cluster_stop; rm -rf "$OUT"' EXIT
+on_exit 'rm -rf "$OUT"'
 citus_setup
 PGXS_DIR=$(dirname "$("$PG_CONFIG" --pgxs)")/..
 cd "$IDEM_ROOT"

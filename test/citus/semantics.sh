@@ -128,7 +128,7 @@ expect "in_progress while the lease is live" \
 lapsed() {
   [[ $(coord -c "SELECT locked_until < clock_timestamp() FROM idempotency.lookup('tenant-5', 'ship-1')") == t ]]
 }
-until_true 60 lapsed || fail "the 5-second lease did not lapse"
+poll --try 60 lapsed || fail "the 5-second lease did not lapse"
 expect "takeover after the lease lapsed: attempt 2 and the recovery point" \
   "$(coord -F ' ' -c "SELECT outcome, attempt, recovery_point
                       FROM idempotency.reserve('tenant-5', 'ship-1')")" "new 2 label-printed"
@@ -152,7 +152,7 @@ coord -c "SELECT outcome FROM idempotency.reserve('tenant-8', 'short', lock_ttl 
                                                   retention => '1 second')" \
   -c "SELECT idempotency.complete('tenant-8', 'short', 200, '{}')" >/dev/null
 expired() { [[ $(coord -c "SELECT count(*) FROM idempotency.lookup('tenant-8', 'short')") == 0 ]]; }
-until_true 60 expired || fail "the record did not expire after its 1-second retention"
+poll --try 60 expired || fail "the record did not expire after its 1-second retention"
 expect "past retention: new" \
   "$(coord -c "SELECT outcome FROM idempotency.reserve('tenant-8', 'short')")" "new"
 # A takeover near the end of the window moves expires_at past its lease (the row moves to a
@@ -162,7 +162,7 @@ coord -c "SELECT outcome FROM idempotency.reserve('tenant-8', 'late', lock_ttl =
 late_lapsed() {
   [[ $(coord -c "SELECT locked_until < clock_timestamp() FROM idempotency.lookup('tenant-8', 'late')") == t ]]
 }
-until_true 60 late_lapsed || fail "the 1-second lease did not lapse"
+poll --try 60 late_lapsed || fail "the 1-second lease did not lapse"
 expect "takeover near the end of the window: attempt 2, expiring an hour after its lease" \
   "$(coord -c "SELECT outcome || ' ' || attempt || ' ' || (expires_at = locked_until + interval '1 hour')
                 FROM idempotency.reserve('tenant-8', 'late', lock_ttl => '10 minutes',
@@ -183,8 +183,7 @@ expect "takeover: the answer is replayed" \
 outa=$(mktemp)
 coord -c "SELECT pg_advisory_lock(4242)" -c "SELECT pg_sleep(300) /* gate */" >/dev/null 2>&1 &
 gate=$!
-sql_true() { [[ $(coord -c "$1") == t ]]; }
-until_true 60 sql_true "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND granted)" ||
+poll --try 60 sql_true "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND granted)" ||
   fail "the gate session does not hold its lock"
 coord -c "BEGIN" -c "SELECT outcome FROM idempotency.reserve('tenant-4', 'race')" \
   -c "SELECT pg_advisory_lock(4242) /* A at the gate */" \
@@ -192,7 +191,7 @@ coord -c "BEGIN" -c "SELECT outcome FROM idempotency.reserve('tenant-4', 'race')
   -c "SELECT idempotency.complete('tenant-4', 'race', 201, '{\"by\": \"a\"}')" -c "COMMIT" \
   >"$outa" 2>&1 &
 pida=$!
-until_true 60 sql_true "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted)" ||
+poll --try 60 sql_true "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted)" ||
   fail "session A did not reach the gate with its claim"
 expect "second session: in_progress while A holds the key" \
   "$(coord -c "SELECT outcome FROM idempotency.reserve('tenant-4', 'race')")" "in_progress"
@@ -202,7 +201,7 @@ outb=$(mktemp)
 coord -F ' ' -c "SELECT outcome, response->>'by'
      FROM idempotency.reserve('tenant-4', 'race', wait => '30 seconds') /* B waits */" >"$outb" 2>&1 &
 pidb=$!
-until_true 60 sql_true "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE state = 'active'
+poll --try 60 sql_true "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE state = 'active'
                         AND query LIKE '%/* B waits */%' AND pid <> pg_backend_pid())" ||
   fail "the waiting reserve is not under way"
 expect "it waits for A's commit" "$(cat "$outb")" ""

@@ -2,7 +2,7 @@
 # A shard move under load, with Citus's default transfer mode. The key calls write the local
 # shard directly, outside Citus's executor; at the commit they take Citus's lock on the
 # shard's placement metadata, as its executor holds it for a write, and fail (40001) when the
-# placement moved meanwhile (src/pg/storage/citus.cpp, UsedShards): a commit either precedes
+# placement moved meanwhile (src/pg/citus/citus.cpp, UsedShards): a commit either precedes
 # the move's last catch-up or is refused. Load through the coordinator
 # (test/citus/lib/move_load.py: reserve + business INSERT + complete, and claim_once + INSERT,
 # fresh and hot keys) over the moved tenant and one tenant of each worker, while the tenant's
@@ -23,7 +23,7 @@ stop_load() {
   if [[ -n $load ]]; then wait "$load" || fail "the load driver failed ($(tail -n 5 "$WORK/load.err"))"; fi
   load=
 }
-trap 'stop_load || true; citus_cluster_stop; rm -rf "$WORK"' EXIT
+on_exit stop_load
 citus_setup
 
 moved=tenant-6
@@ -51,7 +51,7 @@ conninfo="host=$COORD_SOCK port=$COORD_PORT user=postgres dbname=postgres"
   "$WORK/load.json" "${scopes[@]}" --clients 6 2>"$WORK/load.err" &
 load=$!
 orders_at_least() { [[ $(coord -c "SELECT count(*) FROM orders WHERE tenant = '$moved'") -ge $1 ]]; }
-eventually 120 "the load is under way on $moved" orders_at_least 30
+poll 120 "the load is under way on $moved" orders_at_least 30
 
 move() { # move FROM TO: citus_move_shard_placement with Citus's default transfer mode
   coord -c "SELECT citus_move_shard_placement($shard, '127.0.0.1', $1, '127.0.0.1', $2)" \
@@ -64,11 +64,11 @@ placed_on() {
 move "$home_port" "$away_port"
 expect "moved away under load (default transfer mode)" "$(placed_on)" "$away_port"
 n=$(coord -c "SELECT count(*) FROM orders WHERE tenant = '$moved'")
-eventually 120 "the load goes on with the shard on its new node" orders_at_least $((n + 30))
+poll 120 "the load goes on with the shard on its new node" orders_at_least $((n + 30))
 move "$away_port" "$home_port"
 expect "moved back under load" "$(placed_on)" "$home_port"
 n=$(coord -c "SELECT count(*) FROM orders WHERE tenant = '$moved'")
-eventually 120 "the load goes on with the shard back home" orders_at_least $((n + 30))
+poll 120 "the load goes on with the shard back home" orders_at_least $((n + 30))
 stop_load
 
 /usr/bin/python3 "$IDEM_ROOT/test/citus/lib/move_load.py" --check "$conninfo" "$WORK/load.json" \

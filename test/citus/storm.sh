@@ -15,7 +15,6 @@ CLIENTS=${CLIENTS:-16}
 DURATION=${DURATION:-20}
 KEYS_PER_TENANT=5
 WORK=$(mktemp -d /tmp/idem-citus-storm.XXXXXX)
-trap 'citus_cluster_stop; rm -rf "$WORK"' EXIT
 citus_setup "deadlock_timeout = 100ms"
 
 tenants_on() { # tenants_on NODE: quoted, comma-separated tenants of that worker
@@ -99,7 +98,7 @@ load_running() {
   [[ $(coord -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'") == $((2 * half)) &&
      $(coord -c "SELECT count(*) FROM orders") -ge $((orders0 + 20)) ]]
 }
-until_true "$DURATION" load_running || fail "the load did not get going within $DURATION s"
+poll --try "$DURATION" load_running || fail "the load did not get going within $DURATION s"
 kill -0 "$p2" 2>/dev/null || fail "worker 2's clients ended before the crash"
 cluster_crash "$W2_DATA"
 echo "worker 2 stopped with -m immediate"
@@ -121,7 +120,7 @@ cluster_start "$W2_DATA" || fail "worker 2 did not restart"
 # The coordinator reconnects; tenant requests on worker 2 work again.
 t2=$(echo "$T2" | cut -d, -f1 | tr -d "'")
 w2_tenant_answers() { coord -c "SELECT count(*) FROM idempotency.lookup('$t2', 'probe')" >/dev/null 2>&1; }
-until_true 60 w2_tenant_answers || true
+poll --try 60 w2_tenant_answers || true
 expect "fault: worker 2's tenant works again" "$(coord -c "BEGIN" \
   -c "SELECT outcome FROM idempotency.reserve('$t2', 'after-restart')" \
   -c "INSERT INTO orders (tenant, key, amount) VALUES ('$t2', 'after-restart', 1)" \

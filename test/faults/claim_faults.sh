@@ -33,17 +33,17 @@ no_restart
 attach claim-pre-commit wait
 q -c "SET application_name = 'doomed'" -c "SELECT idempotency.reserve('new', 'c1')" >/dev/null 2>&1 &
 doomed=$!
-wait_for 60 "the commit waits at the point" \
+poll 60 "the commit waits at the point" sql_true \
   "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'doomed' AND $(waiting_at claim-pre-commit)"
 pid=$(q -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'doomed'")
 kill -KILL "$pid"
 wait "$doomed" || true
 # The postmaster restarts every backend after a crash: wait until it accepts connections again.
-for ((i = 0; i < 300; i++)); do
+restarted() {
   [[ $(test_log | grep -c 'database system is ready to accept connections') -ge 2 ]] &&
-    q -c "SELECT 1" >/dev/null 2>&1 && break
-  sleep 0.2
-done
+    q -c "SELECT 1" >/dev/null 2>&1
+}
+poll --try 60 restarted || fail "the server does not accept connections after the crash"
 test_log | grep 'terminated by signal 9: Killed' >/dev/null || fail "the backend was not killed"
 passed "the backend was killed at the point (crash recovery ran)"
 # Injection points live in shared memory, gone with the crash; the faults build's setting stays.

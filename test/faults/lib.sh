@@ -2,7 +2,8 @@
 # For the faults suite (test/faults/*.sh, `IDEM_SUITES=faults bash scripts/test.sh`): each test
 # drives the extension's fault points (src/pg/fault_points.hpp) on a cluster of its own.
 #   faults_cluster NAME PORT [setting=value ...]   a fresh cluster, the extension created
-#   q [psql args]            psql -qAtX on it (database postgres)
+#   q [psql args]            psql -qAt on it (database postgres), and the rest of the prelude
+#                            (test/scripted/lib/prelude.sh: fail, on_exit, the checks, poll)
 #   run_error SQL            runs SQL, which must fail; prints psql's error output (verbose)
 #   attach POINT ACTION      POINT is the name after "idempotency-"; ACTION error, notice, wait
 #   detach POINT
@@ -16,12 +17,10 @@
 # idempotency.fault_points (new sessions, the maintenance worker included, see it).
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
-# shellcheck source=test/scripted/lib/checks.sh
-source "$IDEM_ROOT/test/scripted/lib/checks.sh"
+# shellcheck source=test/scripted/lib/prelude.sh
+source "$IDEM_ROOT/test/scripted/lib/prelude.sh" cluster
 # shellcheck source=test/scripted/lib/worker.sh
 source "$IDEM_ROOT/test/scripted/lib/worker.sh"
-
-q() { cluster_psql "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" -qAtX -d postgres "$@"; }
 
 pg_major() { "$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/'; }
 
@@ -34,8 +33,6 @@ fi
 
 faults_cluster() {
   cluster_setup "$1" "$2"
-  # shellcheck source=test/scripted/lib/one_cluster.sh
-  source "$IDEM_ROOT/test/scripted/lib/one_cluster.sh"
   shift 2
   cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" "$@" || fail "initdb"
   # The server log is appended to across runs: this test reads its own part only.

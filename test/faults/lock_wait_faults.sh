@@ -31,7 +31,7 @@ q <"$WORK/holder" >"$WORK/holder.out" 2>&1 &
 holder=$!
 exec 7>"$WORK/holder"
 echo "SET application_name = 'holder'; BEGIN; SELECT idempotency.reserve('s', 'held');" >&7
-wait_for 60 "the holder holds the key's lock" "SELECT count(*) = 1 FROM pg_locks l
+poll 60 "the holder holds the key's lock" sql_true "SELECT count(*) = 1 FROM pg_locks l
   JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'holder'
   AND l.locktype = 'advisory' AND l.granted"
 
@@ -83,7 +83,7 @@ done
 attach key-lock-wait wait
 (session "SET lock_timeout = '7s'" "$reserve" >"$WORK/cancelled.out"; cp "$WORK/err" "$WORK/cancelled.err") &
 waiter=$!
-wait_for 60 "the waiter waits at the point" \
+poll 60 "the waiter waits at the point" sql_true \
   "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'waiter' AND $(waiting_at key-lock-wait)"
 q -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'waiter'" >/dev/null
 wait "$waiter"

@@ -17,33 +17,31 @@ start_worker() {
 # next pass (a new worker) an interval later.
 attach worker-pass error
 start_worker postgres
-for ((i = 0; i < 600; i++)); do
-  [[ $(test_log | grep -c 'ERROR:  error triggered for injection point idempotency-worker-pass') -ge 2 ]] && break
-  sleep 0.1
-done
-[[ $i -lt 600 ]] || fail "no two failed passes in the log"
-passed "the worker logs the error, and the next pass runs"
+two_failed_passes() {
+  [[ $(test_log | grep -c 'ERROR:  error triggered for injection point idempotency-worker-pass') -ge 2 ]]
+}
+poll 60 "the worker logs the error, and the next pass runs" two_failed_passes
 detach worker-pass
 no_restart
 
 # An error inside maintain() in the worker: the failed run is recorded at once.
 attach maintain-lock error
-wait_for 60 "the worker records its failed run" "SELECT count(*) >= 1 FROM idempotency.maintenance_runs
+poll 60 "the worker records its failed run" sql_true "SELECT count(*) >= 1 FROM idempotency.maintenance_runs
   WHERE caller = 'worker' AND result = 'failed'
   AND error = 'error triggered for injection point idempotency-maintain-lock'"
 detach maintain-lock
-wait_for 60 "a later pass of the worker succeeds" "SELECT count(*) >= 1 FROM idempotency.maintenance_runs
+poll 60 "a later pass of the worker succeeds" sql_true "SELECT count(*) >= 1 FROM idempotency.maintenance_runs
   WHERE caller = 'worker' AND result = 'ok'"
 no_leftovers
 no_restart
 
 # A SIGTERM while the pass waits at a point, holding its lock on idempotency.keys.
 start_worker ''
-wait_for 60 "no worker pass is running" \
+poll 60 "no worker pass is running" sql_true \
   "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'idempotency maintenance'"
 attach maintain-lock wait
 start_worker postgres
-wait_for 60 "a worker pass waits at the point" "SELECT count(*) = 1 FROM pg_stat_activity
+poll 60 "a worker pass waits at the point" sql_true "SELECT count(*) = 1 FROM pg_stat_activity
   WHERE backend_type = 'idempotency maintenance' AND $(waiting_at maintain-lock)"
 pid=$(q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'idempotency maintenance'")
 expect "it holds its lock on idempotency.keys" "$(q -c "SELECT count(*) FROM pg_locks
@@ -51,7 +49,7 @@ expect "it holds its lock on idempotency.keys" "$(q -c "SELECT count(*) FROM pg_
 detach maintain-lock
 ok_runs=$(worker_runs "result = 'ok'")
 q -c "SELECT pg_terminate_backend($pid)" >/dev/null
-wait_for 60 "the worker has exited" "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid"
+poll 60 "the worker has exited" sql_true "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid"
 test_log | grep "LOG:  idempotency: maintenance of database \"postgres\" stopped on request" >/dev/null ||
   fail "the worker did not say it stopped on request"
 passed "the worker stopped on request"
@@ -61,7 +59,7 @@ fi
 passed "no FATAL: the pass ended, rolled back"
 no_leftovers
 no_restart
-wait_for 60 "the launcher's next pass works" "SELECT count(*) > $ok_runs FROM idempotency.maintenance_runs
+poll 60 "the launcher's next pass works" sql_true "SELECT count(*) > $ok_runs FROM idempotency.maintenance_runs
   WHERE caller = 'worker' AND result = 'ok'"
 no_restart
 echo "$CHECKS checks passed"

@@ -1,4 +1,4 @@
--- Least privilege (issue 7): the roles of docs/operations.md "Roles and privileges" can do what it says
+-- Least privilege: the roles of docs/operations.md "Roles and privileges" can do what it says
 -- and nothing more, and a hostile search_path or a shadowing operator / function in a schema
 -- another role controls does not change what the extension's functions do.
 \set ON_ERROR_STOP 1

@@ -10,7 +10,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 pgtool() { # a client program as the cluster user, with the test cluster's connection
   as_pg env PGHOST="$CLUSTER_SOCK" PGPORT="$CLUSTER_PORT" PGUSER=postgres "$PGBIN/$1" "${@:2}"
 }
@@ -58,7 +58,7 @@ SQL
     [[ $(q -d "$1" -c "SELECT locked_until < clock_timestamp()
                        FROM idempotency.lookup('bk', 'abandoned')") == t ]]
   }
-  until_true 60 lapsed "$1" || fail "the abandoned lease in $1 did not lapse"
+  poll --try 60 lapsed "$1" || fail "the abandoned lease in $1 did not lapse"
 }
 
 snapshot() { # snapshot DB FILE: keys, streams' handed-out maxima, watermarks
@@ -142,7 +142,7 @@ SQL
   ORDERS_MAX=25 INVOICES_MAX=1
   # The worker gives the far key a partition of its own within a pass or two.
   default_empty() { [[ $(q -d src_m -c "SELECT count(*) FROM idempotency.keys_default") == 0 ]]; }
-  until_true 60 default_empty || true
+  poll --try 60 default_empty || true
   expect "the worker maintains src_m (moved the far key out of the default partition)" \
     "$(q -d src_m -c "SELECT count(*) FROM idempotency.keys_default")" 0
   expect "src_p keeps a key in its default partition (nothing maintains it)" \

@@ -30,7 +30,7 @@ for request in "new key" replay; do
     "$report") -eq 1 ]] || { echo "$out"; echo "clients.md: expected 1 middleware row: $request"; exit 1; }
 done
 
-# bench/peers.sh --smoke (issue 23): every strategy in every speed table (with the count of keys
+# bench/peers.sh --smoke: every strategy in every speed table (with the count of keys
 # that got more than one order) and in the round-trip table, the loops without HTTP, every
 # fault run, the chart. No figure is checked, only that the harness ran.
 out=$(bash bench/peers.sh --smoke 2>&1) || { echo "$out"; exit 1; }

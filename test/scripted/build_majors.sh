@@ -8,9 +8,8 @@
 # build_pg_major does nothing.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" none
 WORK=$(mktemp -d /tmp/build-majors.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
 
 for version in "14.12" "19devel"; do
   printf '#!/bin/sh\necho "PostgreSQL %s"\n' "$version" >"$WORK/pg_config"

@@ -9,7 +9,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 cluster_setup test-cluster/claim-expiry 54533
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
   "idempotency.database = 'postgres'" "idempotency.maintenance_interval = '1s'" \
   "idempotency.partition_width = '1s'" "idempotency.premake = 4" "fsync = off"
@@ -19,7 +19,7 @@ WORK=$(mktemp -d)
 
 q -c "CREATE EXTENSION idempotency" \
   -c "CREATE TABLE side_effects (scope text, key text, attempt int, at timestamptz DEFAULT clock_timestamp())"
-wait_for 30 "the worker created partitions" \
+poll 30 "the worker created partitions" sql_true \
   "SELECT count(*) >= 3 FROM idempotency.partitions WHERE NOT is_default"
 
 # past_and_dropped TIME: TIME has passed and the worker has dropped the partition that held
@@ -41,7 +41,7 @@ echo "--- 1. a committed claim whose lease (8 s) outlasts its retention (2 s)"
 IFS='|' read -r attempt window_end < <(q -c "SELECT attempt, first_seen_at + interval '2 seconds'
   FROM idempotency.reserve('sql', 'lease', lock_ttl => '8 seconds', retention => '2 seconds')")
 expect "sql/lease: claimed" "$attempt" 1
-wait_for 60 "the retention ended and the worker dropped its partition" "$(past_and_dropped "$window_end")"
+poll 60 "the retention ended and the worker dropped its partition" sql_true "$(past_and_dropped "$window_end")"
 expect "sql/lease: the record is still there under its live claim" \
   "$(q -c "SELECT state FROM idempotency.lookup('sql', 'lease')")" processing
 q -c "INSERT INTO side_effects VALUES ('sql', 'lease', 1)"
@@ -57,13 +57,13 @@ echo "--- 2. a takeover near the end of the window, its lease crossing it"
 # locked_until + 6 s; the takeover comes when 3 s of that remain, with a lease of 6 s.
 IFS='|' read -r first_seen expires < <(q -c "SELECT first_seen_at, expires_at
   FROM idempotency.reserve('sql', 'takeover', lock_ttl => '1 second', retention => '6 seconds')")
-wait_for 30 "the first holder's lease lapsed, 3 s of its window left" \
+poll 30 "the first holder's lease lapsed, 3 s of its window left" sql_true \
   "SELECT clock_timestamp() > '$expires'::timestamptz - interval '3 seconds'"
 expect "sql/takeover: taken over with attempt 2" \
   "$(q -c "SELECT outcome || ' ' || attempt || ' ' || (expires_at > locked_until) FROM
       idempotency.reserve('sql', 'takeover', lock_ttl => '6 seconds', retention => '6 seconds')")" \
   "new 2 true"
-wait_for 60 "the first expiry passed and the worker dropped its partition" "$(past_and_dropped "$expires")"
+poll 60 "the first expiry passed and the worker dropped its partition" sql_true "$(past_and_dropped "$expires")"
 q -c "INSERT INTO side_effects VALUES ('sql', 'takeover', 2)"
 q -c "SELECT idempotency.complete('sql', 'takeover', 201, '{\"charged\": 2}', attempt => 2)" >/dev/null ||
   fail "sql/takeover: the new holder's complete was refused"

@@ -11,7 +11,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/crash-in-flight 54441
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" "restart_after_crash = on"
 cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
@@ -38,7 +38,7 @@ in_flight() {
   [[ $(q -c "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()
              AND (query LIKE '%holder-1 */%' OR query LIKE '%holder-2 */%')") == 2 ]]
 }
-eventually 60 "both holders are in flight" in_flight
+poll 60 "both holders are in flight" in_flight
 pid=$(q -c "SELECT pid FROM pg_stat_activity WHERE query LIKE '%holder-1 */%' AND pid <> pg_backend_pid()")
 expect "before the crash: the claim is committed" \
   "$(q -c "SELECT state || '/' || attempt || '/' || recovery_point FROM idempotency.lookup('flight', 'order-1')")" \
@@ -50,7 +50,7 @@ recovered() {
   grep "all server processes terminated; reinitializing" "$CLUSTER_LOG" >/dev/null &&
     q -c "SELECT 1" >/dev/null 2>&1
 }
-until_true 120 recovered || true
+poll --try 120 recovered || true
 grep -q "was terminated by signal 9" "$CLUSTER_LOG" || fail "the backend was not killed"
 grep -q "all server processes terminated; reinitializing" "$CLUSTER_LOG" ||
   fail "the postmaster did not restart the backends"
@@ -76,7 +76,7 @@ expect "after recovery: the uncommitted key is new again" "${out%%$'\n'*}" "new/
 lapsed() {
   [[ $(q -c "SELECT locked_until < clock_timestamp() FROM idempotency.lookup('flight', 'order-1')") == t ]]
 }
-eventually 120 "the lease lapsed" lapsed
+poll 120 "the lease lapsed" lapsed
 expect "after the lease: takeover with attempt 2 and the recovery point" \
   "$(q -c "SELECT outcome || '/' || attempt || '/' || recovery_point FROM idempotency.reserve('flight', 'order-1', '\x01')")" \
   "new/2/charged-card"

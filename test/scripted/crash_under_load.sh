@@ -16,7 +16,7 @@ HOT=${HOT:-20000}       # recorders: uniform over 1..HOT
 RECORDERS=${RECORDERS:-4}
 BEFORE_CRASH=${BEFORE_CRASH:-200} # acknowledged requests of the honest clients before the crash
 AFTER_CRASH=${AFTER_CRASH:-4}      # seconds of load after the restart
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 WORK=$(mktemp -d /tmp/idem-crash-load.XXXXXX)
 chmod 755 "$WORK"
 on_exit 'touch "$WORK/stop"'
@@ -71,7 +71,7 @@ load_running() {
   [[ $(acks) -ge $BEFORE_CRASH ]] &&
     [[ $(q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'") == 8 ]]
 }
-until_true 300 load_running || fail "the load did not get going ($(acks) acks)"
+poll --try 300 load_running || fail "the load did not get going ($(acks) acks)"
 acked_before=$(acks)
 inflight=$(q -c "SELECT count(*) FROM pg_stat_activity WHERE state LIKE '%transaction%' OR query LIKE '%reserve%'" || echo "?")
 echo "crashing the server (pg_ctl stop -m immediate) with $inflight sessions busy, $acked_before acks recorded"

@@ -8,7 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 export IDEM_DEMO_CLUSTER=test-cluster/demo IDEM_DEMO_PORT=54497
 cluster_setup "$IDEM_DEMO_CLUSTER" "$IDEM_DEMO_PORT"
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 out=$(mktemp)
 on_exit 'rm -f "$out"'
 demo() { bash "$IDEM_ROOT/scripts/demo.sh" "$@" >"$out" 2>&1 || fail "demo.sh $*: $(cat "$out")"; }

@@ -8,12 +8,11 @@
 # the PostgreSQL licence.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" none
 command -v unzip >/dev/null || apt_install unzip
 git -C "$IDEM_ROOT" rev-parse --git-dir >/dev/null 2>&1 ||
   fail "$IDEM_ROOT is not a git checkout: make dist archives git's HEAD"
 WORK=$(mktemp -d /tmp/idem-dist-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
 
 version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idempotency.control")
 [[ -n $version ]] || fail "no default_version in idempotency.control"

@@ -18,6 +18,7 @@
 # node2's keeper and postmaster get SIGKILL, node1 is promoted, and the same checks hold.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" none
 cluster_setup test-cluster/failover 54491
 # Every connection below names its server; pg_autoctl would follow PGHOST (scripts/test.sh
 # exports its own cluster's) to its local server instead.
@@ -38,7 +39,6 @@ if [[ ! -x $PGAUTOCTL ]] || [[ ! -f $("$PG_CONFIG" --sharedir)/extension/pgautof
 fi
 [[ -f $("$PG_CONFIG" --sharedir)/extension/pgautofailover.control ]] ||
   die "pgautofailover is not installed into $("$PG_CONFIG" --sharedir) (copy it from the Debian package: dpkg -L postgresql-15-auto-failover)"
-BG=()
 # pg_autoctl keeps its configuration and state under XDG directories: ours, in BASE.
 autoctl() {
   as_pg env XDG_CONFIG_HOME="$BASE/xdg/config" XDG_DATA_HOME="$BASE/xdg/data" \
@@ -71,26 +71,12 @@ stop_node() { # keeper killed, postgres stopped -m immediate
     as_pg "$PGBIN/pg_ctl" -D "$BASE/$1" -m immediate -w stop >/dev/null 2>&1 || true
   fi
 }
-cleanup() {
-  local p
-  for p in "${BG[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  stop_node node1
-  stop_node node2
-  stop_node monitor
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  autoctl show state --pgdata "$BASE/monitor" 2>&1 | tail -n 5 || true
-  local n
-  for n in node1 node2; do
-    echo "--- $n keeper log"; tail -n 15 "$BASE/$n.log" 2>/dev/null || true
-    echo "--- $n server log"; tail -n 15 "$(ls -t "$BASE/$n"/log/*.log 2>/dev/null | head -n 1)" 2>/dev/null || true
-  done
-  exit 1
-}
-source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
+on_exit 'stop_node node1; stop_node node2; stop_node monitor'
+on_fail 'autoctl show state --pgdata "$BASE/monitor" 2>&1 | tail -n 5'
+on_fail 'for n in node1 node2; do
+  echo "--- $n keeper log"; tail -n 15 "$BASE/$n.log" 2>/dev/null || true
+  echo "--- $n server log"; tail -n 15 "$(ls -t "$BASE/$n"/log/*.log 2>/dev/null | head -n 1)" 2>/dev/null || true
+done'
 MULTI="host=127.0.0.1,127.0.0.1 port=$N1_PORT,$N2_PORT dbname=postgres user=postgres target_session_attrs=read-write connect_timeout=3"
 # on PORT SQL...: psql on one node (TCP, 127.0.0.1), bounded.
 on() {
@@ -109,11 +95,11 @@ state_is() { # state_is NODE STATE...: the monitor's current state of NODE is on
   return 1
 }
 answers() { on "$@" -c "SELECT 1" >/dev/null 2>&1; }
-wait_ready() { until_true 60 answers "$1"; } # wait_ready PORT
+wait_ready() { poll --try 60 answers "$1"; } # wait_ready PORT
 wait_state() { # wait_state SECONDS NODE STATE...
   local limit=$1
   shift
-  until_true "$limit" state_is "$@"
+  poll --try "$limit" state_is "$@"
 }
 
 rm -rf "$BASE" && mkdir -p "$BASE/xdg/config" "$BASE/xdg/data" "$BASE/xdg/run"
@@ -141,7 +127,7 @@ start_keeper() { # start_keeper NODE
   BG+=("$!")
 }
 start_keeper monitor
-until_true 60 answers "$MON_PORT" -d pg_auto_failover || true
+poll --try 60 answers "$MON_PORT" -d pg_auto_failover || true
 timeout 20 "$PGBIN/psql" -X -qAt "host=127.0.0.1 port=$MON_PORT dbname=pg_auto_failover user=autoctl_node" -c "SELECT 1" >/dev/null ||
   fail "the monitor does not answer"
 ok "the monitor runs on 127.0.0.1:$MON_PORT"
@@ -181,7 +167,7 @@ wait_state 60 node1 primary || fail "node1 is not primary"
 sync=$(on "$N1_PORT" -c "SHOW synchronous_standby_names")
 [[ -n $sync ]] || fail "synchronous_standby_names is empty on node1"
 synchronous() { [[ $(on "$N1_PORT" -c "SELECT sync_state FROM pg_stat_replication") =~ ^(sync|quorum)$ ]]; }
-until_true 60 synchronous || true
+poll --try 60 synchronous || true
 [[ $(on "$N1_PORT" -c "SELECT sync_state FROM pg_stat_replication") =~ ^(sync|quorum)$ ]] ||
   fail "node2 does not replicate synchronously"
 ok "node2 streams synchronously ($sync)"
@@ -280,7 +266,7 @@ acked_at_least() { [[ $(acks "$1") -ge $2 ]]; }
 # load_under_way ROUND: the load of ROUND started, and 20 keys acknowledged.
 load_under_way() {
   start_load "$1"
-  until_true 120 acked_at_least "$1" 20 || fail "the load of round $1 did not get going ($(acks "$1") acks)"
+  poll --try 120 acked_at_least "$1" 20 || fail "the load of round $1 did not get going ($(acks "$1") acks)"
 }
 # promoted ROUND NODE PORT WHAT: NODE is promoted (within 90 s from now), the clients go on
 # on it (10 more acknowledged keys), then the load stops and check_after checks NODE.
@@ -289,7 +275,7 @@ promoted() {
   wait_state 90 "$node" wait_primary primary || fail "$node was not promoted within 90 s"
   ok "the monitor promoted $node $((SECONDS - t0)) s after $what"
   n=$(acks "$round")
-  until_true 120 acked_at_least "$round" $((n + 10)) || fail "the clients did not go on after the failover"
+  poll --try 120 acked_at_least "$round" $((n + 10)) || fail "the clients did not go on after the failover"
   stop_load
   [[ ! -s $WORK/acked-errors ]] || fail "acknowledged clients saw: $(head -n 3 "$WORK/acked-errors")"
   check_after "$round" "$port"
@@ -316,7 +302,7 @@ wait_state 60 node2 primary || fail "node2 is not primary with node1 back"
 ok "node1 rejoined as a synchronous standby"
 node1_new_logs() { node1_logs | tail -c +$((mark + 1)); cat "$BASE/node1/startup.log"; }
 standby_said() { node1_new_logs | grep "idempotency: this server is a standby" >/dev/null; }
-until_true 60 standby_said || true
+poll --try 60 standby_said || true
 # Nothing more should happen on the standby, so nothing is waited for: a window as long as
 # two of the worker's 2-second intervals, in which it would have complained.
 sleep 4
@@ -340,7 +326,7 @@ promoted 2 node1 "$N1_PORT" "node2's postmaster was killed"
 launcher_up() {
   [[ $(on "$N1_PORT" -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'") == 1 ]]
 }
-eventually 60 "the maintenance launcher started on node1 at its promotion" launcher_up
+poll 60 "the maintenance launcher started on node1 at its promotion" launcher_up
 
 echo "$CHECKS checks passed"
 echo "PASS"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Publishing everything (issue 22): a publication FOR ALL TABLES WITH (publish_via_partition_root
+# Publishing everything: a publication FOR ALL TABLES WITH (publish_via_partition_root
 # = true), and one FOR TABLES IN SCHEMA idempotency plus the business table, keep replicating
 # while both servers run maintenance, the worker and maintain() alike. Both carry
 # idempotency.maintenance_log, whose runs both servers number from 1: before the fix the
@@ -22,6 +22,7 @@ cluster_setup test-cluster/logical-all-tables 54486
 OLD_DATA=$CLUSTER_DATA OLD_PORT=$CLUSTER_PORT OLD_SOCK=$CLUSTER_SOCK OLD_LOG=$CLUSTER_LOG
 NEW_DATA=$(dirname "$OLD_DATA")/new/data NEW_PORT=$((OLD_PORT + 1))
 NEW_SOCK=/tmp/idempotency-$NEW_PORT NEW_LOG=$(dirname "$NEW_DATA")/server.log
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" two_servers
 WORK=$(mktemp -d /tmp/idem-logical-all.XXXXXX)
 chmod 755 "$WORK"
 SETTINGS=("idempotency.database = 'postgres'" "idempotency.partition_width = '2s'"
@@ -30,7 +31,6 @@ SETTINGS=("idempotency.database = 'postgres'" "idempotency.partition_width = '2s
   "wal_retrieve_retry_interval = '1s'")
 CURRENT=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idempotency.control")
 
-source "$(dirname "${BASH_SOURCE[0]}")/lib/two_servers.sh"
 # old DB ARGS... / new DB ARGS...: psql on the publisher / subscriber, in database DB.
 old() { cluster_psql "$OLD_DATA" "$OLD_PORT" "$OLD_SOCK" -d "$1" -qAt "${@:2}"; }
 new() { cluster_psql "$NEW_DATA" "$NEW_PORT" "$NEW_SOCK" -d "$1" -qAt "${@:2}"; }
@@ -38,12 +38,6 @@ new() { cluster_psql "$NEW_DATA" "$NEW_PORT" "$NEW_SOCK" -d "$1" -qAt "${@:2}"; 
 old_operator() {
   "$PGBIN/psql" -X -v ON_ERROR_STOP=1 -h "$OLD_SOCK" -p "$OLD_PORT" -U old_operator -d "$1" \
     -qAt "${@:2}"
-}
-source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
-# arrives WHAT SECONDS COMMAND...: wait_for (COMMAND prints t), counted as a check.
-arrives() {
-  wait_for "$@"
-  passed "$1"
 }
 
 rm -f "$OLD_LOG" "$NEW_LOG"
@@ -94,8 +88,8 @@ worker_runs_since() {
 # Both servers have a history before the subscription: the workers' runs and maintain()'s.
 for _ in 1 2 3; do maintain old_operator postgres; done
 for db in postgres schema_copy; do maintain new "$db"; maintain new "$db"; done
-arrives "the publisher's worker has run" 60 worker_runs_since old postgres -infinity 1
-arrives "the subscriber's worker has run" 60 worker_runs_since new postgres -infinity 1
+poll 60 "the publisher's worker has run" prints_t worker_runs_since old postgres -infinity 1
+poll 60 "the subscriber's worker has run" prints_t worker_runs_since new postgres -infinity 1
 first_run_all=$(new postgres -c "SELECT min(run) FROM idempotency.maintenance_log")
 first_run_schema=$(new schema_copy -c "SELECT min(run) FROM idempotency.maintenance_log")
 for _ in 1 2 3 4 5; do produce postgres; done
@@ -120,8 +114,8 @@ new schema_copy -c "CREATE SUBSCRIPTION in_schema CONNECTION '$conn=postgres' PU
 
 synced() { new "$1" -c "SELECT count(*) > 0 AND bool_and(srsubstate = 'r') FROM pg_subscription_rel"; }
 for db in postgres schema_copy; do
-  arrives "$db: the initial copy of every table" 120 synced "$db"
-  arrives "$db: the keys, watermark and orders of the initial copy" 60 arrived "$db"
+  poll 120 "$db: the initial copy of every table" prints_t synced "$db"
+  poll 60 "$db: the keys, watermark and orders of the initial copy" prints_t arrived "$db"
   expect "$db: the stream" "$(new "$db" -c "SELECT count(*) FROM idempotency.streams")" 1
   expect "$db: none of the publisher's runs copied" "$(operator_rows "$db")" 0
 done
@@ -132,7 +126,7 @@ for round in 1 2 3; do
   for db in postgres schema_copy; do maintain new "$db"; done
   produce postgres
   for db in postgres schema_copy; do
-    arrives "$db, round $round: key, watermark and order after maintain() on both sides" 60 \
+    poll 60 "$db, round $round: key, watermark and order after maintain() on both sides" prints_t \
       arrived "$db"
   done
 done
@@ -143,7 +137,7 @@ for _ in $(seq 105); do echo "SELECT count(*) FROM idempotency.maintain();"; don
 old_operator postgres -f "$WORK/runs.sql" >/dev/null
 produce postgres
 for db in postgres schema_copy; do
-  arrives "$db: key, watermark and order after 105 more runs on the publisher" 60 arrived "$db"
+  poll 60 "$db: key, watermark and order after 105 more runs on the publisher" prints_t arrived "$db"
 done
 expect "the publisher trimmed past the subscribers' first runs" "$(old postgres -c "
   SELECT min(run) > greatest($first_run_all, $first_run_schema) FROM idempotency.maintenance_log")" t
@@ -156,13 +150,13 @@ for db in postgres schema_copy; do
 done
 
 # The workers ran meanwhile, and keep running while changes arrive.
-arrives "the publisher's worker ran during the replication" 60 \
+poll 60 "the publisher's worker ran during the replication" prints_t \
   worker_runs_since old postgres "$subscribe_started" 3
-arrives "the subscriber's worker ran during the replication" 60 \
+poll 60 "the subscriber's worker ran during the replication" prints_t \
   worker_runs_since new postgres "$subscribe_started" 3
 produce postgres
 for db in postgres schema_copy; do
-  arrives "$db: key, watermark and order while the workers run" 60 arrived "$db"
+  poll 60 "$db: key, watermark and order while the workers run" prints_t arrived "$db"
 done
 
 # --- A database made at 0.2.0 on both sides, with history, updated, then published. ---
@@ -182,13 +176,13 @@ maintain new legacy
 produce legacy
 old legacy -c "CREATE PUBLICATION legacy_all FOR ALL TABLES WITH (publish_via_partition_root = true)"
 new legacy -c "CREATE SUBSCRIPTION legacy_all CONNECTION '$conn=legacy' PUBLICATION legacy_all"
-arrives "legacy: the initial copy of every table" 120 synced legacy
-arrives "legacy: the keys, watermark and orders of the initial copy" 60 arrived legacy
+poll 120 "legacy: the initial copy of every table" prints_t synced legacy
+poll 60 "legacy: the keys, watermark and orders of the initial copy" prints_t arrived legacy
 for round in 1 2; do
   maintain old_operator legacy
   maintain new legacy
   produce legacy
-  arrives "legacy, round $round: key, watermark and order after maintain() on both sides" 60 \
+  poll 60 "legacy, round $round: key, watermark and order after maintain() on both sides" prints_t \
     arrived legacy
 done
 expect "legacy: none of the publisher's runs copied or applied" "$(operator_rows legacy)" 0

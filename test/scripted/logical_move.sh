@@ -26,6 +26,7 @@ OLD_PGBIN=$PGBIN
 NEW_PGBIN=$("${SUBSCRIBER_PG_CONFIG:-$PG_CONFIG}" --bindir)
 CLIENTS=${CLIENTS:-8}
 DURATION=${DURATION:-15}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" two_servers
 WORK=$(mktemp -d /tmp/idem-logical-move.XXXXXX)
 chmod 755 "$WORK"
 # Both clusters run the worker with short partitions.
@@ -34,10 +35,8 @@ SETTINGS=("idempotency.database = 'postgres'" "idempotency.partition_width = '2s
   "max_connections = $((CLIENTS + 30))" "max_worker_processes = 16"
   "max_logical_replication_workers = 6" "wal_sender_timeout = '10s'")
 
-source "$(dirname "${BASH_SOURCE[0]}")/lib/two_servers.sh"
 old() { cluster_psql "$OLD_DATA" "$OLD_PORT" "$OLD_SOCK" -d postgres -qAt "$@"; }
 new() { PGBIN=$NEW_PGBIN cluster_psql "$NEW_DATA" "$NEW_PORT" "$NEW_SOCK" -d postgres -qAt "$@"; }
-source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 
 if [[ $NEW_PGBIN != "$OLD_PGBIN" ]]; then
   share=$("${SUBSCRIBER_PG_CONFIG}" --sharedir)
@@ -141,7 +140,7 @@ expect "forget on the old server" "$(old -c "SELECT idempotency.forget('move', '
 moves() { grep -cE "idempotency: created partition keys_p[0-9_]+ in database \"postgres\" \(rows: [1-9]" "$OLD_LOG" || true; }
 drops() { grep -cE "idempotency: dropped partition keys_p" "$OLD_LOG" || true; }
 worked() { [[ $(moves) -ge 2 && $(drops) -ge 1 ]] && echo t; }
-wait_for "the old server's worker to move rows into 2 partitions and drop 1" 60 worked
+poll 60 "the old server's worker to move rows into 2 partitions and drop 1" prints_t worked
 
 # 1. Stop writes: the load has ended; nothing else writes to the old server. (A real
 #    application: stop it, or ALTER DATABASE ... SET default_transaction_read_only = on and
@@ -149,9 +148,9 @@ wait_for "the old server's worker to move rows into 2 partitions and drop 1" 60 
 # 2. Wait for the subscriber to catch up: the slot has confirmed everything up to the old
 #    server's current WAL position (and the initial copy is done).
 lsn=$(old -c "SELECT pg_current_wal_lsn()")
-wait_for "the subscription's initial copy" 120 \
+poll 120 "the subscription's initial copy" prints_t \
   new -c "SELECT count(*) = 0 FROM pg_subscription_rel WHERE srsubstate <> 'r'"
-wait_for "the subscriber to confirm $lsn" 120 \
+poll 120 "the subscriber to confirm $lsn" prints_t \
   old -c "SELECT confirmed_flush_lsn >= '$lsn' FROM pg_replication_slots WHERE slot_name = 'move'"
 echo "caught up to $lsn"
 

@@ -11,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 SECONDS_PER_RUN=${IDEM_LOAD_SECONDS:-8}
 cluster_setup test-cluster/maintain-load 54463
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 WORK=$(mktemp -d /tmp/idem-maintain-load.XXXXXX)
 chmod 777 "$WORK"
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \

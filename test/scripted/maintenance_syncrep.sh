@@ -100,7 +100,7 @@ maintain_created() {
     fail "maintain() did not return within ${BOUND}s: $out"
   ((out > 0))
 }
-eventually 60 "maintain() created a partition and committed without waiting for the standby" \
+poll 60 "maintain() created a partition and committed without waiting for the standby" \
   maintain_created
 out=$(bounded "$BOUND" -c "SHOW synchronous_commit" 2>&1)
 [[ $out == on ]] || fail "a new session's synchronous_commit is '$out', not on"

@@ -10,7 +10,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/next-key-crash "${IDEM_NEXT_KEY_CRASH_PORT:-54419}"
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 WORK=$(mktemp -d /tmp/next-key-crash.XXXXXX)
 NEXT="SELECT idempotency.next_key('crash');"
 
@@ -39,20 +39,20 @@ every_client_has() { # every_client_has N: at least N values from every client
     [[ -f $WORK/$f.values && $(wc -l <"$WORK/$f.values") -ge $1 ]] || return 1
   done
 }
-wait_for_values() { until_true 120 every_client_has "$1" || fail "clients did not get $1 values each"; }
+wait_for_values() { poll --try 120 every_client_has "$1" || fail "clients did not get $1 values each"; }
 
+gone() { ! kill -0 "$1" 2>/dev/null; }
 wait_clients_gone() {
   local p
   for p in "${BG[@]}"; do
-    for _ in $(seq 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill "$p" 2>/dev/null || true
+    poll --try 30 gone "$p" || kill "$p" 2>/dev/null || true
   done
   BG=()
 }
 
 # After a SIGKILLed postmaster, its children exit on their own; start once they have.
 starts() { as_pg "$PGBIN/pg_ctl" -D "$CLUSTER_DATA" -w -l "$CLUSTER_LOG" start >/dev/null 2>&1; }
-start_after_crash() { until_true 120 starts || fail "server did not restart"; }
+start_after_crash() { poll --try 120 starts || fail "server did not restart"; }
 
 check() { # ROUND: recorded values are unique, increasing per client, below every new value
   local round=$1 f max count unique new

@@ -7,7 +7,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/next-key-syncrep "${IDEM_NEXT_KEY_SYNCREP_PORT:-54425}"
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 
 # Does a commit wait for the (absent) synchronous standby? statement_timeout does not cover
 # the commit: psql is interrupted after 1 s instead (it sends a cancel, which ends the wait).
@@ -23,7 +23,7 @@ cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 q -c "CREATE EXTENSION idempotency" -c "SELECT idempotency.create_stream('sync', 10)"
 
 q -c "ALTER SYSTEM SET synchronous_standby_names = 'ghost'" -c "SELECT pg_reload_conf()" >/dev/null
-until_true 60 commit_waits || fail "commits do not wait for the ghost standby"
+poll --try 60 commit_waits || fail "commits do not wait for the ghost standby"
 
 for attempt in autocommit transaction; do
   if [[ $attempt == autocommit ]]; then
@@ -44,7 +44,7 @@ done
 
 q -c "ALTER SYSTEM RESET synchronous_standby_names" -c "SELECT pg_reload_conf()" >/dev/null
 commit_goes_through() { ! commit_waits; }
-until_true 60 commit_goes_through || fail "commits still wait after the reset"
+poll --try 60 commit_goes_through || fail "commits still wait after the reset"
 
 # Two blocks (1-10, 11-20) were lost with the two canceled calls; the next call starts above.
 value=$(q -c "SELECT idempotency.next_key('sync')")

@@ -10,7 +10,7 @@ set -euo pipefail
 
 DB=outbox_e2e
 SLOT=outbox_e2e
-source "$(dirname "${BASH_SOURCE[0]}")/lib/test_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" test_cluster
 WORK=$(mktemp -d)
 own_database "$DB"
 q <<'SQL'

@@ -7,7 +7,7 @@ set -euo pipefail
 
 DB=outbox_redelivery
 SLOT=outbox_redelivery
-source "$(dirname "${BASH_SOURCE[0]}")/lib/test_cluster.sh" # dropping the database drops its slot
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" test_cluster # dropping the database drops its slot
 WORK=$(mktemp -d)
 own_database "$DB"
 q -c "CREATE EXTENSION idempotency"
@@ -33,7 +33,7 @@ before=$(confirmed)
 RECV_PID=$!
 BG+=("$RECV_PID")
 received_6() { [[ $(messages "$WORK/run1.jsonl" 2>/dev/null) -ge 6 ]]; }
-until_true 60 received_6 || true
+poll --try 60 received_6 || true
 kill -KILL "$RECV_PID"
 wait "$RECV_PID" 2>/dev/null || true
 RECV_PID=

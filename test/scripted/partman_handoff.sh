@@ -7,7 +7,7 @@ set -euo pipefail
 DB=idem_partman_test
 # The width of the partitions made below (the server default, set in case it is not).
 export PGOPTIONS="-c idempotency.partition_width=1d -c idempotency.premake=3"
-source "$(dirname "${BASH_SOURCE[0]}")/lib/test_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" test_cluster
 own_database "$DB"
 # pg_partman names a daily partition keys_p2020_01_01 (4.x, as maintain() does) or
 # keys_p20200101 (5.x): the names expected below follow the installed version.
@@ -118,7 +118,7 @@ reading() {
                     WHERE a.query LIKE '%/* reader */%' AND a.pid <> pg_backend_pid()
                       AND l.relation = 'idempotency.keys'::regclass") == 1 ]]
 }
-until_true 60 reading || fail "the long reader does not hold its lock on idempotency.keys"
+poll --try 60 reading || fail "the long reader does not hold its lock on idempotency.keys"
 actions=$(q -d $DB -c "SET client_min_messages = warning" -c "SELECT string_agg(action, ',') FROM idempotency.maintain()")
 echo "maintain() beside a long reader: $actions"
 [[ $actions == skipped ]] || fail "expected a skipped pg_partman run, got: $actions"

@@ -13,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
   die "pg_cron is not installed for $PG_CONFIG (Debian: postgresql-15-cron, in IDEM_PACKAGES)"
 
 cluster_setup test-cluster/pg-cron 54481
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
   "shared_preload_libraries = 'idempotency, pg_cron'" \
   "cron.database_name = 'postgres'" "cron.host = '$CLUSTER_SOCK'" \
@@ -32,14 +32,12 @@ job=$(q -d postgres -c "SELECT cron.schedule_in_database('idempotency-maintain',
   fail "the job does not connect through the socket directory"
 echo "job $job scheduled; waiting for its first run (up to 150 s)"
 
-ok=
-for ((i = 0; i < 150; i++)); do
+job_ran() {
   status=$(q -d postgres -c "SELECT status FROM cron.job_run_details WHERE jobid = $job
     AND status IN ('succeeded', 'failed') ORDER BY runid LIMIT 1")
-  [[ -n $status ]] && { ok=1; break; }
-  sleep 1
-done
-[[ -n $ok ]] || fail "the pg_cron job did not run within 150 s"
+  [[ -n $status ]]
+}
+poll --try 150 job_ran || fail "the pg_cron job did not run within 150 s"
 details=$(q -d postgres -c "SELECT status || ': ' || coalesce(return_message, '') FROM cron.job_run_details WHERE jobid = $job ORDER BY runid LIMIT 1")
 [[ $status == succeeded ]] || fail "the pg_cron job failed: $details"
 echo "ok: pg_cron ran maintain() over the socket ($details)"

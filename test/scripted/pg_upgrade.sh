@@ -25,20 +25,13 @@ OLD_DATA=$CLUSTER_DATA OLD_PORT=$CLUSTER_PORT OLD_SOCK=$CLUSTER_SOCK OLD_LOG=$CL
 BASE=$(dirname "$OLD_DATA")
 NEW_DATA=$BASE/data18 NEW_PORT=$((OLD_PORT + 1))
 NEW_SOCK=/tmp/idempotency-$NEW_PORT NEW_LOG=$BASE/server18.log
-cleanup() {
-  PGBIN=$OLD_BIN cluster_stop "$OLD_DATA" >/dev/null 2>&1 || true
-  PGBIN=$NEW_BIN cluster_stop "$NEW_DATA" >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  echo "--- 15 log"; tail -n 20 "$OLD_LOG" 2>/dev/null || true
-  echo "--- 18 log"; tail -n 20 "$NEW_LOG" 2>/dev/null || true
-  exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" none
+on_exit 'PGBIN=$OLD_BIN cluster_stop "$OLD_DATA" >/dev/null 2>&1'
+on_exit 'PGBIN=$NEW_BIN cluster_stop "$NEW_DATA" >/dev/null 2>&1'
+on_fail 'echo "--- 15 log"; tail -n 20 "$OLD_LOG" 2>/dev/null'
+on_fail 'echo "--- 18 log"; tail -n 20 "$NEW_LOG" 2>/dev/null'
 old() { PGBIN=$OLD_BIN cluster_psql "$OLD_DATA" "$OLD_PORT" "$OLD_SOCK" -d app -qAt "$@"; }
 new() { PGBIN=$NEW_BIN cluster_psql "$NEW_DATA" "$NEW_PORT" "$NEW_SOCK" -d app -qAt "$@"; }
-source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 
 # Both clusters: the worker on 'app', one-hour partitions (so maintain() makes several).
 SETTINGS=("idempotency.database = 'app'" "idempotency.partition_width = '1h'"
@@ -123,7 +116,7 @@ expect "the failed key is retried with the next attempt" \
 lapsed() {
   [[ $(new -c "SELECT locked_until < clock_timestamp() FROM idempotency.lookup('acct', 'step')") == t ]]
 }
-until_true 60 lapsed || fail "the checkpointed claim's lease (2 s) did not lapse"
+poll --try 60 lapsed || fail "the checkpointed claim's lease (2 s) did not lapse"
 expect "the checkpointed key is taken over with its recovery point" \
   "$(new -c "SELECT outcome || ' ' || attempt || ' ' || recovery_point FROM idempotency.reserve('acct', 'step', '\x04')")" \
   "new 2 charged"
@@ -162,7 +155,7 @@ premade=$(new -c "SELECT partition FROM idempotency.partitions WHERE NOT is_defa
 [[ $(new -c "SELECT count(*) FROM idempotency.$premade") == 0 ]] || fail "$premade is not empty"
 new -c "DROP TABLE idempotency.$premade"
 recreated() { [[ -n $(new -c "SELECT to_regclass('idempotency.$premade')") ]]; }
-until_true 60 recreated || fail "the worker did not re-create $premade on 18 within 60 s"
+poll --try 60 recreated || fail "the worker did not re-create $premade on 18 within 60 s"
 echo "ok: maintain() and the worker run on 18 ($premade re-created)"
 expect "every key still there after maintenance" "$(new -c "SELECT count(*) >= $keys15 FROM idempotency.keys")" t
 [[ $(new -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency launcher'") == 1 ]] ||

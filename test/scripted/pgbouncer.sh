@@ -31,7 +31,7 @@ DURATION=${DURATION:-20}
 PGB_PORT=$((CLUSTER_PORT + 1))
 PGB_SOCK=/tmp/idempotency-$PGB_PORT
 PGB_DIR=$(dirname "$CLUSTER_DATA")/pgbouncer
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 WORK=$(mktemp -d /tmp/idem-pgbouncer.XXXXXX)
 chmod 0755 "$WORK"
 PGBOUNCER=/usr/sbin/pgbouncer
@@ -50,11 +50,7 @@ pq() {
   timeout 60 "$PGBIN/psql" -X -v ON_ERROR_STOP=1 -h "$PGB_SOCK" -p "$PGB_PORT" -U postgres -d "$db" -qAt "$@"
 }
 state_of() { q -c "SELECT coalesce((SELECT state || '/' || attempt FROM idempotency.keys WHERE scope = '$1' AND key = '$2'), 'none')"; }
-wait_for() { # wait_for SQL [seconds, 60 unless given]: polls until SQL (on the server) returns t
-  local condition=$1
-  holds() { [[ $(q -c "SELECT $condition") == t ]]; }
-  until_true "${2:-60}" holds
-}
+wait_sql() { poll --try "${2:-60}" sql_true "SELECT $1"; } # wait_sql SQL [seconds, 60 unless given]: until SQL (on the server) returns t
 source "$(dirname "${BASH_SOURCE[0]}")/lib/storm_shape.sh"
 
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" "max_connections = 60" \
@@ -93,7 +89,7 @@ is_root && chown -R postgres: "$PGB_DIR" "$PGB_SOCK"
 # pgbouncer refuses to run as root: as the cluster's user.
 as_pg "$PGBOUNCER" -d "$PGB_DIR/pgbouncer.ini" || fail "pgbouncer did not start"
 listens() { [[ -S $PGB_SOCK/.s.PGSQL.$PGB_PORT ]]; }
-until_true 60 listens || fail "pgbouncer does not listen"
+poll --try 60 listens || fail "pgbouncer does not listen"
 expect "pgbouncer answers in transaction mode" \
   "$(pq pgbouncer -c "SHOW CONFIG" | awk -F'|' '$1 == "pool_mode" {print $2}')" "transaction"
 
@@ -114,7 +110,7 @@ pid2=$(pq other -c "BEGIN" -c "INSERT INTO orders VALUES ('cross', $attempt)" \
 ok "reserve on backend $pid1, complete on backend $pid2"
 expect "the key is completed once" "$(state_of px cross)" "completed/1"
 read -r pid1 attempt <<<"$(pq one -F ' ' -c "SELECT pg_backend_pid(), attempt FROM idempotency.reserve('px', 'fenced', lock_ttl => '1 second')")"
-wait_for "(SELECT locked_until < clock_timestamp() FROM idempotency.lookup('px', 'fenced'))" ||
+wait_sql "(SELECT locked_until < clock_timestamp() FROM idempotency.lookup('px', 'fenced'))" ||
   fail "the 1-second lease did not lapse"
 read -r outcome attempt2 <<<"$(pq other -F ' ' -c "SELECT outcome, attempt FROM idempotency.reserve('px', 'fenced')")"
 expect "a lapsed claim is taken over on the other backend" "$outcome/$attempt2" "new/2"
@@ -137,12 +133,12 @@ PGAPPNAME=killed "$PGBIN/psql" -X -h "$PGB_SOCK" -p "$PGB_PORT" -U postgres -d o
   -c "BEGIN" -c "SELECT idempotency.reserve('leak', 'k2')" -c "SELECT pg_sleep(3)" >/dev/null 2>&1 &
 client=$!
 BG+=("$client")
-wait_for "EXISTS (SELECT FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3)%' AND pid <> pg_backend_pid())" ||
+wait_sql "EXISTS (SELECT FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3)%' AND pid <> pg_backend_pid())" ||
   fail "the killed client's transaction did not start"
 kill -9 "$client"
 wait "$client" 2>/dev/null || true
 # Its backend notices at the end of the statement (no client_connection_check_interval).
-wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3)%' AND pid <> pg_backend_pid())" 30 ||
+wait_sql "NOT EXISTS (SELECT FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3)%' AND pid <> pg_backend_pid())" 30 ||
   fail "the killed client's backend outlived its statement"
 expect "the killed client's claim is not written" \
   "$(pq one -c "SELECT count(*) FROM idempotency.lookup('leak', 'k2')")" "0"
@@ -190,25 +186,25 @@ PGAPPNAME=holder "$PGBIN/psql" -X -h "$CLUSTER_SOCK" -p "$CLUSTER_PORT" -U postg
   -c "BEGIN" -c "SELECT idempotency.reserve('dc', 'k')" -c "SELECT pg_sleep(300)" -c "ROLLBACK" >/dev/null 2>&1 &
 holder=$!
 BG+=("$holder")
-wait_for "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+wait_sql "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
           WHERE a.application_name = 'holder' AND l.locktype = 'advisory' AND l.objsubid = 478)" ||
   fail "the holder did not get the key lock"
 "$PGBIN/psql" -X -h "$PGB_SOCK" -p "$PGB_PORT" -U postgres -d postgres \
   -c "SELECT idempotency.reserve('dc', 'k', lock_ttl => '1 hour', wait => '20 seconds')" >/dev/null 2>&1 &
 client=$!
 BG+=("$client")
-wait_for "EXISTS (SELECT FROM pg_stat_activity WHERE state = 'active'
+wait_sql "EXISTS (SELECT FROM pg_stat_activity WHERE state = 'active'
           AND query LIKE '%reserve(''dc'', ''k'', lock_ttl%' AND pid <> pg_backend_pid())" ||
   fail "the pooled reserve is not waiting"
 waiter=$(q -c "SELECT pid FROM pg_stat_activity WHERE query LIKE '%reserve(''dc'', ''k'', lock_ttl%' AND pid <> pg_backend_pid()")
-wait_for "EXISTS (SELECT FROM pg_locks WHERE pid = $waiter AND locktype = 'advisory'
+wait_sql "EXISTS (SELECT FROM pg_locks WHERE pid = $waiter AND locktype = 'advisory'
           AND objsubid = 478 AND NOT granted)" || fail "the pooled reserve does not wait for the key lock"
 kill -9 "$client"
 wait "$client" 2>/dev/null || true
 # The holder rolls back (its session ends) while the orphan still waits.
 q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'holder'" >/dev/null
 wait "$holder" 2>/dev/null || true
-wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $waiter)" 30 ||
+wait_sql "NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $waiter)" 30 ||
   fail "the waiting backend $waiter outlived the holder by 30 s"
 ok "the orphan backend ended once the holder let the key go"
 grep -q "FATAL:  connection to client lost" "$CLUSTER_LOG" ||

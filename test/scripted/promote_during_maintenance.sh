@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Promotion while a maintenance pass is running, and the promoted server keeping
-# synchronous_standby_names with no standby of its own (issue 17's original report).
+# synchronous_standby_names with no standby of its own.
 # A primary and its synchronous standby, both with the library preloaded (1-second
 # partitions); the worker is configured on the standby only (in its own postgresql.conf), so
 # no pass on the primary can move the keys expiring hours ahead out of the default partition. A maintain()
@@ -75,7 +75,7 @@ pass_holds_lock() {
                    WHERE a.query LIKE '%pg_sleep(120)%' AND l.locktype = 'relation'
                      AND l.relation = 'idempotency.keys'::regclass AND l.mode = 'AccessExclusiveLock'") == 1 ]]
 }
-until_true 60 pass_holds_lock || true
+poll --try 60 pass_holds_lock || true
 [[ $(primary -c "SELECT count(*) FROM pg_locks WHERE locktype = 'relation'
                  AND relation = 'idempotency.keys'::regclass AND mode = 'AccessExclusiveLock'") == 1 ]] ||
   fail "the maintenance pass does not hold its lock"
@@ -116,7 +116,7 @@ while ((SECONDS < end)); do
 done
 ok "$rounds rounds of replay, lookup and SELECT answered on the promoted server"
 default_empty() { [[ $(in_default bounded "$BOUND") == 0 ]]; }
-eventually 60 "no key left in the default partition" default_empty
+poll 60 "no key left in the default partition" default_empty
 # The outbox after the failover (PostgreSQL 15): the slot stayed on the old primary.
 err=$(bounded "$BOUND" -c "\\set VERBOSITY sqlstate" \
   -c "SELECT count(*) FROM pg_logical_slot_get_changes('billing', NULL, NULL)" 2>&1 || true)
@@ -126,7 +126,7 @@ ok "the consumer's slot does not exist on the promoted server (42704)"
 # wait_primary), the consumer creates its slot again and starts a new accept partition.
 bounded "$BOUND" -c "ALTER SYSTEM SET synchronous_standby_names = ''" -c "SELECT pg_reload_conf()" >/dev/null
 commits() { bounded 3 -c "SELECT txid_current()" >/dev/null 2>&1; } # a commit record
-until_true 60 commits || fail "writes still wait for a standby after synchronous_standby_names = ''"
+poll --try 60 commits || fail "writes still wait for a standby after synchronous_standby_names = ''"
 bounded "$BOUND" -c "SELECT pg_create_logical_replication_slot('billing', 'idempotency')" >/dev/null
 bounded "$BOUND" -c "SELECT idempotency.emit('o', jsonb_build_object('n', 6))" >/dev/null
 out=$(bounded "$BOUND" -c "SELECT data::json->'payload'->>'n', data::json->>'key' FROM pg_logical_slot_get_changes('billing', NULL, NULL)")

@@ -5,7 +5,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 cluster_setup test-cluster/stats-restart 54491
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 
@@ -55,11 +55,11 @@ victim_found() {
   victim=$(q -d postgres -c "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)' AND pid <> pg_backend_pid()")
   [[ -n $victim ]]
 }
-until_true 60 victim_found || fail "no backend to kill"
+poll --try 60 victim_found || fail "no backend to kill"
 kill -KILL "$victim"
 wait "$sleeper" || true
 answers() { q -d postgres -c "SELECT 1" >/dev/null 2>&1; }
-until_true 120 answers || true
+poll --try 120 answers || true
 grep -q "terminated by signal 9" "$CLUSTER_LOG" || fail "the backend was not killed"
 [[ ! -f $CLUSTER_DATA/pg_stat/idempotency.stat ]] || fail "a counters file was written at a crash"
 [[ $(counters postgres) == 0/0/0/0/true ]] || fail "after a crash: $(counters postgres)"

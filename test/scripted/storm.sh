@@ -19,7 +19,7 @@ NKEYS=${NKEYS:-50}
 # storm keeps contending for new claims during the whole run instead of replaying.
 GENERATIONS_PER_SECOND=${GENERATIONS_PER_SECOND:-5}
 DURATION=${DURATION:-20}
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 WORK=$(mktemp -d /tmp/idem-storm.XXXXXX)
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib/storm_shape.sh"

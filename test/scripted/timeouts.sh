@@ -20,7 +20,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/timeouts 54444
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 pass() { passed "$@"; }
 expect() { [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"; pass "$1 ($2)"; }
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
@@ -33,25 +33,21 @@ bg() {
   BG+=("$LAST_BG")
 }
 backend_of() { q -c "SELECT pid FROM pg_stat_activity WHERE application_name = '$1'"; }
-wait_for() { # wait_for SQL-condition [seconds, 60 unless given]
-  local condition=$1
-  holds() { [[ $(q -c "SELECT ($condition)::text") == true ]]; }
-  until_true "${2:-60}" holds
-}
+wait_sql() { poll --try "${2:-60}" sql_true "SELECT ($1)"; } # wait_sql SQL-condition [seconds, 60 unless given]
 waiting_for_key() { # waiting_for_key NAME: NAME's session waits for a key lock held by another
-  wait_for "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+  wait_sql "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
             WHERE a.application_name = '$1' AND l.locktype = 'advisory' AND l.objsubid = 478
               AND NOT l.granted)"
 }
 end_session() { # terminate the backend of application NAME and wait until it is gone
   q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '$1'" >/dev/null
-  wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = '$1')"
+  wait_sql "NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = '$1')"
 }
 key_locks() { q -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 478 ${1:-}"; }
 state_of() { q -c "SELECT coalesce((SELECT state || '/' || attempt FROM idempotency.lookup('to', '$1')), 'none')"; }
 holding() { # holding NAME KEY: NAME's session claimed KEY and keeps its transaction open
   bg "$1" "BEGIN; SELECT idempotency.reserve('to', '$2'); SELECT pg_sleep(60); ROLLBACK;"
-  wait_for "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+  wait_sql "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
             WHERE a.application_name = '$1' AND l.locktype = 'advisory' AND l.objsubid = 478)" ||
     fail "$1 did not get the key lock"
 }
@@ -118,10 +114,10 @@ expect "no claim left" "$(state_of k3)" "none"
 
 echo "--- 4. timeouts inside reserve while it holds the key lock"
 bg h4 "BEGIN; LOCK TABLE idempotency.keys IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(60); ROLLBACK;"
-wait_for "EXISTS (SELECT FROM pg_locks WHERE relation = 'idempotency.keys'::regclass AND mode = 'AccessExclusiveLock' AND granted)" ||
+wait_sql "EXISTS (SELECT FROM pg_locks WHERE relation = 'idempotency.keys'::regclass AND mode = 'AccessExclusiveLock' AND granted)" ||
   fail "h4 did not lock the table"
 bg w4 "SELECT idempotency.reserve('to', 'k4', wait => '10 seconds')"
-wait_for "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+wait_sql "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
           WHERE a.application_name = 'w4' AND l.locktype = 'advisory' AND l.objsubid = 478 AND l.granted)
           AND EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'w4' AND wait_event_type = 'Lock')" ||
   fail "the waiter does not hold the key lock while it waits for the table"
@@ -146,7 +142,7 @@ waiting_for_key w5 || fail "w5 is not waiting"
 kill -9 "$client"
 wait "$client" 2>/dev/null || true
 t0=$(now_ms)
-wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'w5')" 15 ||
+wait_sql "NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'w5')" 15 ||
   fail "the waiting backend outlived its client by 15 s"
 pass "the waiting backend ended $(($(now_ms) - t0)) ms after its client died (wait was 20 s)"
 expect "only the holder's key lock is left" "$(key_locks)" "1"
@@ -157,7 +153,7 @@ expect "the key is free" "$(q -c "SELECT outcome FROM idempotency.reserve('to', 
 
 echo "--- 6. the client disconnects while waiting (no connection check)"
 bg h6 "BEGIN; SELECT idempotency.reserve('to', 'k6'); SELECT pg_sleep(60); ROLLBACK;"
-wait_for "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+wait_sql "EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
           WHERE a.application_name = 'h6' AND l.locktype = 'advisory' AND l.objsubid = 478)" ||
   fail "h6 did not get the key lock"
 bg w6 "SELECT idempotency.reserve('to', 'k6', lock_ttl => '2 seconds', wait => '3 seconds')"
@@ -166,14 +162,14 @@ waiting_for_key w6 || fail "w6 is not waiting"
 kill -9 "$client"
 wait "$client" 2>/dev/null || true
 end_session h6 # the holder rolls back while the orphan still waits (3 s)
-wait_for "NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name IN ('w6', 'h6'))" ||
+wait_sql "NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name IN ('w6', 'h6'))" ||
   fail "the orphan backend outlived its wait"
 pass "the orphan backend ended by the end of its wait"
 expect "no key lock left" "$(key_locks)" "0"
 st=$(state_of k6)
 if [[ $st == processing/1 ]]; then
   pass "the orphan's autocommitted claim is an ordinary committed claim ($st)"
-  wait_for "(SELECT locked_until < clock_timestamp() FROM idempotency.lookup('to', 'k6'))" ||
+  wait_sql "(SELECT locked_until < clock_timestamp() FROM idempotency.lookup('to', 'k6'))" ||
     fail "the orphan's claim does not lapse"
   expect "it lapses at lock_ttl and is taken over" \
     "$(q -c "SELECT outcome || '/' || attempt FROM idempotency.reserve('to', 'k6')")" "new/2"

@@ -3,7 +3,7 @@
 # other table when idempotency.stop_partman() ran first (and what happens when it did not).
 # Runs in databases of its own on the test cluster.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/lib/test_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" test_cluster
 partman_type() {
   q -d postgres -c "SELECT CASE WHEN split_part(default_version, '.', 1)::int >= 5 THEN 'range'
     ELSE 'native' END FROM pg_available_extensions WHERE name = 'pg_partman'"

@@ -87,7 +87,7 @@ SQL
 # A slot keeps the WAL the standby has not replayed yet (redo with the checks is slow).
 STANDBY_SLOT=standby make_standby "hot_standby = on" "max_standby_streaming_delay = -1"
 streaming() { [[ $(primary -c "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'") == 1 ]]; }
-eventually 60 "the standby streams" streaming
+poll 60 "the standby streams" streaming
 
 load() { # load LOG SECONDS
   "$PGBIN/pgbench" -n -h "$PRIMARY_SOCK" -p "$PRIMARY_PORT" -U postgres -c 3 -j 2 -T "$2" \
@@ -104,7 +104,7 @@ worker_busy() {
   in_log "idempotency: dropped partition" 2 && in_log "idempotency: created partition" 2 &&
     in_log "idempotency: created partition .*(rows: [1-9]" 1
 }
-eventually 120 "the worker created, filled and dropped partitions under the load" worker_busy
+poll 120 "the worker created, filled and dropped partitions under the load" worker_busy
 cluster_crash "$PRIMARY_DATA"
 wait "$bench" && fail "the load went on although the primary was stopped"
 grep -q "aborted" "$WORK/load-1.log" || fail "the load was not cut off: $(tail -n 5 "$WORK/load-1.log")"
@@ -113,7 +113,7 @@ passed "the primary stopped -m immediate under the load (${tx:-?} requests befor
 cluster_start "$PRIMARY_DATA" ||
   fail "the primary did not come back from the crash (redo stops at an inconsistent page)"
 grep -q "database system was interrupted" "$PRIMARY_LOG" || fail "no crash recovery on the primary"
-eventually 60 "the standby streams again" streaming
+poll 60 "the standby streams again" streaming
 mark=$(log_mark "$PRIMARY_LOG")
 load "$WORK/load-2.log" "$LOAD_SECONDS" || { cat "$WORK/load-2.log"; fail "the load after the restart failed"; }
 grep -q "aborted" "$WORK/load-2.log" && fail "clients aborted after the restart: $(grep aborted "$WORK/load-2.log")"
@@ -134,11 +134,11 @@ frozen() {
   [[ $(primary -c "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%/* freeze */%'
                    AND state = 'active' AND pid <> pg_backend_pid()") == 1 ]]
 }
-until_true 60 frozen || fail "the keys table could not be held"
+poll --try 60 frozen || fail "the keys table could not be held"
 primary -c "CHECKPOINT"
 lsn=$(primary -c "SELECT pg_current_wal_lsn()")
 caught_up() { [[ $(standby -c "SELECT pg_last_wal_replay_lsn() >= '$lsn'::pg_lsn") == t ]]; }
-eventually 300 "the standby replayed everything the primary wrote" caught_up
+poll 300 "the standby replayed everything the primary wrote" caught_up
 
 for log in "$PRIMARY_LOG" "$STANDBY_LOG"; do
   if grep -E "inconsistent page|PANIC|terminated by signal" "$log"; then

@@ -8,7 +8,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 cluster_setup test-cluster/worker-backoff 54471
-source "$(dirname "${BASH_SOURCE[0]}")/lib/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
 cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
   "idempotency.database = 'app'" "idempotency.maintenance_interval = '1s'" \
   "log_min_messages = debug1"
@@ -23,7 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/worker.sh"
 
 # 1. 'app' does not exist: over three tries (the first, then two retries of the back-off at
 # DEBUG1), one LOG line and its hint, no FATAL.
-eventually 60 "the launcher retried a missing database twice" \
+poll 60 "the launcher retried a missing database twice" \
   at_least 2 'DEBUG:  idempotency: cannot maintain database "app": it does not exist'
 n=$(count 'LOG:  idempotency: cannot maintain database "app": it does not exist')
 [[ $n == 1 ]] || fail "expected 1 'cannot maintain' line at LOG over 3 tries, got $n"
@@ -39,7 +39,7 @@ pid=$(launcher_pid)
 # 2. The database appears (with the extension): picked up within the back-off, logged once.
 q -d postgres -c "CREATE DATABASE app"
 q -d app -c "CREATE EXTENSION idempotency"
-DB=app wait_for 30 "the worker maintains 'app' once it exists" \
+DB=app poll 30 "the worker maintains 'app' once it exists" sql_true \
   "SELECT count(*) >= 3 FROM idempotency.partitions WHERE NOT is_default"
 [[ $(count 'idempotency: database "app" can be maintained again') == 1 ]] ||
   fail "no 'can be maintained again' line"
@@ -55,17 +55,17 @@ CREATE FUNCTION cancel_ddl() RETURNS event_trigger LANGUAGE plpgsql AS
 DROP TABLE idempotency.$last;
 CREATE EVENT TRIGGER cancel_ddl ON ddl_command_start EXECUTE FUNCTION cancel_ddl();
 SQL
-DB=app wait_for 15 "a failed worker run is in maintenance_runs" \
+DB=app poll 15 "a failed worker run is in maintenance_runs" sql_true \
   "SELECT count(*) >= 1 FROM idempotency.maintenance_runs WHERE caller = 'worker' AND result = 'failed' AND error = 'canceled for the test'"
 q -d app -c "DROP EVENT TRIGGER cancel_ddl"
-DB=app wait_for 15 "the worker's next run is ok again" \
+DB=app poll 15 "the worker's next run is ok again" sql_true \
   "SELECT result = 'ok' FROM idempotency.maintenance_runs ORDER BY run DESC LIMIT 1"
 # (the ok run's lines are in the log once its row is visible: it logs before it commits)
 
 # 3. Routine passes (nothing to create or drop) log nothing at LOG: 4 more passes, no new
 # line from the worker beyond what was there.
 mark=$(log_mark "$CLUSTER_LOG")
-eventually 60 "4 more routine passes" at_least 4 "$routine_pass" "$mark"
+poll 60 "4 more routine passes" at_least 4 "$routine_pass" "$mark"
 n=$(log_count "$CLUSTER_LOG" "$mark" 'LOG:  idempotency')
 [[ $n == 0 ]] || fail "routine passes logged at LOG: $(tail -c +"$((mark + 1))" "$CLUSTER_LOG" | grep 'LOG:  idempotency')"
 passed "routine passes are silent at LOG (no idempotency line at LOG over 4 passes)"
@@ -75,7 +75,7 @@ passed "routine passes are silent at LOG (no idempotency line at LOG over 4 pass
 q -d app -c "CREATE SCHEMA partman" -c "CREATE EXTENSION pg_partman SCHEMA partman" \
   -c "SELECT idempotency.use_partman()" >/dev/null
 run0=$(q -d app -c "SELECT max(run) FROM idempotency.maintenance_runs")
-DB=app wait_for 15 "the worker deferred to pg_partman in 3 passes" \
+DB=app poll 15 "the worker deferred to pg_partman in 3 passes" sql_true \
   "SELECT count(*) >= 3 FROM idempotency.maintenance_runs WHERE run > $run0 AND caller = 'worker' AND steps @> '[{\"action\": \"deferred\"}]'"
 n=$(count 'LOG:  idempotency: deferred')
 [[ $n == 0 ]] || fail "$n 'deferred' lines at LOG"
@@ -83,7 +83,7 @@ passed "passes under pg_partman log no 'deferred' line at LOG"
 
 # 4. A database that does not allow connections: one LOG line again, no FATAL.
 q -d postgres -c "ALTER DATABASE app ALLOW_CONNECTIONS false"
-eventually 60 "the launcher retried a database refusing connections twice" \
+poll 60 "the launcher retried a database refusing connections twice" \
   at_least 2 'DEBUG:  idempotency: cannot maintain database "app": it does not allow connections'
 n=$(count 'LOG:  idempotency: cannot maintain database "app": it does not allow connections')
 [[ $n == 1 ]] || fail "expected 1 'does not allow connections' line at LOG, got $n"
@@ -96,7 +96,7 @@ passed "a database refusing connections gives 1 LOG line, no FATAL; launcher $pi
 # back-off's next two tries would take.)
 mark=$(log_mark "$CLUSTER_LOG")
 q -d postgres -c "ALTER SYSTEM SET idempotency.database = ''" -c "SELECT pg_reload_conf()" >/dev/null
-eventually 60 "the launcher reloaded with no database" \
+poll 60 "the launcher reloaded with no database" \
   at_least 1 'idempotency launcher reloaded its settings (.*databases "")' "$mark"
 mark=$(log_mark "$CLUSTER_LOG")
 sleep 6
@@ -109,6 +109,6 @@ q -d postgres -c "ALTER DATABASE app ALLOW_CONNECTIONS true" \
   -c "ALTER SYSTEM SET idempotency.database = 'app'" \
   -c "SELECT pg_reload_conf()" >/dev/null
 mark=$(log_mark "$CLUSTER_LOG")
-eventually 60 "a routine pass logs at DEBUG1 once the worker is on again" \
+poll 60 "a routine pass logs at DEBUG1 once the worker is on again" \
   at_least 1 "$routine_pass" "$mark"
 echo "worker_backoff: $CHECKS checks passed"

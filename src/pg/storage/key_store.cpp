@@ -1,7 +1,7 @@
 #include "pg/storage/key_store.hpp"
 #include "pg/spi.hpp"
 #include "pg/guard.hpp"
-#include "pg/storage/citus.hpp"
+#include "pg/citus/citus.hpp"
 #include "pg/storage/key_store_direct.hpp"
 
 extern "C" {

@@ -1,7 +1,8 @@
 // The hot path of key_store without SPI or the executor: the probe reads the leaf partitions'
 // primary-key indexes, the insert writes heap and indexes of the routed partition. The
-// benchmark (bench/README.md) showed SPI's per-statement executor setup, and the parsing of
-// the table's CHECK constraints on every INSERT, costing more than the rest of a request.
+// benchmark (bench/pages/key-lifecycle.md) showed SPI's per-statement executor setup, and the
+// parsing of the table's CHECK constraints on every INSERT, costing more than the rest of a
+// request.
 //
 // Both handle only the table shape the install script creates (range partitions on
 // expires_at, heap leaves, the 13 columns, no triggers, row security or extra constraints;

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # For a test on a primary and a streaming standby of it: cluster_setup NAME PORT (the
-# primary; scripts/lib.sh), then source this. On top of one_cluster.sh (q, fail, on_exit,
-# BG, the checks) it gives
+# primary; scripts/lib.sh), then source this. On top of prelude.sh's cluster kind (q, fail,
+# on_exit, BG, the checks, poll) it gives
 #   PRIMARY_{DATA,PORT,SOCK,LOG}, STANDBY_{DATA,PORT,SOCK,LOG}  (the standby's port: +1)
 #   primary ARGS... / standby ARGS...   psql -qAt on database postgres of either (120 s at most)
 #   primary_within SECONDS ARGS... / standby_within SECONDS ARGS...   the same, other bound
@@ -10,7 +10,7 @@
 #                                       STANDBY_SLOT set, through a physical slot of that name
 #   synchronous SECONDS                 true once the standby streams as a sync standby
 # At exit both servers are stopped with -m immediate; fail shows both logs.
-source "$(dirname "${BASH_SOURCE[0]}")/one_cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/prelude.sh" cluster
 PRIMARY_DATA=$CLUSTER_DATA PRIMARY_PORT=$CLUSTER_PORT PRIMARY_SOCK=$CLUSTER_SOCK
 PRIMARY_LOG=$CLUSTER_LOG
 STANDBY_DATA=$(dirname "$PRIMARY_DATA")/standby/data STANDBY_PORT=$((PRIMARY_PORT + 1))
@@ -50,4 +50,4 @@ make_standby() {
 streams_synchronously() {
   [[ $(primary -c "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'") == 1 ]]
 }
-synchronous() { until_true "$1" streams_synchronously; }
+synchronous() { poll --try "$1" streams_synchronously; }

@@ -13,6 +13,16 @@ storm_tables() {
     -c "CREATE UNLOGGED TABLE outcomes (path int, o int)"
 }
 
+# storm_claim ARGS: a path's claim, reserve() with ARGS after the key, and its outcome logged.
+storm_claim() {
+cat <<SQL
+SELECT (outcome = 'new')::int AS is_new, coalesce(attempt, 0) AS attempt,
+       array_position(enum_range(outcome), outcome) AS o
+  FROM idempotency.reserve('storm', 'g' || :g || '-k' || :k, $1) \\gset
+INSERT INTO outcomes VALUES (:path, :o);
+SQL
+}
+
 storm_script() {
 cat >"$WORK/storm.pgbench" <<SQL
 \\set k random(1, $NKEYS)
@@ -20,10 +30,7 @@ cat >"$WORK/storm.pgbench" <<SQL
 SELECT (extract(epoch FROM clock_timestamp()) * $GENERATIONS_PER_SECOND)::bigint % 100000000 AS g \\gset
 \\if :path <= 7
 BEGIN;
-SELECT (outcome = 'new')::int AS is_new, coalesce(attempt, 0) AS attempt,
-       array_position(enum_range(outcome), outcome) AS o
-  FROM idempotency.reserve('storm', 'g' || :g || '-k' || :k, wait => '20 milliseconds') \\gset
-INSERT INTO outcomes VALUES (:path, :o);
+$(storm_claim "wait => '20 milliseconds'")
 \\if :is_new
 INSERT INTO orders VALUES ('g' || :g || '-k' || :k, :attempt);
 SELECT idempotency.complete('storm', 'g' || :g || '-k' || :k, 201, jsonb_build_object('order', :k), :attempt);
@@ -31,19 +38,13 @@ SELECT idempotency.complete('storm', 'g' || :g || '-k' || :k, 201, jsonb_build_o
 COMMIT;
 \\elif :path <= 8
 BEGIN;
-SELECT (outcome = 'new')::int AS is_new, coalesce(attempt, 0) AS attempt,
-       array_position(enum_range(outcome), outcome) AS o
-  FROM idempotency.reserve('storm', 'g' || :g || '-k' || :k, wait => '0') \\gset
-INSERT INTO outcomes VALUES (:path, :o);
+$(storm_claim "wait => '0'")
 \\if :is_new
 SELECT idempotency.fail('storm', 'g' || :g || '-k' || :k, '{"error": "transient"}', :attempt);
 \\endif
 COMMIT;
 \\else
-SELECT (outcome = 'new')::int AS is_new, coalesce(attempt, 0) AS attempt,
-       array_position(enum_range(outcome), outcome) AS o
-  FROM idempotency.reserve('storm', 'g' || :g || '-k' || :k, lock_ttl => '5 minutes', wait => '20 milliseconds') \\gset
-INSERT INTO outcomes VALUES (:path, :o);
+$(storm_claim "lock_ttl => '5 minutes', wait => '20 milliseconds'")
 \\if :is_new
 BEGIN;
 INSERT INTO orders VALUES ('g' || :g || '-k' || :k, :attempt);

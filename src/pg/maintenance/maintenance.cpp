@@ -6,11 +6,11 @@
 // queues behind a long transaction with every reserve queued behind it; a step that fails
 // otherwise is reported and the next one runs.
 
-#include "pg/storage/maintenance.hpp"
+#include "pg/maintenance/maintenance.hpp"
 #include "pg/fault_points.hpp"
 
 #include "pg/guard.hpp"
-#include "pg/storage/citus.hpp"
+#include "pg/citus/citus.hpp"
 #include "pg/storage/key_store.hpp"
 #include "pg/settings.hpp"
 #include "pg/spi.hpp"

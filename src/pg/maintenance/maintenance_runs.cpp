@@ -11,7 +11,7 @@
 // The history is each server's own: logical replication never writes it (keep_local_rows below,
 // docs/replication.md).
 
-#include "pg/storage/maintenance.hpp"
+#include "pg/maintenance/maintenance.hpp"
 #include "pg/fault_points.hpp"
 
 #include "pg/guard.hpp"

@@ -1,14 +1,14 @@
 // Written C-style: PostgreSQL calls these entry points directly, and no C++ object with a
 // destructor lives in them.
 
-#include "pg/storage/worker.hpp"
+#include "pg/maintenance/worker.hpp"
 #include "pg/fault_points.hpp"
 #include "pg/spi.hpp"
 
 #include "pg/guard.hpp"
 #include "pg/postgres_headers.hpp"
 #include "pg/settings.hpp"
-#include "pg/storage/maintenance.hpp"
+#include "pg/maintenance/maintenance.hpp"
 
 #include <unistd.h>
 

@@ -1,6 +1,6 @@
 // Citus awareness (see citus.hpp) and idempotency.distribute().
 
-#include "pg/storage/citus.hpp"
+#include "pg/citus/citus.hpp"
 
 #include "pg/compat.hpp"
 #include "pg/spi.hpp"

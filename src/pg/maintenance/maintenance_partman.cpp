@@ -7,7 +7,7 @@
 // Everything runs inside enter_maintenance(): pg_partman's PL/pgSQL calls built-ins
 // unqualified, so the caller's search_path must not reach it.
 
-#include "pg/storage/maintenance.hpp"
+#include "pg/maintenance/maintenance.hpp"
 #include "pg/spi.hpp"
 
 #include "pg/guard.hpp"

@@ -17,7 +17,7 @@
 // subscriber of the leaves has.
 // C-style: errors are ereport()s, so maintain() can catch them in its subtransaction.
 
-#include "pg/storage/maintenance.hpp"
+#include "pg/maintenance/maintenance.hpp"
 #include "pg/spi.hpp"
 
 #include "pg/guard.hpp"
