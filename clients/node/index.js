@@ -16,7 +16,8 @@ export {
 } from './lib/fingerprint.js';
 export { isConnectionLost, query, translate } from './lib/connection.js';
 export {
-  checkpoint, complete, fail, forget, lookup, requestHash, reserve, reserveBegin,
+  checkpoint, complete, executeOnce, fail, forget, lookup, requestHash, reserve, reserveBegin,
+  statementParam,
 } from './lib/keys.js';
 export { idempotent, runExternal, runOnce } from './lib/transactions.js';
 export {
