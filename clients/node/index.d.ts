@@ -91,6 +91,14 @@ export class UndefinedObjectError extends IdempotencyError {}
 export class DuplicateObjectError extends IdempotencyError {}
 export class SequenceGeneratorLimitExceededError extends IdempotencyError {}
 export class FeatureNotSupportedError extends IdempotencyError {}
+/** execute_once's statement is not one statement, or does not parse (42601). */
+export class StatementSyntaxError extends IdempotencyError {}
+/** execute_once's statement is transaction control (2D000). */
+export class InvalidTransactionTerminationError extends IdempotencyError {}
+/** execute_once's statement returned more than one row (21000). */
+export class CardinalityViolationError extends IdempotencyError {}
+/** execute_once called from a statement of execute_once for the same key (55006). */
+export class ObjectInUseError extends IdempotencyError {}
 export class InvalidJsonError extends IdempotencyError {}
 export class TransactionAbortedError extends IdempotencyError {}
 export class TransactionOpenError extends IdempotencyError {}

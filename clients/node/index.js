@@ -1,6 +1,7 @@
 // @idempotency/client: the Node.js client of the idempotency PostgreSQL extension.
 export {
-  ArraySubscriptError, BY_SQLSTATE, ClientEncodingError, ConnectionLostError,
+  ArraySubscriptError, BY_SQLSTATE, CardinalityViolationError, ClientEncodingError,
+  ConnectionLostError, InvalidTransactionTerminationError, ObjectInUseError, StatementSyntaxError,
   DuplicateObjectError, FeatureNotSupportedError, IdempotencyError, InvalidJsonError,
   InvalidParameterValueError, KeyEmptyError, KeyInProgressError, KeyMismatchError,
   KeyTooLongError, KeyTooOldError, LockNotAvailableError, NullValueNotAllowedError,

@@ -8,7 +8,8 @@ import { after, before, test } from 'node:test';
 import express from 'express';
 import pg from 'pg';
 import {
-  ExtensionVersionError, executeOnce, idempotencyMiddleware, KeyInProgressError,
+  CardinalityViolationError, ExtensionVersionError, executeOnce,
+  InvalidTransactionTerminationError, StatementSyntaxError, idempotencyMiddleware, KeyInProgressError,
   KeyMismatchError, KeyTooOldError, lookup, runOnce, statementParam,
 } from '../index.js';
 import { connect, counting, databases } from './db.js';
@@ -208,6 +209,20 @@ test('an error in the statement is thrown and leaves the key new: the retry runs
   assert.equal(r.replayed, false);
   assert.equal(r.response.qty, 5);
   assert.equal(await ordersOf(key), 1);
+});
+
+test("execute_once's refusals come typed, and nothing is claimed", async () => {
+  for (const [statement, Expected] of [
+    ['SELECT 1 AS a; SELECT 2 AS b', StatementSyntaxError],
+    ['SELEC 1', StatementSyntaxError],
+    ['COMMIT', InvalidTransactionTerminationError],
+    ['SELECT n FROM generate_series(1, 2) AS n', CardinalityViolationError],
+  ]) {
+    const key = randomUUID();
+    await assert.rejects(runOnce(client, { scope: 'acct_1', key, statement }), Expected,
+      statement);
+    assert.equal(await lookup(check, 'acct_1', key), null, statement);
+  }
 });
 
 test('executeOnce gives the reservation, with the statement as its response', async () => {

@@ -17,7 +17,9 @@ const ACTION = [
 const INDEX = [
   ...ACTION,
   // errors
-  'ArraySubscriptError', 'BY_SQLSTATE', 'ClientEncodingError', 'ConnectionLostError',
+  'ArraySubscriptError', 'BY_SQLSTATE', 'CardinalityViolationError', 'ClientEncodingError',
+  'ConnectionLostError', 'InvalidTransactionTerminationError', 'ObjectInUseError',
+  'StatementSyntaxError',
   'DuplicateObjectError', 'FeatureNotSupportedError', 'IdempotencyError', 'InvalidJsonError',
   'InvalidParameterValueError', 'isConnectionLost', 'KeyEmptyError', 'KeyInProgressError',
   'KeyMismatchError', 'KeyTooLongError', 'KeyTooOldError', 'LockNotAvailableError',
