@@ -91,6 +91,14 @@ export class UndefinedObjectError extends IdempotencyError {}
 export class DuplicateObjectError extends IdempotencyError {}
 export class SequenceGeneratorLimitExceededError extends IdempotencyError {}
 export class FeatureNotSupportedError extends IdempotencyError {}
+/** execute_once's statement is not one statement, or does not parse (42601). */
+export class StatementSyntaxError extends IdempotencyError {}
+/** execute_once's statement is transaction control (2D000). */
+export class InvalidTransactionTerminationError extends IdempotencyError {}
+/** execute_once's statement returned more than one row (21000). */
+export class CardinalityViolationError extends IdempotencyError {}
+/** execute_once called from a statement of execute_once for the same key (55006). */
+export class ObjectInUseError extends IdempotencyError {}
 export class InvalidJsonError extends IdempotencyError {}
 export class TransactionAbortedError extends IdempotencyError {}
 export class TransactionOpenError extends IdempotencyError {}
@@ -248,6 +256,18 @@ export function reserve(client: Queryable, scope: string, key: string,
  */
 export function reserveBegin(client: Queryable, scope: string, key: string,
   requestHash?: Buffer | null, options?: ReserveOptions & { prepare?: boolean }): Promise<Reservation>;
+/** A statement parameter as execute_once receives it: text, or null for NULL. */
+export type StatementParam = string | number | bigint | boolean | Date | Uint8Array |
+  Record<string, unknown> | unknown[] | null | undefined;
+/** The text the server reads for a statement parameter (null: NULL); TypeError for others. */
+export function statementParam(value: StatementParam): string | null;
+/**
+ * idempotency.execute_once in the client's current transaction (autocommit with none open):
+ * the claim, the statement (params bound as one text[]) and its answer in one round trip.
+ */
+export function executeOnce(client: Queryable, scope: string, key: string, statement: string,
+  params?: readonly StatementParam[], requestHash?: Buffer | null,
+  options?: ReserveOptions & { statusCode?: number }): Promise<Reservation>;
 export function complete(client: Queryable, scope: string, key: string, statusCode: number,
   response: unknown, attempt?: number | null): Promise<void>;
 export function fail(client: Queryable, scope: string, key: string, error?: unknown,
@@ -260,6 +280,16 @@ export function forget(client: Queryable, scope: string, key: string): Promise<b
 /** reserve, work and complete in one transaction (a savepoint inside an open one). */
 export function runOnce<R = any>(client: Queryable, options: RequestOptions,
   work: (client: Queryable, reservation: Reservation) => Answer<R> | Promise<Answer<R>>):
+  Promise<Result<R>>;
+export interface StatementOptions extends RequestOptions {
+  /** One SQL statement with PostgreSQL's placeholders ($1, $2, ...). */
+  statement: string;
+  params?: readonly StatementParam[];
+  /** The status stored with the statement's result (default 201). */
+  status?: number;
+}
+/** The statement form: claim, statement and answer in one call of execute_once. */
+export function runOnce<R = any>(client: Queryable, options: StatementOptions):
   Promise<Result<R>>;
 
 type FromArgs<A extends unknown[], T> = T | ((...args: A) => T);
@@ -436,6 +466,12 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
   limit?: number;
   /** false: reserve_begin unnamed (values bound), never a prepared statement (default true). */
   prepare?: boolean;
+  /** The statement form: this one statement answers a new key; the handler is not called. */
+  statement?: string;
+  /** The statement's parameters from the request (default none). */
+  params?: (req: Req) => readonly StatementParam[] | Promise<readonly StatementParam[]>;
+  /** The status of a new key's answer in the statement form (default 201). */
+  status?: number;
 }
 export function idempotencyMiddleware<Req extends IncomingMessage = IncomingMessage>(
   options: MiddlewareOptions<Req>):

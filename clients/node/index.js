@@ -1,6 +1,7 @@
 // @idempotency/client: the Node.js client of the idempotency PostgreSQL extension.
 export {
-  ArraySubscriptError, BY_SQLSTATE, ClientEncodingError, ConnectionLostError,
+  ArraySubscriptError, BY_SQLSTATE, CardinalityViolationError, ClientEncodingError,
+  ConnectionLostError, InvalidTransactionTerminationError, ObjectInUseError, StatementSyntaxError,
   DuplicateObjectError, FeatureNotSupportedError, IdempotencyError, InvalidJsonError,
   InvalidParameterValueError, KeyEmptyError, KeyInProgressError, KeyMismatchError,
   KeyTooLongError, KeyTooOldError, LockNotAvailableError, NullValueNotAllowedError,
@@ -16,7 +17,8 @@ export {
 } from './lib/fingerprint.js';
 export { isConnectionLost, query, translate } from './lib/connection.js';
 export {
-  checkpoint, complete, fail, forget, lookup, requestHash, reserve, reserveBegin,
+  checkpoint, complete, executeOnce, fail, forget, lookup, requestHash, reserve, reserveBegin,
+  statementParam,
 } from './lib/keys.js';
 export { idempotent, runExternal, runOnce } from './lib/transactions.js';
 export {

@@ -54,6 +54,15 @@ export const SequenceGeneratorLimitExceededError = sqlstateError(
   'SequenceGeneratorLimitExceededError', '2200H', 'a stream handed out its last value');
 export const FeatureNotSupportedError = sqlstateError('FeatureNotSupportedError', '0A000',
   'PREPARE TRANSACTION after create_stream / drop_stream');
+export const StatementSyntaxError = sqlstateError('StatementSyntaxError', '42601',
+  "execute_once's statement is not one statement, or does not parse");
+export const InvalidTransactionTerminationError = sqlstateError(
+  'InvalidTransactionTerminationError', '2D000',
+  "execute_once's statement is transaction control (COMMIT, ROLLBACK, ...)");
+export const CardinalityViolationError = sqlstateError('CardinalityViolationError', '21000',
+  "execute_once's statement returned more than one row");
+export const ObjectInUseError = sqlstateError('ObjectInUseError', '55006',
+  'execute_once called by a statement of execute_once for the key that statement runs for');
 export const InvalidJsonError = sqlstateError('InvalidJsonError', '22P02',
   'a body that is not JSON, NaN or Infinity, invalid UTF-8, an unpaired surrogate ' +
   '(22P05 for \\u0000)');
@@ -85,7 +94,8 @@ export const BY_SQLSTATE = {
     ResultConflictError, ReadOnlySqlTransactionError, SerializationFailureError,
     LockNotAvailableError, QueryCanceledError, UndefinedObjectError, DuplicateObjectError,
     SequenceGeneratorLimitExceededError, FeatureNotSupportedError, InvalidJsonError,
-    TransactionAbortedError,
+    TransactionAbortedError, StatementSyntaxError, InvalidTransactionTerminationError,
+    CardinalityViolationError, ObjectInUseError,
   ].map((cls) => [cls.sqlstate, cls])),
   '22P05': InvalidJsonError, // \u0000 in a jsonb value
   '22021': InvalidJsonError, // invalid UTF-8

@@ -9,7 +9,7 @@ import {
 import { KeyEmptyError, KeyTooLongError } from './errors.js';
 import { fingerprint } from './fingerprint.js';
 import {
-  CHECKPOINT, COMPLETE, FAIL, FORGET, LOOKUP, RESERVE, RESERVE_BEGIN,
+  CHECKPOINT, COMPLETE, EXECUTE_ONCE, FAIL, FORGET, LOOKUP, RESERVE, RESERVE_BEGIN,
 } from './statements.js';
 
 // An interval parameter: a number is seconds, a string the server's interval text.
@@ -99,6 +99,61 @@ function reserveValues(scope, key, requestHash,
 export async function reserve(client, scope, key, requestHash = null, options = {}) {
   const values = reserveValues(scope, key, requestHash, options);
   const { rows } = await query(client, RESERVE, values, TEXT_ROWS);
+  return reservationOf(rows[0], client);
+}
+
+// A parameter of execute_once's statement as the text the server reads for its type (the
+// statement's cast or column says which): null and undefined are NULL; strings as they are;
+// booleans true / false; numbers and bigints as numbers (NaN, Infinity, -Infinity as
+// PostgreSQL writes them); a Date in ISO 8601 (UTC); a Buffer or Uint8Array as bytea's hex
+// form; other objects and arrays as JSON text. Anything else is a TypeError: the text of an
+// unknown type would be a guess.
+export function statementParam(value) {
+  if (value === null || value === undefined) return null;
+  switch (typeof value) {
+    case 'string': return value;
+    case 'boolean': return value ? 'true' : 'false';
+    case 'bigint': return String(value);
+    case 'number':
+      if (Number.isNaN(value)) return 'NaN';
+      if (!Number.isFinite(value)) return value > 0 ? 'Infinity' : '-Infinity';
+      return String(value);
+    case 'object':
+      if (value instanceof Date) {
+        if (Number.isNaN(value.getTime())) throw new TypeError('a statement parameter is an invalid Date');
+        return value.toISOString();
+      }
+      if (value instanceof Uint8Array) return `\\x${Buffer.from(value).toString('hex')}`;
+      return JSON.stringify(value);
+    default:
+      throw new TypeError(`a statement parameter of type ${typeof value} has no text form here: ` +
+        'pass it as a string, or as a type the client converts');
+  }
+}
+
+// execute_once's parameters ($1 to $9), the statement's converted by statementParam; a
+// KeyEmptyError / KeyTooLongError (a 400) or TypeError before anything is sent.
+export function executeOnceValues(scope, key, requestHash, statement, params = [],
+  statusCode = 201, options = {}) {
+  if (typeof statement !== 'string' || statement.trim() === '')
+    throw new TypeError('executeOnce needs the statement as a non-empty string');
+  if (params !== null && params !== undefined && !Array.isArray(params))
+    throw new TypeError("the statement's params must be an array");
+  if (!Number.isInteger(statusCode)) throw new TypeError('the status must be an integer');
+  const [s, k, hash, lockTtl, retention, wait] = reserveValues(scope, key, requestHash, options);
+  return [s, k, hash, statement, (params ?? []).map(statementParam), statusCode, lockTtl,
+    retention, wait];
+}
+
+// idempotency.execute_once in the client's current transaction (autocommit when it has none
+// open): on the outcome 'new' the statement ran with its parameters bound (one text[]), and
+// the reservation carries statusCode and the statement's result as its response. One round
+// trip. A server before 0.3.0 has no execute_once: ExtensionVersionError naming it.
+export async function executeOnce(client, scope, key, statement, params = [],
+  requestHash = null, { statusCode = 201, ...options } = {}) {
+  const values = executeOnceValues(scope, key, requestHash, statement, params, statusCode,
+    options);
+  const { rows } = await query(client, EXECUTE_ONCE, values, TEXT_ROWS);
   return reservationOf(rows[0], client);
 }
 

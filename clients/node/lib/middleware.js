@@ -12,10 +12,11 @@ import {
   KeyMismatchError, KeyTooLongError, KeyTooOldError, OutcomeError, ProgramLimitExceededError,
 } from './errors.js';
 import {
-  checkNames, completeThen, preparedStatementUnusable, requestHash, reserveAfter,
-  reserveBegin, reserveBeginRefused,
+  checkNames, completeThen, executeOnce, executeOnceValues, preparedStatementUnusable,
+  requestHash, reserveAfter, reserveBegin, reserveBeginRefused,
 } from './keys.js';
 import { BEGIN, COMMIT, ROLLBACK } from './statements.js';
+import { ExtensionVersionError } from './versions.js';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const TOKEN_RE = /^[\x21-\x7e]{1,255}$/; // visible ASCII, no spaces
@@ -134,6 +135,13 @@ export function replayOf(response) {
     value: response };
 }
 
+// 503 + Retry-After: no server answered, or the connection was lost.
+function unavailableAnswer(res, err) {
+  const answer = answerFor(new ConnectionLostError(
+    `the connection to the server was lost: ${err.message}`, { cause: err }));
+  return send(res, answer.status, answer.body, answer.headers);
+}
+
 function send(res, status, body, headers = {}) {
   const text = body === undefined ? '' : JSON.stringify(body);
   res.writeHead(status, {
@@ -220,6 +228,16 @@ async function defaultRequestHash(req, exclude, limit) {
 //   prepare     false: send reserve_begin unnamed (its values bound), not as a prepared statement
 //               (default true; behind a pooler that mixes up prepared statements, the first
 //               26000 or 42P05 switches it to false)
+// The statement form, for an endpoint whose work is one SQL statement (the handler is not called
+// for the requests it answers):
+//   statement   the statement's text, with PostgreSQL's placeholders ($1, $2, ...)
+//   params      req => its parameters (an array, bound as text: see statementParam); default none
+//   status      the status of a new key's answer (default 201)
+// One call of idempotency.execute_once claims the key, runs the statement, stores its result
+// and completes the key: one round trip for a new key and for a replay. A new key is answered
+// with the statement's result as JSON (its one row as an object, a single json / jsonb column
+// as it is; an empty body for no row) and its replays with the same bytes. An error of the
+// statement is a 500 with a log line, and nothing is stored.
 // The middleware's promise settles when the answer has been sent. A database or network that
 // goes away answers 503 + Retry-After (the connection is released with the error, so the pool
 // drops it); other errors of its own go to next(err). The connection is watched from checkout
@@ -238,6 +256,11 @@ export function idempotencyMiddleware(options) {
       console.error(`idempotency: an idle connection of the pool failed: ${err.message}`);
     });
   }
+  const { statement } = options;
+  if (statement !== undefined && (typeof statement !== 'string' || statement.trim() === ''))
+    throw new TypeError("idempotencyMiddleware's statement must be a non-empty string");
+  const paramsOf = options.params ?? (() => []);
+  const statementStatus = options.status ?? 201;
   const keyOf = options.key ?? ((req) => parseIdempotencyKey(req.headers['idempotency-key']));
   const limit = options.limit ?? 1 << 20;
   const hashOf = options.request
@@ -279,6 +302,80 @@ export function idempotencyMiddleware(options) {
     }
   };
 
+  // The statement form's answer to a request (see the options): execute_once on a pooled
+  // connection with no transaction open, so the call commits by itself.
+  const answerStatement = async (req, res, next, scope, key, hash) => {
+    let values;
+    try {
+      values = executeOnceValues(scope, key, hash, statement, await paramsOf(req),
+        statementStatus, { lockTtl, retention, wait });
+    } catch (err) {
+      return next(err);
+    }
+    const [, , , , params] = values;
+    let reservation;
+    // A pooled connection that died while idle fails on its first statement: tried once more
+    // on another connection (execute_once of a key is safe to repeat: a replay at worst).
+    for (let tries = 1; ; tries++) {
+      let client;
+      try {
+        client = await pool.connect();
+      } catch (err) {
+        if (isConnectionLost(err) || databaseUnreachable(err)) return unavailableAnswer(res, err);
+        return next(err);
+      }
+      const unwatch = watchConnection(client);
+      let failure = null;
+      try {
+        reservation = await executeOnce(client, scope, key, statement, params, hash,
+          { statusCode: statementStatus, lockTtl, retention, wait });
+        break;
+      } catch (err) {
+        failure = err;
+        if (isConnectionLost(err, client)) {
+          if (tries < 2) continue;
+          return unavailableAnswer(res, err);
+        }
+        if (databaseUnreachable(err)) return unavailableAnswer(res, err);
+        if (err instanceof ExtensionVersionError) {
+          console.error('idempotency: the statement form needs idempotency.execute_once ' +
+            `(extension 0.3.0 or later): ${err.message}`);
+        } else {
+          console.error(`idempotency: the statement for key "${key}" failed, nothing is ` +
+            `stored: ${err.message}`);
+        }
+        return send(res, 500, { error: 'internal_error',
+          message: 'the request failed; retry with the same Idempotency-Key' });
+      } finally {
+        const lost = unwatch(failure);
+        if (lost || isConnectionLost(failure, client)) client.release(lost ?? failure ?? true);
+        else if (transactionStatus(client) !== undefined && transactionStatus(client) !== 'I')
+          client.release(true); // never hand on a connection left in a transaction
+        else client.release();
+      }
+    }
+    const { outcome, statusCode, response } = reservation;
+    if (outcome !== 'new' && outcome !== 'replay') {
+      const Outcome = {
+        in_progress: KeyInProgressError, mismatch: KeyMismatchError, too_old: KeyTooOldError,
+      }[outcome];
+      const answer = answerFor(new Outcome(scope, key, reservation, outcome));
+      return send(res, answer.status, answer.body, answer.headers);
+    }
+    // The first answer has the body and headers its replays send (a JSON body; none for a
+    // statement without a row), without Idempotent-Replayed and replayHeaders.
+    const replay = replayOf(response);
+    const headers = { ...replay.headers, 'content-length': String(replay.body.length) };
+    if (outcome === 'replay') {
+      headers['idempotent-replayed'] = 'true';
+      for (const [name, value] of Object.entries(replayHeaders(statusCode, replay.value)))
+        headers[name.toLowerCase()] = String(value);
+    }
+    res.writeHead(statusCode, headers);
+    res.end(replay.body);
+    return undefined;
+  };
+
   return async function idempotency(req, res, next) {
     let scope;
     let key;
@@ -303,6 +400,7 @@ export function idempotencyMiddleware(options) {
       }
       return next(err);
     }
+    if (statement !== undefined) return answerStatement(req, res, next, scope, key, hash);
 
     let client;
     let unwatch = () => null;

@@ -12,6 +12,13 @@ export const RESERVE_BEGIN = `SELECT r.outcome::text, r.status_code, r.response:
   FROM idempotency.reserve_begin($1, $2, $3::bytea, $4::interval, $5::interval, $6::interval)
     AS r`;
 
+// The claim, one statement of the caller's ($4, its parameters as text in $5) and its answer
+// stored with the status $6, in one call: reserve's row.
+export const EXECUTE_ONCE = `SELECT r.outcome::text, r.status_code, r.response::text,
+    r.attempt, r.recovery_point, r.first_seen_at, r.locked_until, r.expires_at
+  FROM idempotency.execute_once($1, $2, $3::bytea, $4, $5::text[], $6::integer, $7::interval,
+    $8::interval, $9::interval) AS r`;
+
 export const COMPLETE = 'SELECT idempotency.complete($1, $2, $3::integer, $4::jsonb, $5::integer)';
 
 export const FAIL = 'SELECT idempotency.fail($1, $2, $3::jsonb, $4::integer)';
@@ -41,7 +48,7 @@ export const NEXT_KEY = 'SELECT idempotency.next_key($1)::text';
 export const EMIT = 'SELECT idempotency.emit($1, $2::jsonb)::text';
 
 export const LISTED = Object.freeze({
-  reserve: RESERVE, reserve_begin: RESERVE_BEGIN, complete: COMPLETE, fail: FAIL,
+  reserve: RESERVE, reserve_begin: RESERVE_BEGIN, execute_once: EXECUTE_ONCE, complete: COMPLETE, fail: FAIL,
   fail_stamped: FAIL_STAMPED, checkpoint: CHECKPOINT, lookup: LOOKUP, forget: FORGET,
   claim_once: CLAIM_ONCE, accept_bigint: ACCEPT_BIGINT, accept_uuid: ACCEPT_UUID,
   watermark: WATERMARK, next_key: NEXT_KEY, emit: EMIT,

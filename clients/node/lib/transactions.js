@@ -11,7 +11,9 @@ import {
   KeyInProgressError, KeyMismatchError, KeyTooOldError, StaleAttemptError,
   TransactionAbortedError, TransactionOpenError,
 } from './errors.js';
-import { checkpoint, completeThen, fail, requestHash, reserve, reserveAfter } from './keys.js';
+import {
+  checkpoint, completeThen, executeOnce, fail, requestHash, reserve, reserveAfter,
+} from './keys.js';
 import { BEGIN, COMMIT, HELPER_SAVEPOINT, ROLLBACK } from './statements.js';
 
 function raiseFor(scope, key, r) {
@@ -141,8 +143,21 @@ const reserveOptions = (o) => ({ lockTtl: o.lockTtl, retention: o.retention, wai
 // without running work; in_progress / mismatch / too_old throw KeyInProgressError /
 // KeyMismatchError / KeyTooOldError. An error in work rolls the claim back with the work.
 // Round trips: BEGIN + reserve in one, the work's, complete + COMMIT in one.
+//
+// The statement form (options.statement, no work): the claim, the statement (its parameters
+// options.params, bound as text, never part of the text: see statementParam) and its answer
+// are one call of idempotency.execute_once, one round trip for a new key and for a replay. The
+// response is the statement's result (its one row's single json / jsonb column, or the row as
+// a JSON object; null for no row), stored with options.status (default 201). With no
+// transaction open the call commits by itself; inside the caller's transaction it commits or
+// rolls back with it. An error of the statement is thrown and the key stays new.
 export async function runOnce(client, options, work) {
   const { scope, key, request, exclude } = options;
+  if (options.statement !== undefined || work === undefined) {
+    if (work !== undefined || options.statement === undefined)
+      throw new TypeError('runOnce needs either work or options.statement, not both');
+    return runStatement(client, options);
+  }
   const hash = requestHash(request, exclude);
   return inTransaction(client, async (close, open) => {
     const r = await reserveAfter(client, open, scope, key, hash, reserveOptions(options));
@@ -155,6 +170,17 @@ export async function runOnce(client, options, work) {
     await completeThen(client, close, scope, key, statusCode, response, r.attempt);
     return { statusCode, response, replayed: false, attempt: r.attempt };
   }, { opens: true, closes: true });
+}
+
+async function runStatement(client, options) {
+  const { scope, key, request, exclude, statement, params = [], status = 201 } = options;
+  const hash = requestHash(request, exclude);
+  checkUsable(client);
+  const r = await executeOnce(client, scope, key, statement, params, hash,
+    { statusCode: status, ...reserveOptions(options) });
+  raiseFor(scope, key, r);
+  return { statusCode: r.statusCode, response: r.response, replayed: r.outcome === 'replay',
+    attempt: r.attempt };
 }
 
 // runOnce as a wrapper: idempotent(fn, { scope, key, request, ... }) returns

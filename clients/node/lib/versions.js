@@ -8,7 +8,8 @@ export const CLIENT_VERSION = '0.3.0';
 // helpers that need a newer function (below) are refused; everything else works.
 export const EXTENSION_VERSIONS = Object.freeze(['0.2.0', '0.3.0']);
 // Functions the client calls that came after the oldest version: the version that added each.
-export const FUNCTION_SINCE = Object.freeze({ claim_once: '0.3.0', reserve_begin: '0.3.0' });
+export const FUNCTION_SINCE = Object.freeze({ claim_once: '0.3.0', execute_once: '0.3.0',
+  reserve_begin: '0.3.0' });
 
 const SUPPORTED = `${EXTENSION_VERSIONS[0]} to ${EXTENSION_VERSIONS[1]}`;
 const UPDATE_HINT = 'ALTER EXTENSION idempotency UPDATE (as its owner) after installing the ' +

@@ -17,7 +17,9 @@ const ACTION = [
 const INDEX = [
   ...ACTION,
   // errors
-  'ArraySubscriptError', 'BY_SQLSTATE', 'ClientEncodingError', 'ConnectionLostError',
+  'ArraySubscriptError', 'BY_SQLSTATE', 'CardinalityViolationError', 'ClientEncodingError',
+  'ConnectionLostError', 'InvalidTransactionTerminationError', 'ObjectInUseError',
+  'StatementSyntaxError',
   'DuplicateObjectError', 'FeatureNotSupportedError', 'IdempotencyError', 'InvalidJsonError',
   'InvalidParameterValueError', 'isConnectionLost', 'KeyEmptyError', 'KeyInProgressError',
   'KeyMismatchError', 'KeyTooLongError', 'KeyTooOldError', 'LockNotAvailableError',
@@ -31,8 +33,8 @@ const INDEX = [
   'canonicalJson', 'canonicalNumber', 'compareNames', 'fingerprint', 'fingerprintValue',
   'MAX_DEPTH', 'MAX_DIGITS',
   // key calls and request helpers
-  'checkpoint', 'complete', 'fail', 'forget', 'idempotent', 'lookup', 'query', 'requestHash',
-  'reserve', 'reserveBegin', 'runExternal', 'runOnce',
+  'checkpoint', 'complete', 'executeOnce', 'fail', 'forget', 'idempotent', 'lookup', 'query',
+  'requestHash', 'reserve', 'reserveBegin', 'runExternal', 'runOnce', 'statementParam',
   // streams and consumers
   'accept', 'applyOnce', 'claimOnce', 'consumeOnce', 'emit', 'formatLsn', 'lsnKey',
   'lsnKeyParts', 'nextKey', 'OutboxConsumer', 'parseLsn', 'positionKey', 'watermark',
@@ -54,7 +56,8 @@ const INDEX_TYPES = [
   'Interval', 'JsonValue', 'KeyRecord', 'Message', 'MiddlewareOptions', 'Outcome',
   'OutboxConsumerOptions', 'Phase', 'PoisonMessageRecord', 'PoolClientLike', 'PoolLike',
   'Position', 'QueryConfigLike', 'Queryable', 'QueryResultLike', 'Reservation',
-  'RequestOptions', 'ReserveOptions', 'Result', 'StoredAnswer',
+  'RequestOptions', 'ReserveOptions', 'Result', 'StatementOptions', 'StatementParam',
+  'StoredAnswer',
 ];
 
 const sorted = (names) => [...names].sort();

@@ -88,6 +88,16 @@ export async function usage(): Promise<void> {
   const mw = idempotencyMiddleware({ pool, scope: (req) => String(req.headers['x-account']),
     exclude: ['sent_at'], lockTtl: 30, prepare: false });
   void mw;
+  const byStatement = idempotencyMiddleware({ pool, scope: 'acct', statement: 'SELECT 1 AS one',
+    params: (req) => [req.headers['x-account'] ?? null, 2, new Date(), Buffer.from('x')],
+    status: 202 });
+  void byStatement;
+  const once = await runOnce<{ id: number }>(client, { scope: 'acct', key: 'k',
+    statement: 'INSERT INTO t (a) VALUES ($1) RETURNING id', params: [1, 'x', null, { a: 1 }] });
+  const onceId: number = once.response.id;
+  void onceId;
+  // @ts-expect-error a statement parameter is not a function
+  await runOnce(client, { scope: 'acct', key: 'k', statement: 'SELECT 1', params: [() => 1] });
   const opened = await reserveBegin(client, 'acct', 'k', fingerprint({ item: 'x' }), { prepare: true });
   const expires: Date | null = opened.expiresAt;
   void expires;
