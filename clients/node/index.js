@@ -16,7 +16,8 @@ export {
 // consumeOnce / applyOnce with maxAttempts (poison messages) wrap client.js's.
 export { applyOnce, consumeOnce, OutboxConsumer, positionKey } from './lib/consumer.js';
 export {
-  checkExtension, CLIENT_VERSION, EXTENSION_VERSIONS, ExtensionVersionError,
+  checkExtension, CLIENT_VERSION, Edition, EXTENSION_VERSIONS, ExtensionVersionError,
+  serverEdition,
 } from './lib/versions.js';
 export {
   answerFor, IdempotencyKeyHeaderError, idempotencyMiddleware, parseIdempotencyKey, replayOf,

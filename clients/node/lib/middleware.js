@@ -15,6 +15,7 @@ import {
   KeyInProgressError, KeyMismatchError, KeyTooLongError, KeyTooOldError, OutcomeError,
   ProgramLimitExceededError,
 } from './errors.js';
+import { serverEdition } from './versions.js';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const TOKEN_RE = /^[\x21-\x7e]{1,255}$/; // visible ASCII, no spaces
@@ -246,12 +247,13 @@ export function idempotencyMiddleware(options) {
   const replayHeaders = options.replayHeaders ?? (() => ({}));
   const keepHeaders = options.keepHeaders ?? [];
   // reserve_begin, prepared, until the server refuses it (see reserveBegin): then unprepared,
-  // or BEGIN + reserve in one round trip
-  let useReserveBegin = true;
+  // or BEGIN + reserve in one round trip. null: not known yet (the server's edition, asked once)
+  let useReserveBegin = null;
   const opts = { lockTtl, retention, wait, prepare: options.prepare ?? true };
   // The claim, and whether it was reserve_begin's prepared statement (then complete's is
   // prepared on the same server connection: see reserveBegin).
   const reserveOpening = async (client, scope, key, hash) => {
+    useReserveBegin ??= (await serverEdition(client)).offers('reserve_begin');
     while (useReserveBegin) {
       try {
         const { prepare } = opts;

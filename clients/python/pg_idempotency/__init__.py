@@ -8,8 +8,8 @@ from .consumer import Message, OutboxConsumer, apply_once, consume_once, positio
 from .errors import *  # noqa: F401,F403  (the exception classes)
 from .errors import BY_SQLSTATE, IdempotencyError, translate
 from .fingerprint import canonical_json, canonical_number, fingerprint
-from .versions import (CLIENT_VERSION, EXTENSION_VERSIONS, ExtensionVersionError,
-                       check_extension)
+from .versions import (CLIENT_VERSION, EXTENSION_VERSIONS, Edition, ExtensionVersionError,
+                       check_extension, edition, edition_async)
 from .web import Answer, answer_for, parse_idempotency_key, request_fingerprint
 
 __version__ = CLIENT_VERSION

@@ -32,6 +32,7 @@ from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, RESERVE_SQL, autoco
                      begin_needed, check_encodable, cursor_of, reservation_of,
                      reserve_begin_refused, reserve_begin_usable, reserve_params)
 from .errors import KeyInProgress, KeyMalformed, KeyMismatch, KeyTooOld, translate
+from .versions import edition_async
 from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
                   RequestInfo, StaleConnection, answer_for, connector, encode_json,
                   headers_of_replay, options_from, replay_of, stored_answer)
@@ -123,7 +124,7 @@ class IdempotencyMiddleware:
         self.connect = connector(pool, conninfo, connect, _one_connection)
         self.pool = pool
         self.options = options_from(scope, **options)
-        self.reserve_begin = True  # until the server refuses it (reserve_begin_refused)
+        self.reserve_begin = None  # what the server offers, asked once; False once refused
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or not self.options.applies_to(scope["method"],
@@ -198,6 +199,8 @@ class IdempotencyMiddleware:
         """reserve_begin where the connection allows it (one round trip, a transaction open
         after 'new' only), with autocommit on for the request so that psycopg sends no BEGIN
         of its own; otherwise BEGIN (psycopg's, or ours on an autocommit connection) + reserve."""
+        if self.reserve_begin is None:  # the server's edition (the managed one has none)
+            self.reserve_begin = (await edition_async(conn)).offers("reserve_begin")
         if self.reserve_begin and reserve_begin_usable(conn):
             autocommit = conn.autocommit
             await conn.set_autocommit(True)

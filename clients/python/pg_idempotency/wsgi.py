@@ -30,6 +30,7 @@ from .client import (COMPLETE_COMMIT_SQL, RESERVE_BEGIN_SQL, autocommit_to_resto
                      begin_needed, check_encodable, execute, reservation_of, reserve,
                      reserve_begin_refused, reserve_begin_usable, reserve_params)
 from .errors import KeyInProgress, KeyMalformed, KeyMismatch, KeyTooOld, check_names
+from .versions import edition
 from .web import (BODY_TOO_LARGE, DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context,
                   RequestInfo, StaleConnection, answer_for, connector, headers_of_replay,
                   options_from, replay_of, stored_answer)
@@ -114,7 +115,7 @@ class IdempotencyMiddleware:
         self.connect = connector(pool, conninfo, connect, _one_connection)
         self.pool = pool
         self.options = options_from(scope, **options)
-        self.reserve_begin = True  # until the server refuses it (reserve_begin_refused)
+        self.reserve_begin = None  # what the server offers, asked once; False once refused
 
     def __call__(self, environ, start_response):
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
@@ -167,6 +168,8 @@ class IdempotencyMiddleware:
         after 'new' only), with autocommit on for the request so that psycopg sends no BEGIN
         of its own; otherwise BEGIN (psycopg's, or ours on an autocommit connection) + reserve."""
         opts = self.options.reserve_options()
+        if self.reserve_begin is None:  # the server's edition (the managed one has none)
+            self.reserve_begin = edition(conn).offers("reserve_begin")
         if self.reserve_begin and reserve_begin_usable(conn):
             autocommit = conn.autocommit
             conn.autocommit = True
