@@ -269,9 +269,11 @@ export function idempotencyMiddleware(options) {
     return [await reserveAfter(client, 'BEGIN', scope, key, hash, opts), false];
   };
   // Nothing to roll back on a connection the server reports idle (reserve_begin opened no
-  // transaction, or failed before it could); otherwise ROLLBACK, then release.
-  const endReservation = async (client, releaseClient) => {
-    if (transactionStatus(client) === 'I') return releaseClient();
+  // transaction, or failed before it could); otherwise ROLLBACK, then release. failed: the
+  // claim was refused, and pg may not have read the ReadyForQuery after the error yet (its
+  // status still says idle after BEGIN + reserve): ROLLBACK, queued behind it, in any case.
+  const endReservation = async (client, releaseClient, failed = false) => {
+    if (!failed && transactionStatus(client) === 'I') return releaseClient();
     try {
       await client.query('ROLLBACK');
       return releaseClient();
@@ -341,7 +343,7 @@ export function idempotencyMiddleware(options) {
           if (tries < 2) continue;
           return unavailable(err);
         }
-        await endReservation(client, releaseClient);
+        await endReservation(client, releaseClient, true);
         return databaseUnreachable(err) ? unavailable(err) : next(err);
       }
     }
