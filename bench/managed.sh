@@ -184,7 +184,7 @@ for w in m2 m3; do
       round((s.total_time * 1000 / $STATS_TXNS)::numeric, 1),
       round((s.self_time * 1000 / $STATS_TXNS)::numeric, 1)
     FROM pg_stat_user_functions s JOIN pg_proc p ON p.oid = s.funcid
-    WHERE s.schemaname = 'idempotency' ORDER BY s.self_time DESC" >>"$profile"
+    WHERE s.schemaname = 'idempotency' AND s.calls > 0 ORDER BY s.self_time DESC" >>"$profile"
 done
 
 # --- report ----------------------------------------------------------------------------------
