@@ -96,3 +96,68 @@ export function missingFromServer(err) {
 }
 
 setUnlistedTranslator(missingFromServer);
+
+// The server's edition, in one statement that raises nothing whatever is installed (the
+// "edition" statement of test/vectors/statements.json): the C++ extension (its functions are
+// in language c), the managed edition (SQL and PL/pgSQL: created through pg_tle, or run with
+// psql -f, when the schema's comment names it), or none; its version; and the functions of
+// schema idempotency the session may execute.
+export const EDITION_SQL = 'SELECT CASE WHEN e.extversion IS NULL AND m.version IS NULL THEN ' +
+  'NULL WHEN EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = ' +
+  "p.prolang WHERE p.pronamespace = n.oid AND l.lanname = 'c') THEN 'extension' ELSE " +
+  "'managed' END AS edition, COALESCE(e.extversion, m.version) AS version, CASE WHEN " +
+  "e.extversion IS NOT NULL THEN 'extension' WHEN m.version IS NOT NULL THEN 'script' END AS " +
+  'installed_as, COALESCE((SELECT pg_catalog.string_agg(DISTINCT p.proname::text, \' \' ORDER ' +
+  'BY p.proname::text) FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid AND ' +
+  "pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), '') AS functions FROM (SELECT " +
+  "pg_catalog.to_regnamespace('idempotency')::oid AS oid) AS n LEFT JOIN " +
+  "pg_catalog.pg_extension e ON e.extname = 'idempotency' CROSS JOIN LATERAL (SELECT " +
+  "pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'), '^idempotency " +
+  "managed edition ([0-9][0-9A-Za-z.-]*)$') AS version) AS m";
+
+// What the server offers: name 'extension' (the C++ extension), 'managed' (the managed
+// edition) or null (neither is installed in this database); version (null when not
+// installed); installedAs 'extension' (CREATE EXTENSION, through pg_tle for the managed
+// edition) or 'script' (the managed edition run with psql -f), null when not installed;
+// functions: the names of the functions of schema idempotency this session may execute.
+export class Edition {
+  constructor({ name = null, version = null, installedAs = null, functions = [] } = {}) {
+    this.name = name;
+    this.version = version;
+    this.installedAs = installedAs;
+    this.functions = Object.freeze([...functions]);
+    Object.freeze(this);
+  }
+
+  // Whether the server has idempotency.<fn> and this session may execute it (the managed
+  // edition has no reserve_begin, emit or stats; an extension before 0.3.0 no claim_once).
+  offers(fn) { return this.functions.includes(fn); }
+}
+
+// The edition of one result row of EDITION_SQL.
+export function editionOf(row) {
+  return new Edition({
+    name: row?.edition ?? null,
+    version: row?.version ?? null,
+    installedAs: row?.installed_as ?? null,
+    functions: row?.functions ? row.functions.split(' ') : [],
+  });
+}
+
+// Editions detected, by the object they were asked of: a pg Client or PoolClient (one
+// connection: a pool's client object is its connection's for the connection's life) or a
+// Pool (its connections share a database and a role). Each holds the promise of the one query.
+const detected = new WeakMap();
+
+// The edition of client's database (a pg Client, PoolClient or Pool): one query the first time,
+// cached for that object from then on (refresh: true asks again, after ALTER EXTENSION UPDATE or
+// a move between editions). A query that fails is not cached.
+export function serverEdition(client, { refresh = false } = {}) {
+  let pending = refresh ? undefined : detected.get(client);
+  if (pending === undefined) {
+    pending = client.query(EDITION_SQL).then(({ rows }) => editionOf(rows[0]));
+    detected.set(client, pending);
+    pending.catch(() => { if (detected.get(client) === pending) detected.delete(client); });
+  }
+  return pending;
+}
