@@ -2,6 +2,7 @@
 // server's: a server whose extension is missing or older says so, naming both versions,
 // instead of failing later with an undefined function.
 import { IdempotencyError, setUnlistedTranslator } from './errors.js';
+import { EDITION, EXTENSION_VERSION } from './statements.js';
 
 export const CLIENT_VERSION = '0.3.0';
 // The oldest and the newest extension version this client is tested against. Before 0.3.0 the
@@ -53,8 +54,7 @@ export class ExtensionVersionError extends IdempotencyError {
 // The version of the idempotency extension created in the database of client (a pg Client,
 // PoolClient or Pool), or null.
 export async function serverExtensionVersion(client) {
-  const { rows } = await client.query(
-    "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'idempotency'");
+  const { rows } = await client.query(EXTENSION_VERSION);
   return rows.length ? rows[0].extversion : null;
 }
 
@@ -97,24 +97,12 @@ export function missingFromServer(err) {
 
 setUnlistedTranslator(missingFromServer);
 
-// The server's edition, in one statement that raises nothing whatever is installed (the
-// "edition" statement of test/vectors/statements.json): the C++ extension (its functions are
-// in language c), the managed edition (SQL and PL/pgSQL: created through pg_tle, or run with
-// psql -f, when the schema's comment names it), or none; its version; and the functions of
-// schema idempotency the session may execute.
-export const EDITION_SQL = 'SELECT CASE WHEN e.extversion IS NULL AND m.version IS NULL THEN ' +
-  'NULL WHEN EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = ' +
-  "p.prolang WHERE p.pronamespace = n.oid AND l.lanname = 'c') THEN 'extension' ELSE " +
-  "'managed' END AS edition, COALESCE(e.extversion, m.version) AS version, CASE WHEN " +
-  "e.extversion IS NOT NULL THEN 'extension' WHEN m.version IS NOT NULL THEN 'script' END AS " +
-  'installed_as, COALESCE((SELECT pg_catalog.string_agg(DISTINCT p.proname::text, \' \' ORDER ' +
-  'BY p.proname::text) FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid AND ' +
-  "pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), '') AS functions FROM (SELECT " +
-  "pg_catalog.to_regnamespace('idempotency')::oid AS oid) AS n LEFT JOIN " +
-  "pg_catalog.pg_extension e ON e.extname = 'idempotency' CROSS JOIN LATERAL (SELECT " +
-  "pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'), '^idempotency " +
-  "managed edition ([0-9][0-9A-Za-z.-]*)$') AS version) AS m";
-
+// The server's edition is told by one statement that raises nothing whatever is installed
+// (EDITION in statements.js): the C++ extension (its functions are in language c), the managed
+// edition (SQL and PL/pgSQL: created through pg_tle, or run with psql -f, when the schema's
+// comment names it), or none; its version; and the functions of schema idempotency the
+// session may execute.
+//
 // What the server offers: name 'extension' (the C++ extension), 'managed' (the managed
 // edition) or null (neither is installed in this database); version (null when not
 // installed); installedAs 'extension' (CREATE EXTENSION, through pg_tle for the managed
@@ -134,7 +122,7 @@ export class Edition {
   offers(fn) { return this.functions.includes(fn); }
 }
 
-// The edition of one result row of EDITION_SQL.
+// The edition of one result row of EDITION.
 export function editionOf(row) {
   return new Edition({
     name: row?.edition ?? null,
@@ -155,7 +143,7 @@ const detected = new WeakMap();
 export function serverEdition(client, { refresh = false } = {}) {
   let pending = refresh ? undefined : detected.get(client);
   if (pending === undefined) {
-    pending = client.query(EDITION_SQL).then(({ rows }) => editionOf(rows[0]));
+    pending = client.query(EDITION).then(({ rows }) => editionOf(rows[0]));
     detected.set(client, pending);
     pending.catch(() => { if (detected.get(client) === pending) detected.delete(client); });
   }

@@ -8,7 +8,7 @@ import http from 'node:http';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { idempotencyMiddleware } from '../index.js';
-import { EDITION_SQL } from '../lib/versions.js';
+import { EDITION as EDITION_SQL } from '../lib/statements.js';
 import { connect, databases, sentText } from './db.js';
 import { extensionOnly, MANAGED, REASONS } from './edition.js';
 

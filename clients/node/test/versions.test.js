@@ -9,7 +9,6 @@ import {
   checkExtension, claimOnce, CLIENT_VERSION, Edition, EXTENSION_VERSIONS, ExtensionVersionError,
   serverEdition,
 } from '../index.js';
-import { EDITION_SQL } from '../lib/versions.js';
 import { connect, counting, databases } from './db.js';
 import { EDITION, extensionOnly, MANAGED, REASONS } from './edition.js';
 
@@ -99,12 +98,6 @@ test('a database without the extension', () => on(NONE_DB, async (c) => {
     return true;
   });
 }));
-
-test('the edition statement is the one test/vectors/statements.json lists', () => {
-  const { statements } = JSON.parse(fs.readFileSync(
-    new URL('../../../test/vectors/statements.json', import.meta.url), 'utf8'));
-  assert.equal(EDITION_SQL.replace(/\s+/g, ' '), statements.edition.sql);
-});
 
 test("the edition of the suite's database: asked once, then cached", () => on(current, async (c) => {
   const count = counting(c);

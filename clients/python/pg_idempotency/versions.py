@@ -10,6 +10,7 @@ from typing import Optional
 
 import psycopg
 
+from . import statements
 from .errors import IdempotencyError
 
 CLIENT_VERSION = "0.3.0"
@@ -53,9 +54,7 @@ class ExtensionVersionError(IdempotencyError, psycopg.ProgrammingError):
 
 def server_extension_version(conn) -> str | None:
     """The version of the idempotency extension created in conn's database, or None."""
-    row = conn.execute(
-        "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'idempotency'"
-    ).fetchone()
+    row = conn.execute(statements.EXTENSION_VERSION).fetchone()
     return row[0] if row else None
 
 
@@ -105,24 +104,11 @@ def missing_from_server(err) -> ExtensionVersionError | None:
         None, needed, sqlstate=state, pgerror=err)
 
 
-# The server's edition, in one statement that raises nothing whatever is installed (the
-# "edition" statement of test/vectors/statements.json): the C++ extension (its functions are in
-# language c), the managed edition (SQL and PL/pgSQL: created through pg_tle, or run with
-# psql -f, when the schema's comment names it), or none; its version; and the functions of
-# schema idempotency the session may execute.
-EDITION_SQL = (
-    "SELECT CASE WHEN e.extversion IS NULL AND m.version IS NULL THEN NULL WHEN EXISTS "
-    "(SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang "
-    "WHERE p.pronamespace = n.oid AND l.lanname = 'c') THEN 'extension' ELSE 'managed' END "
-    "AS edition, COALESCE(e.extversion, m.version) AS version, CASE WHEN e.extversion IS NOT "
-    "NULL THEN 'extension' WHEN m.version IS NOT NULL THEN 'script' END AS installed_as, "
-    "COALESCE((SELECT pg_catalog.string_agg(DISTINCT p.proname::text, ' ' ORDER BY "
-    "p.proname::text) FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid AND "
-    "pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), '') AS functions FROM (SELECT "
-    "pg_catalog.to_regnamespace('idempotency')::oid AS oid) AS n LEFT JOIN "
-    "pg_catalog.pg_extension e ON e.extname = 'idempotency' CROSS JOIN LATERAL (SELECT "
-    "pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'), '^idempotency "
-    "managed edition ([0-9][0-9A-Za-z.-]*)$') AS version) AS m")
+# The server's edition is told by one statement that raises nothing whatever is installed
+# (statements.EDITION): the C++ extension (its functions are in language c), the managed edition
+# (SQL and PL/pgSQL: created through pg_tle, or run with psql -f, when the schema's comment
+# names it), or none; its version; and the functions of schema idempotency the session may
+# execute.
 
 
 @dataclass(frozen=True)
@@ -146,7 +132,7 @@ class Edition:
 
     @classmethod
     def of_row(cls, row) -> "Edition":
-        """The edition of one result row of EDITION_SQL."""
+        """The edition of one result row of statements.EDITION."""
         name, version, installed_as, functions = row
         return cls(name, version, installed_as, frozenset(functions.split()))
 
@@ -184,13 +170,13 @@ def edition(conn, *, refresh: bool = False) -> Edition:
         return found
     if hasattr(conn, "connection") and not hasattr(conn, "execute"):  # a pool
         with conn.connection() as c:
-            row = c.execute(EDITION_SQL).fetchone()
+            row = c.execute(statements.EDITION).fetchone()
     elif conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        row = conn.execute(EDITION_SQL).fetchone()
+        row = conn.execute(statements.EDITION).fetchone()
     else:  # its own statement, opening no transaction that the caller did not open
         conn.autocommit = True
         try:
-            row = conn.execute(EDITION_SQL).fetchone()
+            row = conn.execute(statements.EDITION).fetchone()
         finally:
             conn.autocommit = False
     return _remember(conn, Edition.of_row(row))
@@ -203,13 +189,13 @@ async def edition_async(conn, *, refresh: bool = False) -> Edition:
         return found
     if hasattr(conn, "connection") and not hasattr(conn, "execute"):  # a pool
         async with conn.connection() as c:
-            row = await (await c.execute(EDITION_SQL)).fetchone()
+            row = await (await c.execute(statements.EDITION)).fetchone()
     elif conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        row = await (await conn.execute(EDITION_SQL)).fetchone()
+        row = await (await conn.execute(statements.EDITION)).fetchone()
     else:  # its own statement, opening no transaction that the caller did not open
         await conn.set_autocommit(True)
         try:
-            row = await (await conn.execute(EDITION_SQL)).fetchone()
+            row = await (await conn.execute(statements.EDITION)).fetchone()
         finally:
             await conn.set_autocommit(False)
     return _remember(conn, Edition.of_row(row))

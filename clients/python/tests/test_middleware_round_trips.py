@@ -15,7 +15,7 @@ import pytest
 from psycopg.pq import Trace
 
 from conftest import MANAGED, REASON_REPEATABLE_READ, REASON_RESERVE_BEGIN
-from pg_idempotency.versions import EDITION_SQL
+from pg_idempotency.statements import EDITION as EDITION_SQL
 from pg_idempotency.statements import RESERVE
 
 INSERT = "INSERT INTO rt_orders (k, item) VALUES (%s, %s) RETURNING id"
