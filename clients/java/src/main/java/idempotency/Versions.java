@@ -30,23 +30,6 @@ public final class Versions {
   /** How an edition was installed: the managed edition's script run with psql -f. */
   public static final String INSTALLED_AS_SCRIPT = "script";
 
-  static final String EDITION_SQL =
-      "SELECT CASE WHEN e.extversion IS NULL AND m.version IS NULL THEN NULL"
-          + " WHEN EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l"
-          + " ON l.oid = p.prolang WHERE p.pronamespace = n.oid AND l.lanname = 'c')"
-          + " THEN 'extension' ELSE 'managed' END AS edition,"
-          + " COALESCE(e.extversion, m.version) AS version,"
-          + " CASE WHEN e.extversion IS NOT NULL THEN 'extension'"
-          + " WHEN m.version IS NOT NULL THEN 'script' END AS installed_as,"
-          + " COALESCE((SELECT pg_catalog.string_agg(DISTINCT p.proname::text, ' '"
-          + " ORDER BY p.proname::text) FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid"
-          + " AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), '') AS functions"
-          + " FROM (SELECT pg_catalog.to_regnamespace('idempotency')::oid AS oid) AS n"
-          + " LEFT JOIN pg_catalog.pg_extension e ON e.extname = 'idempotency'"
-          + " CROSS JOIN LATERAL (SELECT pg_catalog.substring(pg_catalog.obj_description(n.oid,"
-          + " 'pg_namespace'), '^idempotency managed edition ([0-9][0-9A-Za-z.-]*)$') AS version)"
-          + " AS m";
-
   /**
    * What the server offers. {@code name}: {@link #EXTENSION}, {@link #MANAGED} or null (neither
    * is installed in the database); {@code version}: null when not installed; {@code
@@ -77,7 +60,7 @@ public final class Versions {
    */
   public static Edition detect(Connection c) {
     try (Statement s = c.createStatement();
-        ResultSet rs = s.executeQuery(EDITION_SQL)) {
+        ResultSet rs = s.executeQuery(Statements.EDITION)) {
       rs.next();
       String functions = rs.getString(4);
       return new Edition(
@@ -97,12 +80,7 @@ public final class Versions {
    * {@link #edition(DataSource)} caches per pool.
    */
   public static Edition edition(Connection c) {
-    Edition e = DETECTED.get(c);
-    if (e == null) {
-      e = detect(c);
-      DETECTED.put(c, e);
-    }
-    return e;
+    return cached(c, c);
   }
 
   /**
@@ -114,6 +92,24 @@ public final class Versions {
   public static Edition edition(DataSource ds) {
     Edition e = DETECTED.get(ds);
     return e != null ? e : refresh(ds);
+  }
+
+  /**
+   * The edition of the database of ds, cached for ds, asked the first time on c, a connection
+   * of ds the caller holds (so that a pool of one connection does not wait for itself).
+   */
+  static Edition edition(DataSource ds, Connection c) {
+    return cached(ds, c);
+  }
+
+  /** The edition cached for key, or asked on c (and cached for key) the first time. */
+  private static Edition cached(Object key, Connection c) {
+    Edition e = DETECTED.get(key);
+    if (e == null) {
+      e = detect(c);
+      DETECTED.put(key, e);
+    }
+    return e;
   }
 
   /** Asks the server of ds again, and caches its answer. */

@@ -10,8 +10,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.Statement;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
 
@@ -19,16 +17,6 @@ class VersionsTest {
   /** The edition the suite runs against: IDEM_EDITION=managed in the managed suite. */
   static String testEdition() {
     return TestDb.env("IDEM_EDITION", Versions.EXTENSION);
-  }
-
-  @Test
-  void theEditionStatementIsTheListedOne() throws Exception {
-    String file = Files.readString(Path.of("../../test/vectors/statements.json"));
-    Matcher m =
-        Pattern.compile("\"edition\":\\s*\\{.*?\"sql\":\\s*\"((?:[^\"\\\\]|\\\\.)*)\"", Pattern.DOTALL)
-            .matcher(file);
-    assertTrue(m.find(), "no statement \"edition\" in test/vectors/statements.json");
-    assertEquals(m.group(1), Versions.EDITION_SQL.replaceAll("\\s+", " "));
   }
 
   @Test
