@@ -143,6 +143,10 @@ const CodeTransactionAborted
 const CodeTransactionOpen
 const CodeUndefinedObject
 const CodeUntranslatableCharacter
+const EditionExtension
+const EditionManaged
+const InstalledAsExtension
+const InstalledAsScript
 const MaxDepth
 const MaxDigits
 const OutcomeInProgress
@@ -165,6 +169,10 @@ field Claim.Tx
 field ClaimOnceOptions.Retention
 field ClaimOnceOptions.Wait
 field Client.DB
+field Edition.Functions
+field Edition.InstalledAs
+field Edition.Name
+field Edition.Version
 field Error.Code
 field Error.Detail
 field Error.Err
@@ -241,6 +249,7 @@ func Checkpoint
 func ClaimFrom
 func ClaimOnce
 func Complete
+func DetectEdition
 func Fail
 func Fingerprint
 func FingerprintValue
@@ -264,9 +273,12 @@ func WriteAnswer
 method Attempt.Checkpoint
 method Client.ApplyOnce
 method Client.ConsumeOnce
+method Client.Edition
 method Client.Middleware
+method Client.RefreshEdition
 method Client.RunExternal
 method Client.RunOnce
+method Edition.Offers
 method Error.Error
 method Error.HTTPStatus
 method Error.Is
@@ -288,6 +300,7 @@ type Attempt
 type Claim
 type ClaimOnceOptions
 type Client
+type Edition
 type Error
 type ExternalOptions
 type Features

@@ -7,7 +7,7 @@ import pg_idempotency
 
 PUBLIC = [
     "Answer", "ArraySubscriptError", "Attempt", "BY_SQLSTATE", "CLIENT_VERSION", "Claim",
-    "ConnectionLost", "DuplicateObject", "EXTENSION_VERSIONS", "ExtensionVersionError",
+    "ConnectionLost", "DuplicateObject", "EXTENSION_VERSIONS", "Edition", "ExtensionVersionError",
     "FeatureNotSupported", "IdempotencyError", "InvalidJson", "InvalidParameterValue", "KeyEmpty",
     "KeyInProgress", "KeyMalformed", "KeyMismatch", "KeyTooLong", "KeyTooOld",
     "KeyUntranslatable", "LockNotAvailable", "Lsn", "Message", "NullValueNotAllowed",
@@ -17,7 +17,8 @@ PUBLIC = [
     "SerializationFailure", "StaleAttempt", "TransactionAborted", "TransactionOpen",
     "UndefinedObject", "UntranslatableCharacter", "accept", "answer_for", "apply_once",
     "canonical_json", "canonical_number", "check_extension", "check_names", "checkpoint",
-    "claim", "claim_once", "complete", "consume_once", "emit", "execute", "fail", "fingerprint",
+    "claim", "claim_once", "complete", "consume_once", "edition", "edition_async", "emit",
+    "execute", "fail", "fingerprint",
     "idempotent", "lookup", "lsn_key", "lsn_key_parts", "next_key", "parse_idempotency_key",
     "position_key", "register_types", "request_fingerprint", "request_hash", "reserve",
     "run_external", "run_once", "translate", "watermark",
