@@ -144,6 +144,10 @@ const CodeTransactionOpen
 const CodeUndefinedFunction
 const CodeUndefinedObject
 const CodeUntranslatableCharacter
+const EditionExtension
+const EditionManaged
+const InstalledAsExtension
+const InstalledAsScript
 const MaxDepth
 const MaxDigits
 const OutcomeInProgress
@@ -166,6 +170,10 @@ field Claim.Tx
 field ClaimOnceOptions.Retention
 field ClaimOnceOptions.Wait
 field Client.DB
+field Edition.Functions
+field Edition.InstalledAs
+field Edition.Name
+field Edition.Version
 field Error.Code
 field Error.Detail
 field Error.Err
@@ -251,6 +259,7 @@ func Checkpoint
 func ClaimFrom
 func ClaimOnce
 func Complete
+func DetectEdition
 func ExecuteOnce
 func Fail
 func Fingerprint
@@ -277,10 +286,13 @@ func WriteAnswer
 method Attempt.Checkpoint
 method Client.ApplyOnce
 method Client.ConsumeOnce
+method Client.Edition
 method Client.Middleware
+method Client.RefreshEdition
 method Client.RunExternal
 method Client.RunOnce
 method Client.RunOnceStatement
+method Edition.Offers
 method Error.Error
 method Error.HTTPStatus
 method Error.Is
@@ -302,6 +314,7 @@ type Attempt
 type Claim
 type ClaimOnceOptions
 type Client
+type Edition
 type Error
 type ExecuteOptions
 type ExternalOptions

@@ -122,11 +122,10 @@ func ReserveBegin(ctx context.Context, conn *sql.Conn, scope, key string, reques
 	return scanReservation(conn.QueryRowContext(ctx, sqlReserveBegin, args...))
 }
 
-// Edition is what the server offers. The extension (C++) offers everything; the managed
-// edition (SQL and PL/pgSQL, for servers that load no library) does not exist on the server
-// yet. Features tracks what one server refused, so that later calls stop asking: today that
-// is reserve_begin (a server before 0.3.0, a role without EXECUTE on it, Citus); the edition,
-// once the server can tell it, is read here too (see docs/clients-go.md).
+// Features tracks what one server refused, so that later calls stop asking: today that is
+// reserve_begin (a role without EXECUTE on it, Citus). What the server has is asked once, with
+// its edition (versions.go): the managed edition and a server before 0.3.0 have no
+// reserve_begin, so it is not even tried there.
 type Features struct {
 	noReserveBegin int32 // set to 1 (atomically) after a refusal
 }

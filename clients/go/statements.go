@@ -31,6 +31,20 @@ const (
 	sqlNextKey    = `SELECT idempotency.next_key($1)::text`
 )
 
+// The server's edition, its version, how it was installed and the functions the session may
+// execute (versions.go reads it).
+const sqlEdition = `SELECT CASE WHEN e.extversion IS NULL AND m.version IS NULL THEN NULL
+    WHEN EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+      WHERE p.pronamespace = n.oid AND l.lanname = 'c') THEN 'extension' ELSE 'managed' END AS edition,
+  COALESCE(e.extversion, m.version) AS version,
+  CASE WHEN e.extversion IS NOT NULL THEN 'extension' WHEN m.version IS NOT NULL THEN 'script' END AS installed_as,
+  COALESCE((SELECT pg_catalog.string_agg(DISTINCT p.proname::text, ' ' ORDER BY p.proname::text)
+    FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), '') AS functions
+  FROM (SELECT pg_catalog.to_regnamespace('idempotency')::oid AS oid) AS n
+  LEFT JOIN pg_catalog.pg_extension e ON e.extname = 'idempotency'
+  CROSS JOIN LATERAL (SELECT pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'),
+    '^idempotency managed edition ([0-9][0-9A-Za-z.-]*)$') AS version) AS m`
+
 // listedStatements: the texts above under their names in test/vectors/statements.json.
 var listedStatements = map[string]string{
 	"reserve":       sqlReserve,
@@ -46,6 +60,7 @@ var listedStatements = map[string]string{
 	"accept_uuid":   sqlAcceptUUID,
 	"watermark":     sqlWatermark,
 	"next_key":      sqlNextKey,
+	"edition":       sqlEdition,
 }
 
 // Transaction control: the claim's transaction, and the savepoint of RunOnceTx.

@@ -11,6 +11,9 @@ import (
 
 var spaces = regexp.MustCompile(`\s+`)
 
+// placeholders: $1, $2, ... (a "$" alone, as in a regular expression's end anchor, is none).
+var placeholders = regexp.MustCompile(`\$[0-9]+`)
+
 func folded(s string) string { return strings.TrimSpace(spaces.ReplaceAllString(s, " ")) }
 
 // Every statement text of statements.go is the one of test/vectors/statements.json under its
@@ -41,7 +44,7 @@ func TestStatementsMatchTheList(t *testing.T) {
 		if folded(sql) != folded(listed.SQL) {
 			t.Errorf("%s:\n client: %s\n listed: %s", name, folded(sql), folded(listed.SQL))
 		}
-		if n := strings.Count(sql, "$"); n != len(listed.Params) {
+		if n := len(placeholders.FindAllString(sql, -1)); n != len(listed.Params) {
 			t.Errorf("%s: %d placeholders, %d parameters listed", name, n, len(listed.Params))
 		}
 	}

@@ -25,6 +25,7 @@ import (
 type Client struct {
 	DB       *sql.DB
 	features Features
+	edition  editionCache // the server's edition, once asked (versions.go)
 }
 
 // New returns a Client over db.
@@ -45,7 +46,7 @@ type Work func(ctx context.Context, tx Querier, r *Reservation) (statusCode int,
 // claim reserves the key on s with reserve_begin (one statement, which opens the
 // transaction when the key is new), or, on a server that refuses it, BEGIN then reserve.
 func (c *Client) claim(ctx context.Context, s *session, scope, key string, hash []byte, o ReserveOptions) (*Reservation, error) {
-	if atomic.LoadInt32(&c.features.noReserveBegin) == 0 {
+	if atomic.LoadInt32(&c.features.noReserveBegin) == 0 && c.offers(ctx, s.conn, "reserve_begin") {
 		r, err := ReserveBegin(ctx, s.conn, scope, key, hash, o)
 		if err == nil {
 			s.open = r.Outcome == OutcomeNew

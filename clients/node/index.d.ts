@@ -136,6 +136,24 @@ export class ExtensionVersionError extends IdempotencyError {
  * client supports); rejects with ExtensionVersionError, naming both versions, otherwise. */
 export function checkExtension(client: Queryable, needed?: string): Promise<string>;
 
+/** What the server offers (serverEdition). */
+export class Edition {
+  /** 'extension' (the C++ extension), 'managed' (the managed edition), null (not installed). */
+  readonly name: 'extension' | 'managed' | null;
+  /** The installed version; null when not installed. */
+  readonly version: string | null;
+  /** 'extension' (CREATE EXTENSION, through pg_tle for the managed edition), 'script' (the
+   * managed edition run with psql -f); null when not installed. */
+  readonly installedAs: 'extension' | 'script' | null;
+  /** The functions of schema idempotency this session may execute. */
+  readonly functions: readonly string[];
+  /** Whether idempotency.<fn> exists and this session may execute it. */
+  offers(fn: string): boolean;
+}
+/** The edition of the database of client (a Client, PoolClient or Pool): one query the first
+ * time, cached for that object (refresh: ask again). */
+export function serverEdition(client: Queryable, options?: { refresh?: boolean }): Promise<Edition>;
+
 /** reserve's outcomes as errors; also claimOnce's IK003 / IK004, with reservation null. */
 export class OutcomeError extends IdempotencyError {
   constructor(scope: string, key: string, reservation: Reservation | null, message: string);

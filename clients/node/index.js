@@ -33,7 +33,8 @@ export {
   applyOnce, claimOnce, consumeOnce, OutboxConsumer, positionKey,
 } from './lib/consumer.js';
 export {
-  checkExtension, CLIENT_VERSION, EXTENSION_VERSIONS, ExtensionVersionError,
+  checkExtension, CLIENT_VERSION, Edition, EXTENSION_VERSIONS, ExtensionVersionError,
+  serverEdition,
 } from './lib/versions.js';
 export {
   answerFor, IdempotencyKeyHeaderError, idempotencyMiddleware, parseIdempotencyKey, replayOf,

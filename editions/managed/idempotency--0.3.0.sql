@@ -11,6 +11,10 @@
 -- and a look-alike planted in their search_path changes nothing.
 
 CREATE SCHEMA idempotency;
+-- The edition and its version, which the clients' one detection statement reads (the
+-- "edition" statement of test/vectors/statements.json): a database where this script was run
+-- with psql -f has no pg_extension row to tell it. Each later version's script sets its own.
+COMMENT ON SCHEMA idempotency IS 'idempotency managed edition 0.3.0';
 
 CREATE TYPE idempotency.outcome AS ENUM ('new', 'replay', 'in_progress', 'mismatch', 'too_old');
 

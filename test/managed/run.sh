@@ -8,7 +8,8 @@
 # then the conformance files (the extension's own regression files and isolation specs, from
 # sql/ and test/isolation/, compared with the extension's expected output or, where
 # docs/managed.md lists a difference, the edition's own) and the move of a database from the
-# edition to the extension (test/managed/move.sh).
+# edition to the extension (test/managed/move.sh), and the Python and Node clients' suites
+# against the edition, as a role that is not a superuser.
 # Prints "ok"/"FAILED" per check and ends with "# passed N failed M".
 set -uo pipefail
 # shellcheck source=scripts/lib.sh
@@ -115,6 +116,23 @@ objects_of managed_plain >"$OUT/objects-plain.txt"
 check "both installs end with the same objects ($(wc -l <"$OUT/objects-tle.txt") of them)" \
   diff -u "$OUT/objects-tle.txt" "$OUT/objects-plain.txt"
 
+# The clients' one edition statement (test/vectors/statements.json, "edition") tells each
+# install: through pg_tle (a pg_extension row), as a plain script (the schema's comment), and
+# none, as the admin role.
+EDITION_SQL=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["statements"]["edition"]["sql"])' \
+  test/vectors/statements.json)
+edition_is() { # edition_is DB WANT: edition|version|installed_as
+  [[ $(mpsql_admin -d "$1" -At -c "SELECT edition, version, installed_as FROM ($EDITION_SQL) AS e") == "$2" ]] &&
+    [[ $(mpsql_admin -d "$1" -At -c "SELECT functions FROM ($EDITION_SQL) AS e") != *reserve_begin* ]]
+}
+check "the edition statement: pg_tle's install is managed 0.3.0, created as an extension" \
+  edition_is managed_tle "managed|0.3.0|extension"
+check "the edition statement: the plain script is managed 0.3.0, run as a script" \
+  edition_is managed_plain "managed|0.3.0|script"
+new_db managed_none >/dev/null
+check "the edition statement: a database without the edition says none, raising nothing" \
+  edition_is managed_none "||"
+
 # An update path through pg_tle: a later version registered with install_update_path, then
 # ALTER EXTENSION UPDATE, as a release after 0.3.0 will ship (here a version that only
 # comments the schema, the mechanism is what is tested).
@@ -197,19 +215,18 @@ if [[ -x test/managed/move.sh ]]; then
 fi
 
 # --- the clients' suites ----------------------------------------------------------------
+# The Python and Node clients' whole suites against the edition, as a role that is not a
+# superuser (the admin role of a managed database: CREATEDB, CREATEROLE), which creates the
+# extension in each database of its own (CREATE EXTENSION idempotency, through pg_tle).
 # Every new database of the managed cluster gets the edition registered with pg_tle (through
 # template1, and template0: a database in another encoding than template1's can only be made
-# from template0, as test_encodings.py makes its EUC_JP and LATIN1 ones; this cluster is the
+# from template0, as the encoding tests make their EUC_JP and LATIN1 ones; this cluster is the
 # suite's own, and template0 takes connections only while the edition is registered), so the
-# clients' own fixtures (CREATE EXTENSION idempotency) work unchanged. Left out, each for a
-# feature docs/managed.md lists as the extension's only: the consumer tests (the outbox: emit
-# and the output plugin), the lsn_key codec (the outbox's keys), the round-trip counts of
-# reserve_begin (the clients fall back to BEGIN + reserve, which they detect once per
-# middleware when the server has no reserve_begin), the statement form (execute_once, which
-# the edition does not have yet: tests/test_execute_once.py), the PREPARE of the listed emit,
-# reserve_begin and execute_once statements (test/vectors/statements.json), and the tests of a
-# server at 0.2.0 (the edition has no version before 0.3.0: CREATE EXTENSION idempotency
-# VERSION '0.2.0' has nothing to install).
+# clients' own fixtures work unchanged. IDEM_EDITION=managed tells the suites: a test of what
+# only the extension has carries a marker naming its reason, a row of docs/managed.md's
+# feature table (Python: extension_only(reason); Node: extensionOnly(reason)), and is
+# reported skipped as "not applicable to the managed edition: <reason>", counted here apart
+# from the passed ones.
 edition_in_template() { # edition_in_template DB
   mpsql -d "$1" -q -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS pg_tle" &&
     (cd editions/managed && mpsql -d "$1" -q -f install_pg_tle.sql)
@@ -222,29 +239,51 @@ edition_in_template0() {
   mpsql -d postgres -q -c "ALTER DATABASE template0 ALLOW_CONNECTIONS false" || return 1
   return $rc
 }
-if { edition_in_template template1 && edition_in_template0; } >"$OUT/template.log" 2>&1; then
-  (cd clients/python && PGHOST=$MSOCK PGPORT=$MPORT PGUSER=postgres PGDATABASE=postgres \
-    timeout -k 10 900 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests \
-      --ignore=tests/test_consumer.py --ignore=tests/test_middleware_round_trips.py \
-      --ignore=tests/test_execute_once.py \
-      --deselect tests/test_helpers.py::test_lsn_key_codec_matches_sql \
-      --deselect 'tests/test_statements.py::test_listed_statement_prepares[emit]' \
-      --deselect 'tests/test_statements.py::test_listed_statement_prepares[reserve_begin]' \
-      --deselect 'tests/test_statements.py::test_listed_statement_prepares[execute_once]' \
-      --deselect tests/test_versions.py::test_older_server_named_with_both_versions \
-      --deselect tests/test_versions.py::test_missing_function_says_which_version_it_needs \
-      --deselect tests/test_versions.py::test_database_without_the_extension) \
-    >"$OUT/clients-py.log" 2>&1 </dev/null
+CLIENT_ROLE=idem_app_admin
+# client_env CMD...: CMD with the PG* environment of the managed cluster, as CLIENT_ROLE.
+client_env() {
+  env PGHOST="$MSOCK" PGPORT="$MPORT" PGUSER=$CLIENT_ROLE PGDATABASE=postgres IDEM_EDITION=managed \
+    timeout -k 10 900 "$@" </dev/null
+}
+# na_count LOG: the tests reported not applicable to the managed edition.
+na_count() { grep -c "SKIP not applicable to the managed edition: " "$1"; }
+
+if ! { edition_in_template template1 && edition_in_template0 &&
+  mpsql -d postgres -q -c "CREATE ROLE $CLIENT_ROLE LOGIN CREATEDB CREATEROLE NOSUPERUSER"; } \
+  >"$OUT/template.log" 2>&1; then
+  fail "pg_tle and the edition in template1 and template0, and the clients' role"
+  sed 's/^/    /' "$OUT/template.log"
+else
+  started=$SECONDS
+  (cd clients/python && client_env /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider tests) \
+    >"$OUT/clients-py.log" 2>&1
+  took=$((SECONDS - started))
   line=$(grep -E '^=*.*[0-9]+ (passed|failed|error).* in [0-9.]+s' "$OUT/clients-py.log" | tail -n1)
-  if [[ -n $line && $line != *failed* && $line != *error* ]]; then
-    pass "the Python client's suite against the managed edition: ${line//=/}"
+  na=$(sed -nE 's/^([0-9]+) not applicable to the managed edition.*/\1/p' "$OUT/clients-py.log")
+  if [[ -n $line && $line != *failed* && $line != *error* && -n $na ]]; then
+    pass "the Python client's suite against the managed edition: $(sed -nE 's/.*[^0-9]([0-9]+ passed).*/\1/p' <<<" $line"), $na not applicable (${took} s)"
   else
-    fail "the Python client's suite against the managed edition: ${line:-did not run}"
+    fail "the Python client's suite against the managed edition: ${line:-did not run} (${took} s)"
     grep -E '^(FAILED|ERROR) ' "$OUT/clients-py.log" | sed 's/^/    /' | head -n 30
   fi
-else
-  fail "pg_tle and the edition in template1 and template0"
-  sed 's/^/    /' "$OUT/template.log"
+
+  started=$SECONDS
+  { scripts/npm_ci.sh clients/node &&
+    (cd clients/node && client_env node --test --test-reporter=tap --test-concurrency=1 \
+      --test-timeout=120000 test/*.test.js); } >"$OUT/clients-node.log" 2>&1
+  rc=$?
+  took=$((SECONDS - started))
+  passed=$(sed -nE 's/^# pass ([0-9]+)$/\1/p' "$OUT/clients-node.log" | tail -n1)
+  failed=$(( $(sed -nE 's/^# fail ([0-9]+)$/\1/p' "$OUT/clients-node.log" | tail -n1) + 0 +
+    $(sed -nE 's/^# cancelled ([0-9]+)$/\1/p' "$OUT/clients-node.log" | tail -n1) + 0 ))
+  skipped=$(sed -nE 's/^# skipped ([0-9]+)$/\1/p' "$OUT/clients-node.log" | tail -n1)
+  na=$(na_count "$OUT/clients-node.log")
+  if [[ -n $passed && $failed -eq 0 && $rc -eq 0 ]]; then
+    pass "the Node client's suite against the managed edition: $passed passed, $na not applicable$( ((${skipped:-0} == na)) || echo ", $((skipped - na)) skipped otherwise") (${took} s)"
+  else
+    fail "the Node client's suite against the managed edition: ${passed:-0} passed, $failed failed, exit $rc (${took} s)"
+    grep -E '^ *not ok ' "$OUT/clients-node.log" | sed 's/^/    /' | head -n 30
+  fi
 fi
 
 finish

@@ -16,7 +16,7 @@ import {
   requestHash, reserveAfter, reserveBegin, reserveBeginRefused,
 } from './keys.js';
 import { BEGIN, COMMIT, ROLLBACK } from './statements.js';
-import { ExtensionVersionError } from './versions.js';
+import { ExtensionVersionError, serverEdition } from './versions.js';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const TOKEN_RE = /^[\x21-\x7e]{1,255}$/; // visible ASCII, no spaces
@@ -270,12 +270,13 @@ export function idempotencyMiddleware(options) {
   const replayHeaders = options.replayHeaders ?? (() => ({}));
   const keepHeaders = options.keepHeaders ?? [];
   // reserve_begin, prepared, until the server refuses it (see reserveBegin): then unprepared,
-  // or BEGIN + reserve in one round trip
-  let useReserveBegin = true;
+  // or BEGIN + reserve in one round trip. null: not known yet (the server's edition, asked once)
+  let useReserveBegin = null;
   const opts = { lockTtl, retention, wait, prepare: options.prepare ?? true };
   // The claim, and whether it was reserve_begin's prepared statement (then complete's is
   // prepared on the same server connection: see reserveBegin).
   const reserveOpening = async (client, scope, key, hash) => {
+    useReserveBegin ??= (await serverEdition(client)).offers('reserve_begin');
     while (useReserveBegin) {
       try {
         const { prepare } = opts;
@@ -291,9 +292,11 @@ export function idempotencyMiddleware(options) {
     return [await reserveAfter(client, BEGIN, scope, key, hash, opts), false];
   };
   // Nothing to roll back on a connection the server reports idle (reserve_begin opened no
-  // transaction, or failed before it could); otherwise ROLLBACK, then release.
-  const endReservation = async (client, releaseClient) => {
-    if (transactionStatus(client) === 'I') return releaseClient();
+  // transaction, or failed before it could); otherwise ROLLBACK, then release. failed: the
+  // claim was refused, and pg may not have read the ReadyForQuery after the error yet (its
+  // status still says idle after BEGIN + reserve): ROLLBACK, queued behind it, in any case.
+  const endReservation = async (client, releaseClient, failed = false) => {
+    if (!failed && transactionStatus(client) === 'I') return releaseClient();
     try {
       await client.query(ROLLBACK);
       return releaseClient();
@@ -438,7 +441,7 @@ export function idempotencyMiddleware(options) {
           if (tries < 2) continue;
           return unavailable(err);
         }
-        await endReservation(client, releaseClient);
+        await endReservation(client, releaseClient, true);
         return databaseUnreachable(err) ? unavailable(err) : next(err);
       }
     }

@@ -2,6 +2,7 @@
 // server's: a server whose extension is missing or older says so, naming both versions,
 // instead of failing later with an undefined function.
 import { IdempotencyError, setUnlistedTranslator } from './errors.js';
+import { EDITION, EXTENSION_VERSION } from './statements.js';
 
 export const CLIENT_VERSION = '0.3.0';
 // The oldest and the newest extension version this client is tested against. Before 0.3.0 the
@@ -54,8 +55,7 @@ export class ExtensionVersionError extends IdempotencyError {
 // The version of the idempotency extension created in the database of client (a pg Client,
 // PoolClient or Pool), or null.
 export async function serverExtensionVersion(client) {
-  const { rows } = await client.query(
-    "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'idempotency'");
+  const { rows } = await client.query(EXTENSION_VERSION);
   return rows.length ? rows[0].extversion : null;
 }
 
@@ -97,3 +97,56 @@ export function missingFromServer(err) {
 }
 
 setUnlistedTranslator(missingFromServer);
+
+// The server's edition is told by one statement that raises nothing whatever is installed
+// (EDITION in statements.js): the C++ extension (its functions are in language c), the managed
+// edition (SQL and PL/pgSQL: created through pg_tle, or run with psql -f, when the schema's
+// comment names it), or none; its version; and the functions of schema idempotency the
+// session may execute.
+//
+// What the server offers: name 'extension' (the C++ extension), 'managed' (the managed
+// edition) or null (neither is installed in this database); version (null when not
+// installed); installedAs 'extension' (CREATE EXTENSION, through pg_tle for the managed
+// edition) or 'script' (the managed edition run with psql -f), null when not installed;
+// functions: the names of the functions of schema idempotency this session may execute.
+export class Edition {
+  constructor({ name = null, version = null, installedAs = null, functions = [] } = {}) {
+    this.name = name;
+    this.version = version;
+    this.installedAs = installedAs;
+    this.functions = Object.freeze([...functions]);
+    Object.freeze(this);
+  }
+
+  // Whether the server has idempotency.<fn> and this session may execute it (the managed
+  // edition has no reserve_begin, emit or stats; an extension before 0.3.0 no claim_once).
+  offers(fn) { return this.functions.includes(fn); }
+}
+
+// The edition of one result row of EDITION.
+export function editionOf(row) {
+  return new Edition({
+    name: row?.edition ?? null,
+    version: row?.version ?? null,
+    installedAs: row?.installed_as ?? null,
+    functions: row?.functions ? row.functions.split(' ') : [],
+  });
+}
+
+// Editions detected, by the object they were asked of: a pg Client or PoolClient (one
+// connection: a pool's client object is its connection's for the connection's life) or a
+// Pool (its connections share a database and a role). Each holds the promise of the one query.
+const detected = new WeakMap();
+
+// The edition of client's database (a pg Client, PoolClient or Pool): one query the first time,
+// cached for that object from then on (refresh: true asks again, after ALTER EXTENSION UPDATE or
+// a move between editions). A query that fails is not cached.
+export function serverEdition(client, { refresh = false } = {}) {
+  let pending = refresh ? undefined : detected.get(client);
+  if (pending === undefined) {
+    pending = client.query(EDITION).then(({ rows }) => editionOf(rows[0]));
+    detected.set(client, pending);
+    pending.catch(() => { if (detected.get(client) === pending) detected.delete(client); });
+  }
+  return pending;
+}

@@ -9,6 +9,9 @@ import { after, before, beforeEach, afterEach, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { emit, lsnKeyParts, OutboxConsumer, watermark } from '../index.js';
 import { connect, databases } from './db.js';
+import { extensionOnly, MANAGED, REASONS } from './edition.js';
+
+const OUTBOX = extensionOnly(REASONS.outbox); // every test here, and its hooks
 
 const PROC = fileURLToPath(new URL('consumer_proc.js', import.meta.url));
 let dbs;
@@ -16,6 +19,7 @@ let slot;
 before(async () => { dbs = await databases('consumer'); });
 
 beforeEach(async () => {
+  if (MANAGED) return;
   slot = `node_${randomUUID().replaceAll('-', '').slice(0, 10)}`;
   const s = await connect(dbs.source);
   await s.query("SELECT pg_create_logical_replication_slot($1, 'idempotency')", [slot]);
@@ -26,6 +30,7 @@ beforeEach(async () => {
   await t.end();
 });
 afterEach(async () => {
+  if (MANAGED) return;
   const s = await connect(dbs.source);
   await s.query('SELECT pg_drop_replication_slot($1)', [slot]);
   await s.end();
@@ -69,7 +74,7 @@ async function checkExactlyOnce(produced) {
   assert.equal(r.total, produced);
 }
 
-test('applies in order, confirms, and nothing comes again', async () => {
+test('applies in order, confirms, and nothing comes again', OUTBOX, async () => {
   const producer = await (await new Producer().open());
   await producer.produce(5);
   const s = await connect(dbs.source);
@@ -96,7 +101,7 @@ test('applies in order, confirms, and nothing comes again', async () => {
   await Promise.all([s.end(), t.end(), producer.close()]);
 });
 
-test('run() polls until its signal aborts; createSlot() makes the slot once', async () => {
+test('run() polls until its signal aborts; createSlot() makes the slot once', OUTBOX, async () => {
   const s = await connect(dbs.source);
   const t = await connect(dbs.target);
   const own = `${slot}_run`;
@@ -119,7 +124,7 @@ test('run() polls until its signal aborts; createSlot() makes the slot once', as
 });
 
 for (const phase of ['peeked', 'applied_uncommitted', 'committed', 'before_advance', 'advanced']) {
-  test(`SIGKILL at ${phase}: 0 lost, 0 doubled`, async () => {
+  test(`SIGKILL at ${phase}: 0 lost, 0 doubled`, OUTBOX, async () => {
     const producer = await new Producer().open();
     await producer.produce(8);
     const killed = await runProc('kill', phase, 3).done;
@@ -131,7 +136,7 @@ for (const phase of ['peeked', 'applied_uncommitted', 'committed', 'before_advan
   });
 }
 
-test('SIGKILL at random moments under load: 0 lost, 0 doubled', async () => {
+test('SIGKILL at random moments under load: 0 lost, 0 doubled', OUTBOX, async () => {
   const producer = await new Producer().open();
   let done = false;
   const producing = producer.produce(250, 20).then(() => { done = true; });
@@ -151,7 +156,7 @@ test('SIGKILL at random moments under load: 0 lost, 0 doubled', async () => {
   await producer.close();
 });
 
-test('control: a reader that confirms on read and dies before applying loses messages', async () => {
+test('control: a reader that confirms on read and dies before applying loses messages', OUTBOX, async () => {
   const producer = await new Producer().open();
   await producer.produce(5);
   const s = await connect(dbs.source);

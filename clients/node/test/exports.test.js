@@ -39,7 +39,8 @@ const INDEX = [
   'accept', 'applyOnce', 'claimOnce', 'consumeOnce', 'emit', 'formatLsn', 'lsnKey',
   'lsnKeyParts', 'nextKey', 'OutboxConsumer', 'parseLsn', 'positionKey', 'watermark',
   // versions
-  'checkExtension', 'CLIENT_VERSION', 'EXTENSION_VERSIONS', 'ExtensionVersionError',
+  'checkExtension', 'CLIENT_VERSION', 'Edition', 'EXTENSION_VERSIONS', 'ExtensionVersionError',
+  'serverEdition',
   // middleware
   'answerFor', 'IdempotencyKeyHeaderError', 'idempotencyMiddleware', 'parseIdempotencyKey',
   'replayOf', 'STORED_MARK', 'storedAnswer',

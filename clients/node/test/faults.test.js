@@ -19,6 +19,7 @@ import {
   ConnectionLostError, consumeOnce, emit, OutboxConsumer, query, runOnce,
 } from '../index.js';
 import { connect, databases } from './db.js';
+import { extensionOnly, REASONS } from './edition.js';
 
 const SERVICE = fileURLToPath(new URL('service_proc.js', import.meta.url));
 const APP = 'faults_service';
@@ -270,7 +271,7 @@ test('consumeOnce on a connection terminated during the work: ConnectionLostErro
 });
 
 test('the outbox consumer\'s target connection terminated: run rejects, ConnectionLostError',
-  async () => {
+  extensionOnly(REASONS.outbox), async () => {
   const slot = `node_faults_${randomUUID().replaceAll('-', '').slice(0, 8)}`;
   const source = await connect(dbs.source);
   const target = await connect(dbs.target);

@@ -13,6 +13,16 @@ let check;
 let server;
 let base;
 let runs = 0;
+// ?hold=1: the handler, once it runs (the key claimed, its transaction open), resolves
+// entered and waits for release() (hold(key) sets these up before the request is sent).
+const holds = new Map();
+function hold(key) {
+  const h = {};
+  h.entered = new Promise((r) => { h.enter = r; });
+  h.released = new Promise((r) => { h.release = r; });
+  holds.set(key, h);
+  return h;
+}
 
 const ordersOf = async (k) =>
   (await check.query('SELECT id FROM orders WHERE k = $1 ORDER BY id', [k])).rows.map((r) => r.id);
@@ -37,7 +47,11 @@ before(async () => {
   app.post('/orders', idempotency, async (req, res) => {
     runs++;
     const { client, key, attempt } = req.idempotency;
-    if (req.query.delay_ms) await new Promise((r) => { setTimeout(r, Number(req.query.delay_ms)); });
+    if (req.query.hold === '1') {
+      const h = holds.get(key);
+      h.enter();
+      await h.released;
+    }
     // A body that is not JSON: express.json left it alone, the middleware read it.
     const body = req.is('application/json') ? req.body : { item: req.rawBody.toString() };
     const { rows } = await client.query(
@@ -175,9 +189,10 @@ test('422 for a UUIDv7 key older than the retention window', async () => {
 
 test('409 with Retry-After while the first request runs; one order', async () => {
   const key = randomUUID();
-  const slow = post({ key, query: 'delay_ms=400' });
-  await new Promise((r) => { setTimeout(r, 150); });
-  const dup = await post({ key });
+  const h = hold(key);
+  const slow = post({ key, query: 'hold=1' });
+  await h.entered; // the first request holds the key: its handler runs
+  const dup = await post({ key }).finally(h.release);
   assert.equal(dup.status, 409);
   assert.equal(dup.body.error, 'idempotency_key_in_use');
   assert.match(dup.headers.get('retry-after'), /^[1-9][0-9]*$/);

@@ -8,7 +8,11 @@ import http from 'node:http';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { idempotencyMiddleware } from '../index.js';
+import { EDITION as EDITION_SQL } from '../lib/statements.js';
 import { connect, databases, sentText } from './db.js';
+import { extensionOnly, MANAGED, REASONS } from './edition.js';
+
+const RB = extensionOnly(REASONS.reserveBegin);
 
 let database;
 let check;
@@ -44,10 +48,13 @@ async function recordingServer({ max = 2, prepare, together = 0, beforeAnswer } 
     }
     return client;
   };
+  // the server's edition, which the middleware asks once, is counted apart (editionsAsked)
+  let editionsAsked = 0;
   recorded.on('connect', (client) => {
     const send = client.query.bind(client);
     client.query = (query, ...rest) => {
-      statements.push(sentText(query));
+      if (sentText(query) === EDITION_SQL) editionsAsked += 1;
+      else statements.push(sentText(query));
       return send(query, ...rest);
     };
   });
@@ -88,10 +95,10 @@ async function recordingServer({ max = 2, prepare, together = 0, beforeAnswer } 
     await new Promise((r) => { srv.close(r); });
     await recorded.end();
   };
-  return { send, busy, settled, close, pool: recorded };
+  return { send, busy, settled, close, pool: recorded, editionsAsked: () => editionsAsked };
 }
 
-test('one statement a request for a replay, a 422 and a 409: reserve_begin, no BEGIN, no ROLLBACK', async () => {
+test('one statement a request for a replay, a 422 and a 409: reserve_begin, no BEGIN, no ROLLBACK', RB, async () => {
   const s = await recordingServer();
   try {
     const key = randomUUID();
@@ -134,10 +141,11 @@ test('one statement a request for a replay, a 422 and a 409: reserve_begin, no B
   }
 });
 
-test('a server that refuses reserve_begin (before 0.3.0): BEGIN + reserve, and ROLLBACK after a replay', async () => {
+test('a server that refuses reserve_begin (before 0.3.0): BEGIN + reserve, and ROLLBACK after a replay', RB, async () => {
   const fn = 'idempotency.reserve_begin(text, text, bytea, interval, interval, interval)';
-  await check.query(`ALTER FUNCTION ${fn} RENAME TO reserve_begin_hidden`);
   const s = await recordingServer();
+  await s.send(randomUUID()); // the edition, asked once: it has reserve_begin, renamed below
+  await check.query(`ALTER FUNCTION ${fn} RENAME TO reserve_begin_hidden`);
   try {
     const key = randomUUID();
     const first = await s.send(key);
@@ -173,7 +181,7 @@ async function switchesToUnnamed(s) {
   return { key, first };
 }
 
-test('a prepared reserve_begin the server lost (a pooler, DISCARD ALL): unprepared from then on', async () => {
+test('a prepared reserve_begin the server lost (a pooler, DISCARD ALL): unprepared from then on', RB, async () => {
   const s = await recordingServer({ max: 1 });
   try {
     const first = await s.send(randomUUID());
@@ -188,7 +196,7 @@ test('a prepared reserve_begin the server lost (a pooler, DISCARD ALL): unprepar
   }
 });
 
-test('a prepared statement of either name already on the server connection (a pooler shares it): unprepared from then on', async () => {
+test('a prepared statement of either name already on the server connection (a pooler shares it): unprepared from then on', RB, async () => {
   // reserve_begin's, or complete's (parsed in the claim's round trip)
   for (const name of ['idempotency_reserve_begin_v1', 'idempotency_complete_v1']) {
     const s = await recordingServer({ max: 1 });
@@ -206,7 +214,7 @@ test('a prepared statement of either name already on the server connection (a po
   }
 });
 
-test('complete\'s prepared statement lost inside the transaction: 500, nothing committed, then unprepared', async () => {
+test('complete\'s prepared statement lost inside the transaction: 500, nothing committed, then unprepared', RB, async () => {
   let lose = true;
   const s = await recordingServer({ max: 1,
     beforeAnswer: async (client) => {
@@ -232,7 +240,7 @@ test('complete\'s prepared statement lost inside the transaction: 500, nothing c
   }
 });
 
-test('requests whose prepared statements all meet 42P05 at once: each retries unprepared', async () => {
+test('requests whose prepared statements all meet 42P05 at once: each retries unprepared', RB, async () => {
   const s = await recordingServer({ max: 2, together: 2 });
   try {
     // both pool connections hold the name, as server connections a pooler shares would
@@ -248,7 +256,7 @@ test('requests whose prepared statements all meet 42P05 at once: each retries un
   }
 });
 
-test('prepare: false sends reserve_begin unnamed with its values bound, never a prepared statement', async () => {
+test('prepare: false sends reserve_begin unnamed with its values bound, never a prepared statement', RB, async () => {
   const s = await recordingServer({ prepare: false });
   try {
     const first = await s.send(randomUUID());
@@ -256,6 +264,33 @@ test('prepare: false sends reserve_begin unnamed with its values bound, never a 
     assert.match(first.statements[0], /^SELECT .* FROM idempotency\.reserve_begin\(\$1, \$2, /s);
     assert.equal(first.statements.filter((t) => t.startsWith('[')).length, 0);
   } finally {
+    await s.close();
+  }
+});
+
+test('a server without reserve_begin (the managed edition; here renamed away on the extension): ' +
+  'asked once, then BEGIN + reserve, never a refused call', async () => {
+  const fn = 'idempotency.reserve_begin(text, text, bytea, interval, interval, interval)';
+  if (!MANAGED) await check.query(`ALTER FUNCTION ${fn} RENAME TO reserve_begin_hidden`);
+  const s = await recordingServer();
+  try {
+    const key = randomUUID();
+    const first = await s.send(key);
+    assert.equal(first.status, 201);
+    // BEGIN + reserve, the insert, complete + COMMIT: reserve_begin is never sent
+    assert.equal(first.statements.length, 3, first.statements.join(' | '));
+    assert.match(first.statements[0], /^BEGIN; SELECT .* FROM idempotency\.reserve\(/s);
+    assert.ok(first.statements.every((t) => !t.includes('reserve_begin')), first.statements.join(' | '));
+    const replay = await s.send(key);
+    assert.equal(replay.replayed, 'true');
+    assert.match(replay.statements[0], /^BEGIN; /);
+    assert.equal(s.editionsAsked(), 1);
+    assert.equal(await s.settled(), 0);
+  } finally {
+    if (!MANAGED) {
+      await check.query(`ALTER FUNCTION idempotency.reserve_begin_hidden(text, text, bytea,
+        interval, interval, interval) RENAME TO reserve_begin`);
+    }
     await s.close();
   }
 });

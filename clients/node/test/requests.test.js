@@ -14,6 +14,7 @@ import {
   watermark,
 } from '../index.js';
 import { connect, counting, databases } from './db.js';
+import { extensionOnly, REASONS } from './edition.js';
 
 let db;
 let conn;
@@ -558,12 +559,16 @@ test('consumeOnce of a key another consumer holds: KeyInProgressError, or a wait
       err.key === old);
 });
 
-test('nextKey is a bigint; emit gives an LSN; outbox keys round-trip with lsn_key', async () => {
+test('nextKey is a bigint', async () => {
   await query(conn, "SELECT idempotency.create_stream('orders_ids')");
   const a = await nextKey(conn, 'orders_ids');
   const b = await nextKey(conn, 'orders_ids');
   assert.equal(typeof a, 'bigint');
   assert.ok(b > a);
+});
+
+test('emit gives an LSN; outbox keys round-trip with lsn_key', extensionOnly(REASONS.outbox),
+  async () => {
   await conn.query('BEGIN');
   const lsn = await emit(conn, 'orders', { id: 1 });
   await conn.query('COMMIT');

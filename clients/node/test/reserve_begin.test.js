@@ -8,6 +8,9 @@ import { before, test } from 'node:test';
 import pg from 'pg';
 import { reserveBegin } from '../index.js';
 import { connect, counting, databases } from './db.js';
+import { extensionOnly, REASONS } from './edition.js';
+
+const RB = extensionOnly(REASONS.reserveBegin); // every test here
 
 let db;
 before(async () => {
@@ -16,7 +19,7 @@ before(async () => {
 
 const key = () => `k-${randomUUID()}`;
 
-test('reserveBegin prepared: reserve_begin and complete parsed once per connection, in the claim', async () => {
+test('reserveBegin prepared: reserve_begin and complete parsed once per connection, in the claim', RB, async () => {
   const c = await connect(db);
   try {
     const parsed = [];
@@ -40,7 +43,7 @@ test('reserveBegin prepared: reserve_begin and complete parsed once per connecti
   }
 });
 
-test('a prepared reserve_begin that fails after its Parse stays known: the next call binds it', async () => {
+test('a prepared reserve_begin that fails after its Parse stays known: the next call binds it', RB, async () => {
   const c = await connect(db);
   try {
     await assert.rejects(
@@ -56,7 +59,7 @@ test('a prepared reserve_begin that fails after its Parse stays known: the next 
   }
 });
 
-test('a claim on a client with query_timeout leaves no timer behind (pg\'s, cleared when it settles)', async () => {
+test('a claim on a client with query_timeout leaves no timer behind (pg\'s, cleared when it settles)', RB, async () => {
   const c = new pg.Client({ database: db, query_timeout: 3600000 });
   await c.connect();
   try {
@@ -70,7 +73,7 @@ test('a claim on a client with query_timeout leaves no timer behind (pg\'s, clea
   }
 });
 
-test('a client in pg\'s pipeline mode (which refuses submittables) claims through pg\'s Query', async () => {
+test('a client in pg\'s pipeline mode (which refuses submittables) claims through pg\'s Query', RB, async () => {
   const c = new pg.Client({ database: db, pipeline: true });
   await c.connect();
   try {

@@ -9,8 +9,8 @@ from .fingerprint import canonical_json, canonical_number, fingerprint
 from .keys import Reservation, checkpoint, complete, fail, lookup, request_hash, reserve
 from .streams import Lsn, accept, emit, lsn_key, lsn_key_parts, next_key, watermark
 from .transactions import Attempt, Claim, Result, claim, idempotent, run_external, run_once
-from .versions import (CLIENT_VERSION, EXTENSION_VERSIONS, ExtensionVersionError,
-                       check_extension)
+from .versions import (CLIENT_VERSION, EXTENSION_VERSIONS, Edition, ExtensionVersionError,
+                       check_extension, edition, edition_async)
 from .web import Answer, answer_for, parse_idempotency_key, request_fingerprint
 
 __version__ = CLIENT_VERSION

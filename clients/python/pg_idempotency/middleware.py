@@ -12,9 +12,10 @@ the application, and send what the flow returns.
 The flow of a request:
 - the key, the scope and the fingerprint (a 400 for a malformed one), reserve's parameters;
 - a connection; none to be had: 503. A key or scope the session's encoding cannot carry: 400;
-- the claim: reserve_begin where the session allows it (one round trip, a transaction opened
-  for the outcome 'new' only), else BEGIN + reserve; a server that refuses reserve_begin gets
-  BEGIN + reserve from then on. A connection that breaks on the claim (one that died while
+- the claim: reserve_begin where the server offers it (its edition, asked once: the managed
+  edition has none) and the session allows it (one round trip, a transaction opened for the
+  outcome 'new' only), else BEGIN + reserve; a server that refuses reserve_begin gets BEGIN +
+  reserve from then on. A connection that breaks on the claim (one that died while
   idle in a pool) is given up and the request tried once more on another: the claim commits
   nothing; a second break, or none to be had: 503. Another error of the claim is the
   application's (typed: errors.translate), after a rollback;
@@ -48,6 +49,7 @@ from .connection import (autocommit_to_restore, begin_needed, check_encodable, c
                          reserve_begin_usable)
 from .errors import KeyInProgress, KeyMalformed, KeyMismatch, KeyTooOld, translate
 from .keys import execute_once_params, reservation_of, reserve_begin_refused, reserve_params
+from .versions import edition, edition_async
 from .web import (DATABASE_UNAVAILABLE, NOT_STORED, Answer, Context, RequestInfo, answer_for,
                   headers_of_replay, options_from, replay_of, stored_answer)
 
@@ -157,7 +159,10 @@ class Flow:
 
     def __init__(self, scope=None, **options):
         self.options = options_from(scope, **options)
-        self.reserve_begin = True  # until the server refuses it (reserve_begin_refused)
+        # None: not known yet (the server's edition, asked on the first claim that could use
+        # it: the managed edition has none); False once the server refused it
+        # (reserve_begin_refused)
+        self.reserve_begin = None
 
     def over_limit(self, size: int):
         """BodyTooLarge for a body of `size` bytes over max_body."""
@@ -295,7 +300,10 @@ class Flow:
         return Outgoing(reservation.status_code, list(headers.items()), replay.body)
 
     def _claim(self, session, params):
-        """reserve_begin where the session allows it, otherwise BEGIN + reserve."""
+        """reserve_begin where the server offers it and the session allows it, otherwise
+        BEGIN + reserve."""
+        if self.reserve_begin is None and session.reserve_begin_usable():
+            self.reserve_begin = (yield from session.edition()).offers("reserve_begin")
         if self.reserve_begin and session.reserve_begin_usable():
             try:
                 return (yield from session.reserve_begin(params))
@@ -418,6 +426,10 @@ class PsycopgSession:
     def reserve_begin_usable(self) -> bool:
         return reserve_begin_usable(self.conn)
 
+    def edition(self):
+        """The server's edition, asked on this connection (once per connection object)."""
+        return (yield (edition_async if self.asynchronous else edition, self.conn))
+
     def reserve_begin(self, params):
         yield self._set_autocommit(True)
         return (yield from self._fetch(statements.RESERVE_BEGIN, params))
@@ -427,7 +439,7 @@ class PsycopgSession:
 
     def begin(self):
         if begin_needed(self.conn):
-            yield (self.conn.execute, "BEGIN")
+            yield (self.conn.execute, statements.BEGIN)
 
     def reserve(self, params):
         return (yield from self._fetch(statements.RESERVE, params))

@@ -48,6 +48,25 @@ WATERMARK = "SELECT idempotency.watermark(%s, %s)::text"
 NEXT_KEY = "SELECT idempotency.next_key(%s)::text"
 EMIT = "SELECT idempotency.emit(%s, %s::jsonb)::text"
 
+# ---- the server's extension version and edition (versions.py) ----
+
+# The version of the extension created in the database (no row: none).
+EXTENSION_VERSION = "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'idempotency'"
+# The server's edition, its version, how it was installed and the functions the session may
+# execute: one row whatever is installed.
+EDITION = ("SELECT CASE WHEN e.extversion IS NULL AND m.version IS NULL THEN NULL WHEN EXISTS "
+           "(SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang "
+           "WHERE p.pronamespace = n.oid AND l.lanname = 'c') THEN 'extension' ELSE 'managed' END "
+           "AS edition, COALESCE(e.extversion, m.version) AS version, CASE WHEN e.extversion IS "
+           "NOT NULL THEN 'extension' WHEN m.version IS NOT NULL THEN 'script' END AS "
+           "installed_as, COALESCE((SELECT pg_catalog.string_agg(DISTINCT p.proname::text, ' ' "
+           "ORDER BY p.proname::text) FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid AND "
+           "pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), '') AS functions FROM (SELECT "
+           "pg_catalog.to_regnamespace('idempotency')::oid AS oid) AS n LEFT JOIN "
+           "pg_catalog.pg_extension e ON e.extname = 'idempotency' CROSS JOIN LATERAL (SELECT "
+           "pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'), '^idempotency "
+           "managed edition ([0-9][0-9A-Za-z.-]*)$') AS version) AS m")
+
 # The texts above under their names in test/vectors/statements.json.
 LISTED = {
     "reserve": RESERVE,
@@ -64,6 +83,8 @@ LISTED = {
     "watermark": WATERMARK,
     "next_key": NEXT_KEY,
     "emit": EMIT,
+    "extension_version": EXTENSION_VERSION,
+    "edition": EDITION,
 }
 
 # ---- not the extension's: transaction control and the outbox consumer's slot functions ----

@@ -4,9 +4,13 @@ of failing later with an undefined function."""
 from __future__ import annotations
 
 import re
+import weakref
+from dataclasses import dataclass, field
+from typing import Optional
 
 import psycopg
 
+from . import statements
 from .errors import IdempotencyError
 
 CLIENT_VERSION = "0.3.0"
@@ -50,9 +54,7 @@ class ExtensionVersionError(IdempotencyError, psycopg.ProgrammingError):
 
 def server_extension_version(conn) -> str | None:
     """The version of the idempotency extension created in conn's database, or None."""
-    row = conn.execute(
-        "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'idempotency'"
-    ).fetchone()
+    row = conn.execute(statements.EXTENSION_VERSION).fetchone()
     return row[0] if row else None
 
 
@@ -100,3 +102,100 @@ def missing_from_server(err) -> ExtensionVersionError | None:
         f"{CLIENT_VERSION} works with extension versions {_SUPPORTED}; "
         f"pg_idempotency.check_extension(conn) names the server's)",
         None, needed, sqlstate=state, pgerror=err)
+
+
+# The server's edition is told by one statement that raises nothing whatever is installed
+# (statements.EDITION): the C++ extension (its functions are in language c), the managed edition
+# (SQL and PL/pgSQL: created through pg_tle, or run with psql -f, when the schema's comment
+# names it), or none; its version; and the functions of schema idempotency the session may
+# execute.
+
+
+@dataclass(frozen=True)
+class Edition:
+    """What the server offers. `name`: "extension" (the C++ extension), "managed" (the managed
+    edition) or None (neither is installed in this database); `version`: the installed
+    version (None when not installed); `installed_as`: "extension" (CREATE EXTENSION, through
+    pg_tle for the managed edition) or "script" (the managed edition run with psql -f), None
+    when not installed; `functions`: the names of the functions of schema idempotency this
+    session may execute."""
+    name: Optional[str] = None
+    version: Optional[str] = None
+    installed_as: Optional[str] = None
+    functions: frozenset = field(default_factory=frozenset)
+
+    def offers(self, function: str) -> bool:
+        """Whether the server has idempotency.<function> and this session may execute it (the
+        managed edition has no reserve_begin, emit or stats; an extension before 0.3.0 no
+        claim_once)."""
+        return function in self.functions
+
+    @classmethod
+    def of_row(cls, row) -> "Edition":
+        """The edition of one result row of statements.EDITION."""
+        name, version, installed_as, functions = row
+        return cls(name, version, installed_as, frozenset(functions.split()))
+
+
+# Editions detected, by the object they were asked of: a psycopg connection, or a pool (whose
+# connections share a database and a role).
+_detected: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _cached(source, refresh):
+    if refresh:
+        return None
+    try:
+        return _detected.get(source)
+    except TypeError:  # an object that takes no weak reference: asked each time
+        return None
+
+
+def _remember(source, found: Edition) -> Edition:
+    try:
+        _detected[source] = found
+    except TypeError:
+        pass
+    return found
+
+
+def edition(conn, *, refresh: bool = False) -> Edition:
+    """The edition of the database of conn (a psycopg Connection, or a psycopg_pool
+    ConnectionPool: one of its connections is used): one query the first time, cached for that
+    object from then on (refresh=True asks again, after ALTER EXTENSION UPDATE or a move
+    between editions). In a transaction the caller has open, it is one more statement of it;
+    otherwise its own, and it leaves no transaction open."""
+    found = _cached(conn, refresh)
+    if found is not None:
+        return found
+    if hasattr(conn, "connection") and not hasattr(conn, "execute"):  # a pool
+        with conn.connection() as c:
+            row = c.execute(statements.EDITION).fetchone()
+    elif conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        row = conn.execute(statements.EDITION).fetchone()
+    else:  # its own statement, opening no transaction that the caller did not open
+        conn.autocommit = True
+        try:
+            row = conn.execute(statements.EDITION).fetchone()
+        finally:
+            conn.autocommit = False
+    return _remember(conn, Edition.of_row(row))
+
+
+async def edition_async(conn, *, refresh: bool = False) -> Edition:
+    """edition() for a psycopg AsyncConnection or a psycopg_pool AsyncConnectionPool."""
+    found = _cached(conn, refresh)
+    if found is not None:
+        return found
+    if hasattr(conn, "connection") and not hasattr(conn, "execute"):  # a pool
+        async with conn.connection() as c:
+            row = await (await c.execute(statements.EDITION)).fetchone()
+    elif conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        row = await (await conn.execute(statements.EDITION)).fetchone()
+    else:  # its own statement, opening no transaction that the caller did not open
+        await conn.set_autocommit(True)
+        try:
+            row = await (await conn.execute(statements.EDITION)).fetchone()
+        finally:
+            await conn.set_autocommit(False)
+    return _remember(conn, Edition.of_row(row))

@@ -66,3 +66,51 @@ def vectors():
     import json
     path = ROOT / "test" / "vectors" / "fingerprint.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+# The edition the suite runs against: the managed edition when IDEM_EDITION=managed (the
+# managed suite, test/managed/run.sh, runs this suite against it), the extension otherwise.
+# A test of what only the extension has is marked extension_only(reason), or a whole module
+# with pytestmark = pytest.mark.extension_only(reason); against the managed edition it is not
+# run: it is skipped with a reason that begins "not applicable to the managed edition: ", and
+# the summary counts those apart (never as passed). Each reason is a row of docs/managed.md's
+# feature table.
+EDITION = os.environ.get("IDEM_EDITION") or "extension"
+MANAGED = EDITION == "managed"
+NOT_APPLICABLE = "not applicable to the managed edition: "
+# The reasons, one per row of the feature table, so that each marker names the same words.
+REASON_RESERVE_BEGIN = "reserve_begin (a transaction opened by the call): the edition has none"
+REASON_OUTBOX = "emit, the idempotency output plugin and lsn_key: the edition has none"
+REASON_EXECUTE_ONCE = "execute_once (the statement form): the edition has none yet"
+REASON_VERSIONS = "versions: the edition starts at 0.3.0, there is no 0.2.0 to install"
+REASON_REPEATABLE_READ = ("REPEATABLE READ / SERIALIZABLE callers: the edition refuses them "
+                          "(0A000) in calls that write keys")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "extension_only(reason): a test of what only the "
+                            "extension has (docs/managed.md's feature table says why)")
+
+
+def pytest_collection_modifyitems(config, items):
+    not_applicable = []
+    for item in items:
+        marker = item.get_closest_marker("extension_only")
+        if marker is None:
+            continue
+        if not marker.args or not marker.args[0]:
+            raise pytest.UsageError(f"{item.nodeid}: extension_only needs its reason")
+        if MANAGED:
+            item.add_marker(pytest.mark.skip(reason=NOT_APPLICABLE + marker.args[0]))
+            not_applicable.append(item.nodeid)
+    config.stash[_NOT_APPLICABLE_KEY] = not_applicable
+
+
+_NOT_APPLICABLE_KEY = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    not_applicable = config.stash.get(_NOT_APPLICABLE_KEY, [])
+    if MANAGED:
+        terminalreporter.write_line(f"{len(not_applicable)} not applicable to the managed "
+                                    "edition (skipped, reasons above with -rs)")

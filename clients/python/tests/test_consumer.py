@@ -12,6 +12,9 @@ import psycopg
 import pytest
 
 import pg_idempotency as pi
+from conftest import REASON_OUTBOX
+
+pytestmark = pytest.mark.extension_only(REASON_OUTBOX)  # the outbox consumer, every test
 
 PROC = str(Path(__file__).with_name("consumer_proc.py"))
 

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 import pg_idempotency as pi
-from conftest import ROOT
+from conftest import REASON_OUTBOX, ROOT
 
 
 def new_key():
@@ -512,6 +512,7 @@ def test_claim_once_too_old_and_typed_errors(conn):
     conn.rollback()
 
 
+@pytest.mark.extension_only(REASON_OUTBOX)
 def test_lsn_key_codec_matches_sql(conn):
     lsn = pi.emit(conn, "t", {"a": 1})
     conn.commit()

@@ -14,6 +14,8 @@ import psycopg
 import pytest
 from psycopg.pq import Trace
 
+from conftest import MANAGED, REASON_REPEATABLE_READ, REASON_RESERVE_BEGIN
+from pg_idempotency.statements import EDITION as EDITION_SQL
 from pg_idempotency.statements import RESERVE
 
 INSERT = "INSERT INTO rt_orders (k, item) VALUES (%s, %s) RETURNING id"
@@ -25,11 +27,15 @@ class Wire:
 
     def __init__(self):
         self.connections = []
+        self.editions_asked = 0  # the middleware asks the server's edition once, kept apart
 
     def record(self, trace: str):
         statements = [m.group(1) for m in re.finditer(
             r'^F\t\d+\t(?:Query|Parse)\t (?:"[^"]*" )?"(.*)"', trace, re.M)]
         round_trips = len(re.findall(r"^B\t\d+\tReadyForQuery\t", trace, re.M))
+        if statements and statements[0] == EDITION_SQL:
+            statements, round_trips = statements[1:], round_trips - 1
+            self.editions_asked += 1
         self.connections.append((statements, round_trips))
 
     def last(self):
@@ -150,6 +156,7 @@ def client_of():
         close()
 
 
+@pytest.mark.extension_only(REASON_RESERVE_BEGIN)
 @pytest.mark.parametrize("framework", CLIENTS)
 def test_new_key_and_replay_round_trips(framework, rt_table, client_of):
     wire, seen = Wire(), []
@@ -173,12 +180,14 @@ def test_new_key_and_replay_round_trips(framework, rt_table, client_of):
     statements, round_trips = wire.last()
     assert round_trips == 1 and len(statements) == 1 and "reserve_begin(" in statements[0]
     assert seen[-1] == (False, psycopg.pq.TransactionStatus.IDLE)
+    assert wire.editions_asked == 1
 
     with psycopg.connect(rt_table) as check:
         assert check.execute("SELECT count(*) FROM rt_orders WHERE k = %s",
                              (key,)).fetchone()[0] == 1
 
 
+@pytest.mark.extension_only(REASON_RESERVE_BEGIN)
 @pytest.mark.parametrize("framework", CLIENTS)
 def test_autocommit_connection_comes_back_autocommit(framework, rt_table, client_of):
     wire, seen = Wire(), []
@@ -194,6 +203,7 @@ def test_autocommit_connection_comes_back_autocommit(framework, rt_table, client
     assert seen == [(True, psycopg.pq.TransactionStatus.IDLE)] * 2
 
 
+@pytest.mark.extension_only(REASON_REPEATABLE_READ)
 @pytest.mark.parametrize("framework", CLIENTS)
 def test_isolation_level_of_the_connection_is_kept(framework, rt_table, client_of):
     wire, seen = Wire(), []
@@ -211,12 +221,14 @@ def test_isolation_level_of_the_connection_is_kept(framework, rt_table, client_o
         RESERVE.split("(")[0], "ROLLBACK"]
 
 
+@pytest.mark.extension_only(REASON_RESERVE_BEGIN)
 @pytest.mark.parametrize("autocommit", [False, True])
 @pytest.mark.parametrize("framework", CLIENTS)
 def test_server_that_refuses_reserve_begin_gets_begin_and_reserve(framework, autocommit,
                                                                 rt_table, client_of):
     wire, seen = Wire(), []
     post = client_of(framework, rt_table, wire, seen, autocommit=autocommit)
+    assert post(str(uuid.uuid4()))[0] == 201  # the edition, asked once, offers reserve_begin
     with psycopg.connect(rt_table, autocommit=True) as admin:
         admin.execute("ALTER FUNCTION idempotency.reserve_begin RENAME TO reserve_begin_away")
         try:
@@ -238,3 +250,43 @@ def test_server_that_refuses_reserve_begin_gets_begin_and_reserve(framework, aut
     with psycopg.connect(rt_table) as check:
         assert check.execute("SELECT count(*) FROM rt_orders WHERE k = %s",
                              (key,)).fetchone()[0] == 1
+
+
+@contextlib.contextmanager
+def _without_reserve_begin(dsn):
+    """A server without reserve_begin: the managed edition has none; the extension's is
+    renamed away for the test (as on a server before 0.3.0)."""
+    if MANAGED:
+        yield
+        return
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("ALTER FUNCTION idempotency.reserve_begin RENAME TO reserve_begin_away")
+        try:
+            yield
+        finally:
+            admin.execute("ALTER FUNCTION idempotency.reserve_begin_away RENAME TO reserve_begin")
+
+
+@pytest.mark.parametrize("autocommit", [False, True])
+@pytest.mark.parametrize("framework", CLIENTS)
+def test_server_without_reserve_begin_is_asked_once_never_refused(framework, autocommit,
+                                                                  rt_table, client_of):
+    wire, seen = Wire(), []
+    post = client_of(framework, rt_table, wire, seen, autocommit=autocommit)
+    with _without_reserve_begin(rt_table):
+        key = str(uuid.uuid4())
+        status, body, _ = post(key)
+        assert status == 201
+        statements, round_trips = wire.last()
+        # the edition's statement (kept apart by Wire), then BEGIN + reserve: reserve_begin is
+        # never sent, so never refused
+        assert wire.editions_asked == 1
+        assert statements[0] == "BEGIN" and "idempotency.reserve(" in statements[1], statements
+        assert not any("reserve_begin" in s for s in statements), statements
+        assert statements[-1].endswith("; COMMIT")
+        assert seen[-1] == (autocommit, psycopg.pq.TransactionStatus.IDLE)
+        status, again, _ = post(key)
+        assert status == 201 and again == body
+        assert [s.split("(")[0] for s in wire.last()[0]] == [
+            "BEGIN", RESERVE.split("(")[0], "ROLLBACK"]
+        assert wire.editions_asked == 1  # asked once per middleware

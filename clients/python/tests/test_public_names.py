@@ -9,7 +9,7 @@ import pg_idempotency
 PUBLIC = [
     "Answer", "ArraySubscriptError", "Attempt", "BY_SQLSTATE", "CLIENT_VERSION",
     "CardinalityViolation", "Claim", "ConnectionLost", "DuplicateObject", "EXTENSION_VERSIONS",
-    "ExtensionVersionError",
+    "Edition", "ExtensionVersionError",
     "FeatureNotSupported", "IdempotencyError", "InvalidJson",
     "InvalidTransactionTermination", "InvalidParameterValue", "KeyEmpty",
     "KeyInProgress", "KeyMalformed", "KeyMismatch", "KeyTooLong", "KeyTooOld",
@@ -22,7 +22,8 @@ PUBLIC = [
     "TransactionOpen",
     "UndefinedObject", "UntranslatableCharacter", "accept", "answer_for", "apply_once",
     "canonical_json", "canonical_number", "check_extension", "check_names", "checkpoint",
-    "claim", "claim_once", "complete", "consume_once", "emit", "execute", "fail", "fingerprint",
+    "claim", "claim_once", "complete", "consume_once", "edition", "edition_async", "emit",
+    "execute", "fail", "fingerprint",
     "idempotent", "lookup", "lsn_key", "lsn_key_parts", "next_key", "parse_idempotency_key",
     "position_key", "register_types", "request_fingerprint", "request_hash", "reserve",
     "run_external", "run_once", "translate", "watermark",

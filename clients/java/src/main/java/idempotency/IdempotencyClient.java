@@ -26,6 +26,11 @@ public final class IdempotencyClient {
     return dataSource;
   }
 
+  /** The server's edition, asked once per data source (see {@link Versions#edition}). */
+  public Versions.Edition edition() {
+    return Versions.edition(dataSource);
+  }
+
   /** A key and what it guards: a JSON request text (fingerprinted with exclude), or a hash. */
   public record Request(
       String scope,

@@ -446,7 +446,7 @@ public final class IdempotencyFilter implements Filter {
     serve(req, res, chain, sc, k, hash, new Claimer(conn, true) {
       @Override
       Reservation claim(String sc, String k, byte[] hash) throws SQLException {
-        return Transactions.claim(c, sc, k, hash, options, features);
+        return Transactions.claim(dataSource, c, sc, k, hash, options, features);
       }
 
       @Override

@@ -43,13 +43,34 @@ final class Statements {
   static final String NEXT_KEY = "SELECT idempotency.next_key(?)::text";
   static final String FINGERPRINT = "SELECT idempotency.fingerprint(?::jsonb, ?::text[])";
 
+  /**
+   * The server's edition, its version, how it was installed and the functions the session may
+   * execute (read by {@link Versions}).
+   */
+  static final String EDITION =
+      "SELECT CASE WHEN e.extversion IS NULL AND m.version IS NULL THEN NULL"
+          + " WHEN EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l"
+          + " ON l.oid = p.prolang WHERE p.pronamespace = n.oid AND l.lanname = 'c')"
+          + " THEN 'extension' ELSE 'managed' END AS edition,"
+          + " COALESCE(e.extversion, m.version) AS version,"
+          + " CASE WHEN e.extversion IS NOT NULL THEN 'extension'"
+          + " WHEN m.version IS NOT NULL THEN 'script' END AS installed_as,"
+          + " COALESCE((SELECT pg_catalog.string_agg(DISTINCT p.proname::text, ' '"
+          + " ORDER BY p.proname::text) FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid"
+          + " AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), '') AS functions"
+          + " FROM (SELECT pg_catalog.to_regnamespace('idempotency')::oid AS oid) AS n"
+          + " LEFT JOIN pg_catalog.pg_extension e ON e.extname = 'idempotency'"
+          + " CROSS JOIN LATERAL (SELECT pg_catalog.substring(pg_catalog.obj_description(n.oid,"
+          + " 'pg_namespace'), '^idempotency managed edition ([0-9][0-9A-Za-z.-]*)$') AS version)"
+          + " AS m";
+
   /** The texts above under their names in test/vectors/statements.json. */
   static final Map<String, String> LISTED = listed(
       "reserve", RESERVE, "reserve_begin", RESERVE_BEGIN, "complete", COMPLETE, "fail", FAIL,
       "checkpoint", CHECKPOINT, "lookup", LOOKUP, "forget", FORGET, "claim_once", CLAIM_ONCE,
       "execute_once", EXECUTE_ONCE,
       "accept_bigint", ACCEPT_BIGINT, "accept_uuid", ACCEPT_UUID, "watermark", WATERMARK,
-      "next_key", NEXT_KEY, "fingerprint", FINGERPRINT);
+      "next_key", NEXT_KEY, "fingerprint", FINGERPRINT, "edition", EDITION);
 
   private static Map<String, String> listed(String... namesAndTexts) {
     Map<String, String> m = new LinkedHashMap<>();

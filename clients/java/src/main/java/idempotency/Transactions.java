@@ -31,9 +31,12 @@ final class Transactions {
    * Claims the key on c, a connection with no transaction open: reserve_begin, one round trip
    * that opens the transaction only for the outcome new; on a server that refuses it, BEGIN +
    * reserve (one round trip too, which leaves a transaction open whatever the outcome). For the
-   * outcome new, c is left with auto-commit off in the claim's transaction.
+   * outcome new, c is left with auto-commit off in the claim's transaction. reserve_begin is
+   * sent only where the server offers it (its edition, asked once per ds on c: the managed
+   * edition and a server before 0.3.0 have none).
    */
   static Reservation claim(
+      DataSource ds,
       Connection c,
       String scope,
       String key,
@@ -43,14 +46,16 @@ final class Transactions {
       throws SQLException {
     if (!features.noReserveBegin.get()) {
       if (!c.getAutoCommit()) c.setAutoCommit(true);
-      try {
-        Reservation r = Keys.reserveBegin(c, scope, key, hash, o);
-        // the server opened the transaction: JDBC's view follows it (pgjdbc sends nothing)
-        if (Reservation.NEW.equals(r.outcome())) c.setAutoCommit(false);
-        return r;
-      } catch (IdempotencyException e) {
-        if (!Keys.reserveBeginRefused(e)) throw e;
-        features.noReserveBegin.set(true);
+      if (Versions.edition(ds, c).offers("reserve_begin")) {
+        try {
+          Reservation r = Keys.reserveBegin(c, scope, key, hash, o);
+          // the server opened the transaction: JDBC's view follows it (pgjdbc sends nothing)
+          if (Reservation.NEW.equals(r.outcome())) c.setAutoCommit(false);
+          return r;
+        } catch (IdempotencyException e) {
+          if (!Keys.reserveBeginRefused(e)) throw e;
+          features.noReserveBegin.set(true);
+        }
       }
     }
     c.setAutoCommit(false); // pgjdbc sends BEGIN with the reserve, in its round trip
@@ -79,7 +84,7 @@ final class Transactions {
     Keys.checkNames(req.scope(), req.key());
     Connection c = Connections.connect(ds);
     try {
-      Reservation r = claim(c, req.scope(), req.key(), hash, req.options(), features);
+      Reservation r = claim(ds, c, req.scope(), req.key(), hash, req.options(), features);
       if (!Reservation.NEW.equals(r.outcome())) {
         Connections.rollback(c); // BEGIN + reserve opened one; reserve_begin did not
         if (Reservation.REPLAY.equals(r.outcome())) {

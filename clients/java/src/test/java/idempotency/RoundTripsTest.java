@@ -10,6 +10,7 @@ import java.net.http.HttpResponse;
 import java.sql.Connection;
 import java.sql.Statement;
 import java.util.List;
+import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -40,10 +41,20 @@ class RoundTripsTest {
     }
   }
 
+  /**
+   * A data source whose connections count their round trips, its server's edition already
+   * asked (once per data source, on a connection of its own: not counted in the tests).
+   */
+  static DataSource countingDataSource() throws Exception {
+    TestDb.db(); // the test database exists
+    DataSource ds = CountingSocketFactory.dataSource();
+    Versions.edition(ds);
+    return ds;
+  }
+
   /** A client whose connections count their round trips. */
   static IdempotencyClient countingClient() throws Exception {
-    TestDb.db(); // the test database exists
-    return new IdempotencyClient(CountingSocketFactory.dataSource());
+    return new IdempotencyClient(countingDataSource());
   }
 
   @Test
@@ -87,9 +98,8 @@ class RoundTripsTest {
 
   @Test
   void theFilter() throws Exception {
-    TestDb.db();
     try (Server server =
-        new Server(new FilterTest.Orders(), FilterTest.filter(CountingSocketFactory.dataSource()))) {
+        new Server(new FilterTest.Orders(), FilterTest.filter(countingDataSource()))) {
       String key = TestDb.unique("trips");
       HttpResponse<String> first = server.post("/orders", key, "{\"item\": \"book\"}");
       assertEquals(201, first.statusCode());
@@ -100,15 +110,20 @@ class RoundTripsTest {
     }
   }
 
-  /** A server before 0.3.0 has no reserve_begin: the function is renamed for the test. */
+  /**
+   * A server that refuses reserve_begin although its edition offered it (say keys distributed
+   * by Citus): the function is renamed for the test after the edition was asked.
+   */
   @Test
-  void aServerWithoutReserveBegin() throws Exception {
+  void aServerThatRefusesReserveBegin() throws Exception {
     String fn = "idempotency.reserve_begin(text, text, bytea, interval, interval, interval)";
+    DataSource clientDs = countingDataSource();
+    DataSource filterDs = countingDataSource();
     try (Connection admin = TestDb.db().getConnection();
         Statement s = admin.createStatement()) {
       s.execute("ALTER FUNCTION " + fn + " RENAME TO reserve_begin_hidden");
       try {
-        IdempotencyClient client = countingClient();
+        IdempotencyClient client = new IdempotencyClient(clientDs);
         String scope = TestDb.unique("trips");
         Request req = Request.of(scope, "k", "{}");
         assertFalse(client.runOnce(req, insert(scope, "k")).replayed());
@@ -120,8 +135,7 @@ class RoundTripsTest {
         assertTrips(CountingSocketFactory.trips(), "BEGIN; SELECT", "ROLLBACK");
         assertEquals(1, TestDb.orders(scope, "k"));
 
-        try (Server server =
-            new Server(new FilterTest.Orders(), FilterTest.filter(CountingSocketFactory.dataSource()))) {
+        try (Server server = new Server(new FilterTest.Orders(), FilterTest.filter(filterDs))) {
           String key = TestDb.unique("trips");
           assertEquals(201, server.post("/orders", key, "{}").statusCode());
           assertTrips(CountingSocketFactory.trips(),
@@ -130,6 +144,35 @@ class RoundTripsTest {
           assertEquals("true", again.headers().firstValue("Idempotent-Replayed").orElse(""));
           assertTrips(CountingSocketFactory.trips(), "BEGIN; SELECT", "ROLLBACK");
         }
+      } finally {
+        s.execute("ALTER FUNCTION idempotency.reserve_begin_hidden(text, text, bytea, interval,"
+            + " interval, interval) RENAME TO reserve_begin");
+      }
+    }
+  }
+
+  /**
+   * A server whose edition has no reserve_begin (the managed edition, a server before 0.3.0;
+   * here the function is renamed for the test): the client asks the edition once, on the
+   * connection of its first claim, and never sends reserve_begin.
+   */
+  @Test
+  void aServerWithoutReserveBeginIsAskedOnceNeverRefused() throws Exception {
+    String fn = "idempotency.reserve_begin(text, text, bytea, interval, interval, interval)";
+    try (Connection admin = TestDb.db().getConnection();
+        Statement s = admin.createStatement()) {
+      s.execute("ALTER FUNCTION " + fn + " RENAME TO reserve_begin_hidden");
+      try {
+        IdempotencyClient client = new IdempotencyClient(CountingSocketFactory.dataSource());
+        String scope = TestDb.unique("trips");
+        Request req = Request.of(scope, "k", "{}");
+        assertFalse(client.runOnce(req, insert(scope, "k")).replayed());
+        assertTrips(CountingSocketFactory.trips(),
+            "SELECT CASE WHEN e.extversion", "BEGIN; SELECT", INSERT, COMPLETE_COMMIT);
+        assertFalse(client.edition().offers("reserve_begin"));
+        assertTrue(client.runOnce(req, insert(scope, "k")).replayed());
+        assertTrips(CountingSocketFactory.trips(), "BEGIN; SELECT", "ROLLBACK");
+        assertEquals(1, TestDb.orders(scope, "k"));
       } finally {
         s.execute("ALTER FUNCTION idempotency.reserve_begin_hidden(text, text, bytea, interval,"
             + " interval, interval) RENAME TO reserve_begin");
