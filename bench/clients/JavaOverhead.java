@@ -102,8 +102,18 @@ public class JavaOverhead {
             JavaOverhead.class.getClassLoader(),
             new Class<?>[] {DataSource.class},
             (proxy, method, args) -> {
-              if (method.getName().equals("getConnection")) return shared;
-              throw new UnsupportedOperationException(method.getName());
+              switch (method.getName()) {
+                case "getConnection":
+                  return shared;
+                case "hashCode": // the client caches what it learns per data source
+                  return System.identityHashCode(proxy);
+                case "equals":
+                  return proxy == args[0];
+                case "toString":
+                  return "pool of one connection";
+                default:
+                  throw new UnsupportedOperationException(method.getName());
+              }
             });
   }
 
