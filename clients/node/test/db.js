@@ -4,6 +4,8 @@
 // With IDEM_TEST_DB_SETUP set (test/citus/clients.sh), that command is then run with each
 // database's name (there: it makes the database a Citus one).
 import { execFileSync } from 'node:child_process';
+import assert from 'node:assert/strict';
+import http from 'node:http';
 import { after, before } from 'node:test';
 import pg from 'pg';
 
@@ -51,6 +53,27 @@ export function connected(name) {
     await shared.client?.end();
   });
   return shared;
+}
+
+// An HTTP server for app on a free local port: { base, close }. With errorName, an Express
+// app answers an error its handlers pass on with a 500 { error: errorName, message }.
+export async function serve(app, errorName = undefined) {
+  if (errorName !== undefined) {
+    app.use((err, req, res, next) => { // eslint-disable-line no-unused-vars
+      res.status(500).json({ error: errorName, message: err.message });
+    });
+  }
+  const server = http.createServer(app);
+  await new Promise((r) => { server.listen(0, '127.0.0.1', r); });
+  return { base: `http://127.0.0.1:${server.address().port}`,
+    close: () => new Promise((r) => { server.close(r); }) };
+}
+
+// The middleware's answer when the database cannot be reached: 503, Retry-After: 1.
+export async function assertDatabaseUnavailable(res) {
+  assert.equal(res.status, 503);
+  assert.equal(res.headers.get('retry-after'), '1');
+  assert.equal((await res.json()).error, 'database_unavailable');
 }
 
 export const vectorsPath = new URL('../../../test/vectors/fingerprint.jsonl', import.meta.url);

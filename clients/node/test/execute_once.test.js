@@ -12,7 +12,7 @@ import {
   InvalidTransactionTerminationError, StatementSyntaxError, idempotencyMiddleware, KeyInProgressError,
   KeyMismatchError, KeyTooOldError, lookup, runOnce, statementParam,
 } from '../index.js';
-import { connect, counting, databases } from './db.js';
+import { assertDatabaseUnavailable, connect, counting, databases, serve } from './db.js';
 import { extensionOnly, REASONS } from './edition.js';
 
 const INSERT = `INSERT INTO orders (k, item, qty) VALUES ($1, $2, $3)
@@ -22,7 +22,7 @@ let db;
 let client;
 let check;
 let pool;
-let server;
+let closeServer;
 let base;
 let handlerRuns = 0;
 
@@ -45,15 +45,10 @@ before(async () => {
   }), () => { handlerRuns++; });
   app.post('/nothing', idempotencyMiddleware({ pool, scope: 'nothing',
     statement: 'SELECT id FROM orders WHERE false' }), () => { handlerRuns++; });
-  app.use((err, req, res, next) => { // eslint-disable-line no-unused-vars
-    res.status(500).json({ error: 'handler_error', message: err.message });
-  });
-  server = http.createServer(app);
-  await new Promise((r) => { server.listen(0, '127.0.0.1', r); });
-  base = `http://127.0.0.1:${server.address().port}`;
+  ({ base, close: closeServer } = await serve(app, 'handler_error'));
 });
 after(async () => {
-  await new Promise((r) => { server?.close(r); });
+  await closeServer?.();
   await pool?.end();
   await client?.end();
   await check?.end();
@@ -379,17 +374,13 @@ test('middleware: 503 + Retry-After when the database is unreachable', ONLY, asy
   const app = express();
   app.post('/x', idempotencyMiddleware({ pool: down, scope: 'down', statement: 'SELECT 1 AS one' }),
     () => assert.fail('the handler ran'));
-  const srv = http.createServer(app);
-  await new Promise((r) => { srv.listen(0, '127.0.0.1', r); });
+  const served = await serve(app);
   try {
-    const res = await fetch(`http://127.0.0.1:${srv.address().port}/x`, { method: 'POST',
+    await assertDatabaseUnavailable(await fetch(`${served.base}/x`, { method: 'POST',
       headers: { 'Idempotency-Key': randomUUID(), 'Content-Type': 'application/json' },
-      body: '{}' });
-    assert.equal(res.status, 503);
-    assert.equal(res.headers.get('retry-after'), '1');
-    assert.equal((await res.json()).error, 'database_unavailable');
+      body: '{}' }));
   } finally {
-    await new Promise((r) => { srv.close(r); });
+    await served.close();
     await down.end();
   }
 });

@@ -6,11 +6,11 @@ import { after, before, test } from 'node:test';
 import express from 'express';
 import pg from 'pg';
 import { idempotencyMiddleware, lookup } from '../index.js';
-import { connect, databases } from './db.js';
+import { assertDatabaseUnavailable, connect, databases, serve } from './db.js';
 
 let pool;
 let check;
-let server;
+let closeServer;
 let base;
 let runs = 0;
 // ?hold=1: the handler, once it runs (the key claimed, its transaction open), resolves
@@ -66,15 +66,10 @@ before(async () => {
     return res.status(201).location(`/orders/${rows[0].id}`)
       .json({ id: rows[0].id, item: body.item, attempt });
   });
-  app.use((err, req, res, next) => { // eslint-disable-line no-unused-vars
-    res.status(500).json({ error: 'internal_error', message: err.message });
-  });
-  server = http.createServer(app);
-  await new Promise((r) => { server.listen(0, '127.0.0.1', r); });
-  base = `http://127.0.0.1:${server.address().port}`;
+  ({ base, close: closeServer } = await serve(app, 'internal_error'));
 });
 after(async () => {
-  await new Promise((r) => { server?.close(r); });
+  await closeServer?.();
   await pool?.end();
   await check?.end();
 });
@@ -261,19 +256,15 @@ test('503 + Retry-After when the database is unreachable; the app keeps serving'
   const app = express();
   app.post('/orders', idempotencyMiddleware({ pool: down, scope: 'down' }),
     () => assert.fail('the handler ran'));
-  const srv = http.createServer(app);
-  await new Promise((r) => { srv.listen(0, '127.0.0.1', r); });
+  const served = await serve(app);
   try {
     for (let i = 0; i < 2; i++) {
-      const res = await fetch(`http://127.0.0.1:${srv.address().port}/orders`, {
+      await assertDatabaseUnavailable(await fetch(`${served.base}/orders`, {
         method: 'POST', headers: { 'Idempotency-Key': randomUUID(), 'Content-Type': 'application/json' },
-        body: '{"item": "w"}' });
-      assert.equal(res.status, 503);
-      assert.equal(res.headers.get('retry-after'), '1');
-      assert.equal((await res.json()).error, 'database_unavailable');
+        body: '{"item": "w"}' }));
     }
   } finally {
-    await new Promise((r) => { srv.close(r); });
+    await served.close();
     await down.end();
   }
 });

@@ -141,22 +141,33 @@ test('one statement a request for a replay, a 422 and a 409: reserve_begin, no B
   }
 });
 
+// A new key and its replay through s, where the middleware claims with BEGIN + reserve after
+// `before` other statements (0: none; 1: a refused reserve_begin): the new key's statements
+// are those, BEGIN + reserve, the insert and complete + COMMIT, and no reserve_begin after
+// them; the replay starts with BEGIN. Returns the replay's answer.
+async function newKeyThenReplay(s, before) {
+  const key = randomUUID();
+  const first = await s.send(key);
+  const sent = first.statements.join(' | ');
+  assert.equal(first.status, 201);
+  assert.equal(first.statements.length, before + 3, sent);
+  assert.match(first.statements[before], /^BEGIN; SELECT .* FROM idempotency\.reserve\(/s);
+  assert.ok(first.statements.slice(before).every((t) => !t.includes('reserve_begin')), sent);
+  const replay = await s.send(key);
+  assert.equal(replay.replayed, 'true');
+  assert.match(replay.statements[0], /^BEGIN; /);
+  return replay;
+}
+
 test('a server that refuses reserve_begin (before 0.3.0): BEGIN + reserve, and ROLLBACK after a replay', RB, async () => {
   const fn = 'idempotency.reserve_begin(text, text, bytea, interval, interval, interval)';
   const s = await recordingServer();
   await s.send(randomUUID()); // the edition, asked once: it has reserve_begin, renamed below
   await check.query(`ALTER FUNCTION ${fn} RENAME TO reserve_begin_hidden`);
   try {
-    const key = randomUUID();
-    const first = await s.send(key);
-    assert.equal(first.status, 201);
     // the refused reserve_begin, then BEGIN + reserve, the insert, complete + COMMIT
-    assert.equal(first.statements.length, 4, first.statements.join(' | '));
-    assert.match(first.statements[1], /^BEGIN; SELECT .* FROM idempotency\.reserve\(/s);
-    const replay = await s.send(key);
+    const replay = await newKeyThenReplay(s, 1);
     assert.equal(replay.status, 201);
-    assert.equal(replay.replayed, 'true');
-    assert.match(replay.statements[0], /^BEGIN; /);
     assert.equal(replay.statements.at(-1), 'ROLLBACK');
     assert.equal(await s.settled(), 0, 'the ROLLBACK after the answer ended the transaction');
   } finally {
@@ -274,16 +285,8 @@ test('a server without reserve_begin (the managed edition; here renamed away on 
   if (!MANAGED) await check.query(`ALTER FUNCTION ${fn} RENAME TO reserve_begin_hidden`);
   const s = await recordingServer();
   try {
-    const key = randomUUID();
-    const first = await s.send(key);
-    assert.equal(first.status, 201);
     // BEGIN + reserve, the insert, complete + COMMIT: reserve_begin is never sent
-    assert.equal(first.statements.length, 3, first.statements.join(' | '));
-    assert.match(first.statements[0], /^BEGIN; SELECT .* FROM idempotency\.reserve\(/s);
-    assert.ok(first.statements.every((t) => !t.includes('reserve_begin')), first.statements.join(' | '));
-    const replay = await s.send(key);
-    assert.equal(replay.replayed, 'true');
-    assert.match(replay.statements[0], /^BEGIN; /);
+    const replay = await newKeyThenReplay(s, 0);
     assert.equal(s.editionsAsked(), 1);
     assert.equal(await s.settled(), 0);
   } finally {

@@ -216,15 +216,8 @@ final class Transactions {
    * auto-commit, committed together. A server without execute_once (before 0.3.0, or the
    * managed edition) is an error naming it (42883).
    */
-  static Reservation executeOnce(
-      Connection c,
-      String scope,
-      String key,
-      byte[] requestHash,
-      String statement,
-      List<?> params,
-      int statusCode,
-      Idempotency.ReserveOptions o) {
+  static Reservation executeOnce(Connection c, String scope, String key, byte[] requestHash,
+      String statement, List<?> params, int statusCode, Idempotency.ReserveOptions o) {
     Keys.checkNames(scope, key);
     if (o == null) o = Idempotency.ReserveOptions.DEFAULTS;
     String[] values = statementParams(params);
