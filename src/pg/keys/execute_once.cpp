@@ -289,6 +289,11 @@ Datum result_response(bool *is_null) noexcept {
     return SPI_datumTransfer(response, false, -1);
 }
 
+void unmark_running(RunningStatement *entry, size_t slot) noexcept {
+    running = entry->outer;
+    if (slot < core::kStatementCacheSize) running_in[slot]--;
+}
+
 // Runs the plan with the statement's key refused to nested calls and its plan never replaced
 // by theirs, both undone however it ends. A function of its own: nothing of the caller's
 // lives across the longjmp of PG_TRY.
@@ -298,14 +303,16 @@ pg_noinline int execute_marked(SPIPlanPtr plan, Datum *values, char *nulls, Runn
     running = entry;
     if (slot < core::kStatementCacheSize) running_in[slot]++;
     volatile int rc = 0;
+    // PG_CATCH rather than PG_FINALLY: the latter's flag draws -Wclobbered under -O2 and UBSan.
     PG_TRY();
     { rc = SPI_execute_plan(plan, values, nulls, false, 2); }
-    PG_FINALLY();
+    PG_CATCH();
     {
-        running = entry->outer;
-        if (slot < core::kStatementCacheSize) running_in[slot]--;
+        unmark_running(entry, slot);
+        PG_RE_THROW();
     }
     PG_END_TRY();
+    unmark_running(entry, slot);
     return rc;
 }
 
