@@ -20,7 +20,9 @@
 #     orphan's autocommitted claim stayed processing until lock_ttl). The server runs without
 #     client_connection_check_interval, which would end the backend at once;
 #  6. the Node middleware with 16 clients on 8 server connections: its prepared reserve_begin
-#     meets 26000 / 42P05, it switches to inlined values, and every request is answered.
+#     meets 26000 / 42P05, it switches to unnamed statements, and every request is answered;
+#  7. the Node consumers (consumeOnce, applyOnce) likewise: their prepared claim_once / accept
+#     meets 26000 / 42P05, the message's transaction is sent again unnamed, each applied once.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/pgbouncer 54481
@@ -225,7 +227,7 @@ expect "lookup there" "$(pq one -F ' ' -c "SELECT state, attempt FROM idempotenc
 echo "--- 6. the Node middleware: its prepared reserve_begin across pooled server connections"
 # 16 pg clients on pool postgres's 8 server connections: a client's prepared statement is on
 # one server connection and not the next (26000), or another client's is there first (42P05).
-# The middleware must answer every request and switch to inlined values; one order per key.
+# The middleware must answer every request and switch to unnamed statements; one order per key.
 "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/clients/node" >/dev/null
 q -q -c "CREATE TABLE mw_orders (k text NOT NULL)"
 cat >"$WORK/middleware.mjs" <<'JS'
@@ -265,6 +267,45 @@ expect "every request answered: 160 new, 160 replays" "$answers" "201:160 201 re
 expect "one order per key" \
   "$(q -c "SELECT count(*) || '/' || count(DISTINCT k) FROM mw_orders")" "160/160"
 expect "every key completed" "$(q -c "SELECT count(*) FILTER (WHERE state = 'completed') || '/' || count(*) FROM idempotency.keys WHERE scope = 'pgb'")" "160/160"
+
+echo "--- 7. the Node consumers: their prepared claim and accept across pooled server connections"
+# consumeOnce and applyOnce prepare their statement on the connection they use; through the
+# pooler that meets 26000 and 42P05 as the middleware's does. Every message applied once.
+q -q -c "CREATE TABLE consumed (k text NOT NULL)"
+cat >"$WORK/consumers.mjs" <<'JS'
+import { createRequire } from 'node:module';
+const [root, host, port] = process.argv.slice(2);
+const pg = createRequire(`${root}/clients/node/package.json`)('pg');
+const { applyOnce, consumeOnce } = await import(`${root}/clients/node/index.js`);
+const pool = new pg.Pool({ host, port: Number(port), user: 'postgres', database: 'postgres', max: 16 });
+pool.on('error', () => {});
+const outcomes = {};
+const count = (what) => { outcomes[what] = (outcomes[what] ?? 0) + 1; };
+const insert = (c, k) => c.query('INSERT INTO consumed VALUES ($1)', [k]);
+const deliver = async (i) => {
+  const c = await pool.connect();
+  try {
+    count(`queue ${await consumeOnce(c, 'pgb-queue', `m-${i}`, (w) => insert(w, `m-${i}`))}`);
+    // a batch's 16 messages on 16 partitions: each partition's positions in order
+    count(`stream ${await applyOnce(c, 'pgb-stream', `p-${i % 16}`, 1 + Math.floor(i / 16),
+      (w) => insert(w, `s-${i}`))}`);
+  } finally {
+    c.release();
+  }
+};
+for (const round of [0, 1]) { // each message, then its redelivery
+  for (let i = 0; i < 160; i += 16)
+    await Promise.all(Array.from({ length: 16 }, (_, j) => deliver(i + j)));
+}
+console.log(Object.entries(outcomes).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}:${v}`).join(' '));
+await pool.end();
+JS
+answers=$(timeout 120 node "$WORK/consumers.mjs" "$IDEM_ROOT" "$PGB_SOCK" "$PGB_PORT" 2>"$WORK/consumers.err") ||
+  fail "the consumers through pgbouncer: $(tail -n 5 "$WORK/consumers.err")"
+expect "every message applied, every redelivery refused" "$answers" \
+  "queue false:160 queue true:160 stream false:160 stream true:160"
+expect "each message's work once" \
+  "$(q -c "SELECT count(*) || '/' || count(DISTINCT k) FROM consumed")" "320/320"
 
 echo "$CHECKS checks passed"
 echo "PASS"

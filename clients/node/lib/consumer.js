@@ -29,7 +29,7 @@ import {
 import { checkNames, interval, reserve } from './keys.js';
 import {
   ADVANCE_SLOT, BEGIN, CLAIM_ONCE, COMMIT, CREATE_SLOT, FAIL_STAMPED, FAILURE_SAVEPOINT,
-  PEEK_CHANGES, PEEK_CHANGES_OF_TOPICS, ROLLBACK, SLOT_EXISTS,
+  PEEK_CHANGES, PEEK_CHANGES_OF_TOPICS, PREPARED, ROLLBACK, SLOT_EXISTS,
 } from './statements.js';
 import * as streams from './streams.js';
 import { accept, lsnKey, lsnKeyParts } from './streams.js';
@@ -171,7 +171,7 @@ async function consumeOnceBare(client, scope, key, work,
   { retention = '24 hours', wait = '0' } = {}) {
   checkNames(scope, key);
   try {
-    return await transactionWith(client, CLAIM_ONCE,
+    return await transactionWith(client, PREPARED.claim_once,
       [scope, key, interval(retention), interval(wait)], async (claimed) => {
         if (claimed) await work(client);
         return claimed;

@@ -9,7 +9,7 @@ import {
 import { KeyEmptyError, KeyTooLongError } from './errors.js';
 import { fingerprint } from './fingerprint.js';
 import {
-  CHECKPOINT, COMPLETE, EXECUTE_ONCE, FAIL, FORGET, LOOKUP, RESERVE, RESERVE_BEGIN,
+  CHECKPOINT, COMPLETE, EXECUTE_ONCE, FAIL, FORGET, LOOKUP, PREPARED, RESERVE, RESERVE_BEGIN,
 } from './statements.js';
 
 // An interval parameter: a number is seconds, a string the server's interval text.
@@ -193,9 +193,8 @@ export async function reserveAfter(client, before, scope, key, requestHash = nul
   return reservationOfFields(rows[0], client); // `before`'s rows (none), then reserve's
 }
 
-const RESERVE_BEGIN_NAME = 'idempotency_reserve_begin_v1';
-const COMPLETE_NAME = 'idempotency_complete_v1';
-const PREPARED_COMPLETE = { name: COMPLETE_NAME, text: COMPLETE };
+const PREPARED_COMPLETE = PREPARED.complete;
+const RESERVE_BEGIN_NAME = PREPARED.reserve_begin.name;
 
 // idempotency.reserve_begin, for a client with no transaction open: one statement. The outcome
 // 'new' leaves a transaction open (the server opened it, as BEGIN would); any other leaves
@@ -226,7 +225,7 @@ export async function reserveBegin(client, scope, key, requestHash = null, optio
 // it lacks (26000: a pooler moved the client to another server connection, or DISCARD ALL),
 // or one that another client of the pooler made there first (42P05).
 export const preparedStatementUnusable = (err) => ['26000', '42P05'].includes(err?.code) &&
-  [RESERVE_BEGIN_NAME, COMPLETE_NAME].some((name) => err.message.includes(name));
+  Object.values(PREPARED).some(({ name }) => err.message.includes(name));
 
 // Whether err is reserve_begin refused as a whole (see reserveBegin): BEGIN + reserve do the
 // same in two statements.

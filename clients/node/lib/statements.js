@@ -74,6 +74,16 @@ export const LISTED = Object.freeze({
   edition: EDITION,
 });
 
+// ---- prepared statements: parsed once per connection, under these names ----
+const prepared = (name, text) => Object.freeze({ name, text });
+export const PREPARED = Object.freeze({
+  reserve_begin: prepared('idempotency_reserve_begin_v1', RESERVE_BEGIN),
+  complete: prepared('idempotency_complete_v1', COMPLETE),
+  claim_once: prepared('idempotency_claim_once_v1', CLAIM_ONCE),
+  accept_bigint: prepared('idempotency_accept_bigint_v1', ACCEPT_BIGINT),
+  accept_uuid: prepared('idempotency_accept_uuid_v1', ACCEPT_UUID),
+});
+
 // ---- transactions ----
 export const BEGIN = 'BEGIN';
 export const COMMIT = 'COMMIT';

@@ -3,7 +3,7 @@
 import { firstValue, query } from './connection.js';
 import { PositionBelowWatermarkError } from './errors.js';
 import { json } from './keys.js';
-import { ACCEPT_BIGINT, ACCEPT_UUID, EMIT, NEXT_KEY, WATERMARK } from './statements.js';
+import { EMIT, NEXT_KEY, PREPARED, WATERMARK } from './statements.js';
 import { transactionWith } from './transactions.js';
 
 const UUID = /^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$/i;
@@ -16,14 +16,17 @@ function positionParam(position) {
   throw new TypeError('position must be a bigint, a safe integer, or a UUID string');
 }
 
+// accept's statement ({ name, text } of PREPARED) for position, and its values.
 function acceptQuery(consumer, partition, position) {
   const [value, type] = positionParam(position);
-  return [type === 'uuid' ? ACCEPT_UUID : ACCEPT_BIGINT, [consumer, partition, value]];
+  return [type === 'uuid' ? PREPARED.accept_uuid : PREPARED.accept_bigint,
+    [consumer, partition, value]];
 }
 
 // idempotency.accept: true if position is above the watermark (and moves it there).
 export async function accept(client, consumer, partition, position) {
-  return firstValue(await query(client, ...acceptQuery(consumer, partition, position)));
+  const [{ text }, values] = acceptQuery(consumer, partition, position);
+  return firstValue(await query(client, text, values));
 }
 
 // The stored position as a bigint (a 128-bit position for UUID keys), or null.
@@ -41,8 +44,8 @@ const positionValue = (p) => (typeof p === 'string' && UUID.test(p)
 // position below the watermark (not equal to it) throws PositionBelowWatermarkError instead of
 // returning false, for partitions that must arrive in order.
 export async function applyOnce(client, consumer, partition, position, fn, { strict = false } = {}) {
-  const [text, values] = acceptQuery(consumer, partition, position);
-  return transactionWith(client, text, values, async (accepted) => {
+  const [statement, values] = acceptQuery(consumer, partition, position);
+  return transactionWith(client, statement, values, async (accepted) => {
     if (!accepted) {
       if (strict) {
         const mark = await watermark(client, consumer, partition);

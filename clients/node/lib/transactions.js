@@ -12,7 +12,8 @@ import {
   TransactionAbortedError, TransactionOpenError,
 } from './errors.js';
 import {
-  checkpoint, completeThen, executeOnce, fail, requestHash, reserve, reserveAfter,
+  checkpoint, completeThen, executeOnce, fail, preparedStatementUnusable, requestHash, reserve,
+  reserveAfter,
 } from './keys.js';
 import { BEGIN, COMMIT, HELPER_SAVEPOINT, ROLLBACK } from './statements.js';
 
@@ -106,23 +107,39 @@ async function inTransaction(client, fn, { opens = false, closes = false } = {})
   }
 }
 
-// One transaction whose first statement is text (one boolean column): resolves to
-// then(boolean). On pg's own client with no transaction open, BEGIN and text go to the server in
-// one write with the values bound (queryStatements: one round trip instead of two, as a
-// consumer pays per message), and COMMIT follows then(); otherwise inTransaction (a savepoint
-// inside the caller's transaction). An error rolls everything back and comes out typed.
-export async function transactionWith(client, text, values, then) {
+// One transaction whose first statement ({ name, text } of PREPARED, one boolean column) gets
+// values: resolves to then(boolean). On pg's own client with no transaction open, BEGIN and the
+// statement go to the server in one write with the values bound (queryStatements: one round
+// trip instead of two, as a consumer pays per message), the statement prepared under its name
+// (parsed and planned once per connection), and COMMIT follows then(); otherwise inTransaction
+// (a savepoint inside the caller's transaction), the statement unnamed. A server connection
+// whose prepared statements are not the client's (a pooler, DISCARD ALL: see
+// preparedStatementUnusable) fails that transaction before then() runs: it is rolled back and
+// sent again unnamed, as is every later one of that client. An error rolls everything back and
+// comes out typed.
+const unprepared = new WeakSet(); // the clients that met preparedStatementUnusable
+
+export async function transactionWith(client, statement, values, then) {
   if (transactionStatus(client) !== 'I' || !writesProtocol(client)) {
     return inTransaction(client, async () =>
-      then(firstValue(await query(client, text, values))));
+      then(firstValue(await query(client, statement.text, values))));
   }
   checkUsable(client);
   const unwatch = watchConnection(client);
   try {
+    const opened = () => queryStatements(client, [{ text: BEGIN, values: [] },
+      unprepared.has(client) ? { text: statement.text, values } : { ...statement, values }]);
     let out;
     try {
-      const [, rows] = await queryStatements(client, [{ text: BEGIN, values: [] },
-        { text, values }]);
+      let rows;
+      try {
+        [, rows] = await opened();
+      } catch (err) {
+        if (!preparedStatementUnusable(err) || unprepared.has(client)) throw err;
+        unprepared.add(client);
+        await rollbackQuietly(client);
+        [, rows] = await opened();
+      }
       out = await then(rows[0][0] === 't'); // BEGIN's rows (none), then the statement's
     } catch (err) {
       await rollbackQuietly(client);

@@ -496,6 +496,78 @@ test('consumeOnce applies each message once; an error in the work frees the key'
   await assert.rejects(consumeOnce(conn, 'queue', '', work), KeyEmptyError);
 });
 
+// The names of the statements the connection parses (pg's Parse messages) while fn runs.
+async function parsedDuring(c, fn) {
+  const parsed = [];
+  const parse = c.connection.parse;
+  c.connection.parse = function spied(q) { parsed.push(q.name || q.text); return parse.call(this, q); };
+  try {
+    await fn();
+  } finally {
+    c.connection.parse = parse;
+  }
+  return parsed;
+}
+
+test('consumeOnce and applyOnce: their statement prepared once per connection, BEGIN and it one round trip', async () => {
+  const c = await connect(db);
+  try {
+    const rt = counting(c);
+    const first = await parsedDuring(c, async () => {
+      assert.equal(await consumeOnce(c, 'queue', key(), () => {}), true);
+      assert.equal(await applyOnce(c, `c-${randomUUID()}`, 'p', 1n, () => {}), true);
+      assert.equal(await applyOnce(c, `c-${randomUUID()}`, 'p', randomUUID(), () => {}), true);
+    });
+    rt.stop();
+    assert.equal(rt.sent.length, 6, 'BEGIN + the statement, then COMMIT, for each');
+    assert.deepEqual(first, ['BEGIN', 'idempotency_claim_once_v1', 'BEGIN',
+      'idempotency_accept_bigint_v1', 'BEGIN', 'idempotency_accept_uuid_v1']);
+    const { rows } = await c.query('SELECT name FROM pg_prepared_statements ORDER BY name');
+    assert.deepEqual(rows.map((r) => r.name), ['idempotency_accept_bigint_v1',
+      'idempotency_accept_uuid_v1', 'idempotency_claim_once_v1']);
+    const again = await parsedDuring(c, async () => {
+      const k = key();
+      assert.equal(await consumeOnce(c, 'queue', k, (w) => insert(w, k, {})), true);
+      assert.equal(await consumeOnce(c, 'queue', k, (w) => insert(w, k, {})), false);
+      assert.equal(await applyOnce(c, `c-${randomUUID()}`, 'p', 2n, () => {}), true);
+    });
+    assert.ok(again.every((text) => !text.startsWith('idempotency_')),
+      `bound, not parsed again: ${again.join(', ')}`);
+  } finally {
+    await c.end();
+  }
+});
+
+test('a prepared claim the server connection lost (26000) or holds already (42P05): applied once, unnamed from then on', async () => {
+  const claimed = [];
+  const lost = await connect(db); // a pooler moved it, or DISCARD ALL
+  const held = await connect(db); // another client of a pooler prepared the name there first
+  try {
+    assert.equal(await consumeOnce(lost, 'queue', key(), () => {}), true);
+    await lost.query('DEALLOCATE idempotency_claim_once_v1');
+    await held.query('PREPARE idempotency_accept_bigint_v1 AS SELECT false');
+    for (const [c, apply] of [
+      [lost, (k) => consumeOnce(lost, 'queue', k, (w) => insert(w, k, {}))],
+      [held, (k) => applyOnce(held, k, 'p', 7n, (w) => insert(w, k, {}))],
+    ]) {
+      const k = key();
+      const parsed = await parsedDuring(c, async () => { claimed.push(await apply(k)); });
+      assert.equal(c.getTransactionStatus(), 'I');
+      assert.equal(await count(k), 1, 'the work ran once');
+      // the named statement's Parse (refused) if one was sent, then the unnamed one
+      assert.deepEqual(parsed.filter((t) => t.includes('idempotency')).map((t) => /^idempotency_/.test(t)),
+        c === held ? [true, false] : [false], parsed.join(' | '));
+      assert.equal(await apply(k), false, 'a redelivery');
+      const next = await parsedDuring(c, () => apply(key()));
+      assert.ok(next.every((text) => !text.startsWith('idempotency_')), next.join(' | '));
+    }
+    assert.deepEqual(claimed, [true, true]);
+  } finally {
+    await lost.end();
+    await held.end();
+  }
+});
+
 test('a work that swallows a server error: TransactionAbortedError, not true over a rollback', async () => {
   // COMMIT of a failed transaction rolls back without an error: a consumer told true would
   // acknowledge a message that was never applied.
