@@ -5,15 +5,15 @@
 // Environment: PG*, REDIS_URL; LOOP_POSTMASTER, LOOP_REDIS: the pids whose CPU (the
 // postmaster's with its children's, Redis's) is counted per request too; LOOP_HZ: the clock
 // ticks per second of /proc (getconf CLK_TCK).
-// STRATEGY: middleware ((1)'s statements), fortress, accelerator, or insert (the business
-// write alone: no idempotency). MODE new: a new key each time, the completed keys written to
+// STRATEGY: middleware ((1)'s statements), statement ((1s): runOnce's statement form), fortress,
+// accelerator, or insert (the business write alone: no idempotency). MODE new: a new key each time, the completed keys written to
 // KEYFILE; replay: the keys of KEYFILE again and again. Prints one JSON line: requests,
 // seconds, rps, replays (answers that were), and CPU per request in us: client_us (this
 // process), postgresql_us, redis_us.
 import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import {
-  accelerate, fortressTx, insertOrder, middlewareStatements, newPool, redis, sha,
+  accelerate, fortressTx, insertOrder, middlewareStatements, newPool, redis, sha, statementOnce,
 } from './work.mjs';
 
 const [strategy, mode, conns, seconds, keyFile] = process.argv.slice(2);
@@ -45,6 +45,7 @@ const bodyOf = (key) => JSON.stringify({ item: `sku-${key.slice(0, 6)}`, qty: 1 
 
 const requestOf = {
   middleware: (key, raw, body) => middlewareStatements(pool, key, raw, body),
+  statement: (key, raw, body) => statementOnce(pool, key, raw, body),
   fortress: (key, raw, body) => fortressTx(pool, key, sha(raw), body),
   accelerator: (key, raw, body) => accelerate(r, pool, key, sha(raw), body),
   insert: async (key, raw, body) =>
@@ -69,6 +70,9 @@ async function worker(until) {
     const out = await requestOf(key, Buffer.from(text), JSON.parse(text));
     if (out.status !== 201 && !out.replay)
       throw new Error(`${strategy}: answer ${out.status} for ${key}`);
+    // every strategy answers the same body, the order's id as node-postgres reads a bigint
+    if (!/^[0-9]+$/.test(out.body?.id))
+      throw new Error(`${strategy}: answer ${JSON.stringify(out.body)} for ${key}`);
     if (out.replay) replays++;
     else if (mode === 'new') completed.push(key);
     requests++;

@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 out, report_dir = sys.argv[1:]
-NAMES = {"middleware": "(1) middleware", "external": "(2) runExternal",
+NAMES = {"middleware": "(1) middleware", "statement": "(1s) the middleware's statement form",
+         "external": "(2) runExternal",
          "fortress": "(3) fortress SQL", "accelerator": "(4) Redis SET NX + Lua",
          "hybrid": "(5) hybrid Redis + SQL", "powertools": "(6) Powertools, Redis",
          "express-idempotency": "(7) express-idempotency, Redis"}

@@ -8,7 +8,10 @@ import net from 'node:net';
 import express from 'express';
 import { idempotencyMiddleware, runExternal, parseIdempotencyKey, answerFor, isConnectionLost }
   from '../../clients/node/index.js';
-import { accelerate, fortressTx, insertOrder, LOCK_MS, newPool, redis, sha, TTL } from './work.mjs';
+import {
+  accelerate, fortressTx, insertOrder, LOCK_MS, newPool, ORDER_STATEMENT, orderParams, redis, sha,
+  TTL,
+} from './work.mjs';
 
 const STRATEGY = process.env.STRATEGY;
 
@@ -94,6 +97,15 @@ function middleware() {
     const { client, key } = req.idempotency;
     res.status(201).json({ id: await insertOrder(client, key, req.body) });
   });
+}
+
+// (1s) the middleware's statement form: the insert is its statement, with its parameters from
+// the request; one call of execute_once claims the key, inserts, stores the row as the answer
+// and completes the key. No handler runs: the middleware answers 201 with the row.
+function statement() {
+  app.post('/orders', rawJson, idempotencyMiddleware({ pool, scope: 'bench',
+    statement: ORDER_STATEMENT,
+    params: (req) => orderParams(parseIdempotencyKey(keyOf(req)), req.body) }));
 }
 
 // (2) the project's cross-transaction helper: claim committed, work, finish + complete.
@@ -216,7 +228,7 @@ async function expressIdempotency() {
   });
 }
 
-const strategies = { middleware, external, fortress, accelerator, hybrid, powertools,
+const strategies = { middleware, statement, external, fortress, accelerator, hybrid, powertools,
   'express-idempotency': expressIdempotency };
 if (!strategies[STRATEGY]) throw new Error(`unknown STRATEGY ${STRATEGY}`);
 await strategies[STRATEGY]();

@@ -1,10 +1,12 @@
 // bench/peers: what the strategies do apart from HTTP, shared by the service (service.mjs) and
 // the loops without HTTP (loop.mjs): the business write, the fortress transaction, the Redis
-// SET NX + Lua scripts, and the statements the project's middleware sends.
+// SET NX + Lua scripts, the statements the project's middleware sends, and its statement form
+// (the business write as execute_once's statement).
 import { createHash, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { createClient } from '@redis/client';
 import { completeThen, requestHash, reserveBegin } from '../../clients/node/lib/keys.js';
+import { runOnce } from '../../clients/node/lib/transactions.js';
 
 export const TTL = 86400; // seconds a result is kept
 export const LOCK_MS = 30000; // how long a Redis lock lives if its holder dies
@@ -23,9 +25,14 @@ export async function redis() {
 }
 
 // The business work: one order row.
+const INSERT_ORDER = 'INSERT INTO bench_orders (k, item, qty) VALUES ($1, $2, $3)';
+export const orderParams = (key, body) => [key, body.item, body.qty];
 export const insertOrder = async (db, key, body) => (await db.query(
-  'INSERT INTO bench_orders (k, item, qty) VALUES ($1, $2, $3) RETURNING id',
-  [key, body.item, body.qty])).rows[0].id;
+  `${INSERT_ORDER} RETURNING id`, orderParams(key, body))).rows[0].id;
+// (1s) the same insert as the statement of the statement form, with the same parameters. Its one
+// row is the answer: the id as text, as node-postgres reads a bigint, so that the body is the
+// other strategies' {"id":"..."}, byte for byte.
+export const ORDER_STATEMENT = `${INSERT_ORDER} RETURNING id::text AS id`;
 
 export const sha = (buf) => createHash('sha256').update(buf).digest('hex');
 
@@ -107,6 +114,21 @@ export async function middlewareStatements(pool, key, rawBody, body) {
     await completeThen(client, 'COMMIT', 'bench', key, 201, answer, r.attempt, { prepare: true });
     client.release();
     return { status: 201, body: answer };
+  } catch (err) {
+    client.release(err);
+    throw err;
+  }
+}
+
+// (1s) without HTTP: runOnce's statement form, what the middleware's statement option sends for
+// a request (one call of execute_once: the claim, the insert and its stored answer).
+export async function statementOnce(pool, key, rawBody, body) {
+  const client = await pool.connect();
+  try {
+    const r = await runOnce(client, { scope: 'bench', key, request: rawBody,
+      statement: ORDER_STATEMENT, params: orderParams(key, body) });
+    client.release();
+    return { status: r.statusCode, body: r.response, replay: r.replayed };
   } catch (err) {
     client.release(err);
     throw err;
