@@ -917,8 +917,9 @@ DECLARE
     returns_rows boolean;
     final pg_catalog.text := base;
     old pg_catalog.text;
+    plan pg_catalog.jsonb;
 BEGIN
-    IF statement OPERATOR(pg_catalog.~) '^\s*$' THEN
+    IF statement OPERATOR(pg_catalog.~) E'^\\s*$' THEN
         RAISE EXCEPTION 'idempotency.execute_once runs exactly one statement' USING ERRCODE = '42601',
             DETAIL = 'The statement text holds 0 statements.';
     END IF;
@@ -946,7 +947,7 @@ BEGIN
     rest := statement;
     LOOP
         old := rest;
-        rest := pg_catalog.regexp_replace(rest, '^(\s+|--[^\n]*|/\*([^*]|\*+[^*/])*\*+/|\()', '');
+        rest := pg_catalog.regexp_replace(rest, E'^(\\s+|--[^\\n]*|/\\*([^*]|\\*+[^*/])*\\*+/|\\()', '');
         EXIT WHEN rest OPERATOR(pg_catalog.=) old;
     END LOOP;
     first_word := pg_catalog.upper(pg_catalog.substring(rest, '^[A-Za-z_]+'));
@@ -963,7 +964,7 @@ BEGIN
             WHEN syntax_error THEN
                 IF first_word OPERATOR(pg_catalog.=) ANY ('{BEGIN,START,COMMIT,END,ROLLBACK,ABORT,SAVEPOINT,RELEASE}')
                    OR (first_word OPERATOR(pg_catalog.=) 'PREPARE'
-                       AND rest OPERATOR(pg_catalog.~*) '^prepare\s+transaction\M') THEN
+                       AND rest OPERATOR(pg_catalog.~*) E'^prepare\\s+transaction\\M') THEN
                     RAISE EXCEPTION 'idempotency.execute_once cannot run transaction control statements'
                         USING ERRCODE = '2D000',
                         DETAIL = 'The statement runs inside the transaction that claims the key: '
@@ -979,7 +980,7 @@ BEGIN
                 RAISE;
             WHEN indeterminate_datatype THEN
                 -- "could not determine data type of parameter $N": $N is text.
-                number := pg_catalog.substring(SQLERRM, '\$([0-9]+)')::pg_catalog.int4;
+                number := pg_catalog.substring(SQLERRM, E'\\$([0-9]+)')::pg_catalog.int4;
                 IF number IS NULL OR types[number] IS NOT NULL THEN
                     RAISE;
                 END IF;
@@ -1010,8 +1011,18 @@ BEGIN
         returns_rows := false;
     END;
     IF NOT returns_rows THEN
+        -- A SELECT that returns no rows is a SELECT INTO: it would create a table. After a
+        -- WITH, the plan tells it from an INSERT, UPDATE, DELETE or MERGE (a ModifyTable
+        -- node on top; EXPLAIN without ANALYZE runs nothing).
+        IF first_word OPERATOR(pg_catalog.=) 'WITH' THEN
+            EXECUTE pg_catalog.format('EXPLAIN (FORMAT JSON) EXECUTE %I%s', base,
+                CASE WHEN nulls IS NULL THEN '' ELSE pg_catalog.format('(%s)', nulls) END)
+               INTO plan;
+            IF plan OPERATOR(pg_catalog.#>>) '{0,Plan,Node Type}' OPERATOR(pg_catalog.<>) 'ModifyTable' THEN
+                first_word := 'SELECT';
+            END IF;
+        END IF;
         IF first_word OPERATOR(pg_catalog.=) ANY ('{SELECT,VALUES,TABLE}') OR first_word IS NULL THEN
-            -- A SELECT that returns no rows is a SELECT INTO: it would create a table.
             EXECUTE pg_catalog.format('DEALLOCATE %I', base);
             RAISE EXCEPTION 'idempotency.execute_once runs SELECT, INSERT, UPDATE, DELETE and MERGE only'
                 USING ERRCODE = '0A000',
@@ -1224,7 +1235,7 @@ BEGIN
                AND pg_catalog.get_byte(head, 1) OPERATOR(pg_catalog.=) 0
                AND pg_catalog.get_byte(head, 2) OPERATOR(pg_catalog.=) 0
                -- json (oid 114) or jsonb (oid 3802)
-               AND pg_catalog.substr(head, 5, 4) OPERATOR(pg_catalog.=) ANY ('{"\\x00000072","\\x00000eda"}'::pg_catalog.bytea[]) THEN
+               AND pg_catalog.encode(pg_catalog.substr(head, 5, 4), 'hex') OPERATOR(pg_catalog.=) ANY ('{00000072,00000eda}') THEN
                 IF result IS NULL THEN
                     response := NULL;
                 ELSE

@@ -17,10 +17,8 @@ import psycopg
 import pytest
 
 import pg_idempotency as pi
-from conftest import REASON_EXECUTE_ONCE, conninfo
+from conftest import conninfo
 from test_middleware_round_trips import Wire, _end_trace, _start_trace
-
-pytestmark = pytest.mark.extension_only(REASON_EXECUTE_ONCE)  # every test here
 
 SCOPE = "acct_eo"
 INSERT = "INSERT INTO eo_orders (k, item, qty) VALUES ($1, $2, $3) RETURNING id, item, qty"
