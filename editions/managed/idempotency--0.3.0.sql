@@ -1188,26 +1188,22 @@ BEGIN
             true);
         n := 0;
         stale := false;
-        IF tries OPERATOR(pg_catalog.=) 1 THEN
-            -- A kept statement whose result columns changed with DDL fails before it runs
-            -- ("cached plan must not change result type", 0A000): prepared again, it runs
-            -- once more, then without this block, so that its own 0A000 is raised.
-            BEGIN
-                IF pg_catalog.right(stmt_name, 2) OPERATOR(pg_catalog.=) '_n' THEN
-                    EXECUTE run;
-                ELSE
-                    EXECUTE run INTO result;
-                    GET DIAGNOSTICS n = ROW_COUNT;
-                END IF;
-            EXCEPTION WHEN feature_not_supported THEN
-                stale := true;
-            END;
-        ELSIF pg_catalog.right(stmt_name, 2) OPERATOR(pg_catalog.=) '_n' THEN
-            EXECUTE run;
-        ELSE
-            EXECUTE run INTO result;
-            GET DIAGNOSTICS n = ROW_COUNT;
-        END IF;
+        -- A kept statement whose result columns changed with DDL fails before it runs
+        -- ("cached plan must not change result type", 0A000): prepared again, it runs once
+        -- more, and a second 0A000 is the statement's own.
+        BEGIN
+            IF pg_catalog.right(stmt_name, 2) OPERATOR(pg_catalog.=) '_n' THEN
+                EXECUTE run;
+            ELSE
+                EXECUTE run INTO result;
+                GET DIAGNOSTICS n = ROW_COUNT;
+            END IF;
+        EXCEPTION WHEN feature_not_supported THEN
+            IF tries OPERATOR(pg_catalog.>) 1 THEN
+                RAISE;
+            END IF;
+            stale := true;
+        END;
         PERFORM pg_catalog.set_config('idempotency_managed.running', coalesce(running_before, ''), true);
         EXIT WHEN NOT stale;
         EXECUTE pg_catalog.format('DEALLOCATE %I', stmt_name);

@@ -106,6 +106,18 @@ SELECT count(*) AS with_orders FROM meo_orders WHERE account = 'with';
 SELECT to_regclass('meo_made') IS NULL AS no_table_made;
 SELECT count(*) AS claimed FROM idempotency.keys WHERE scope = 'meo' AND key IN ('two', 'two-b', 'pt', 'vac', 'sel-into');
 
+-- A statement whose own error is 0A000 (the SQLSTATE a kept statement gets when DDL changed
+-- its result columns, which is prepared again and run once more): the error, nothing claimed.
+CREATE FUNCTION pg_temp.unsupported() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO meo_orders (account, amount) VALUES ('unsupported', 1);
+    RAISE EXCEPTION 'not here' USING ERRCODE = '0A000';
+END $$;
+SELECT pg_temp.try($$SELECT idempotency.execute_once('meo', 'own-0a000', NULL,
+       'SELECT pg_temp.unsupported() AS u')$$);
+SELECT (SELECT count(*) FROM idempotency.lookup('meo', 'own-0a000')) AS claimed,
+       (SELECT count(*) FROM meo_orders WHERE account = 'unsupported') AS orders;
+
 -- 5. The calls that write keys need READ COMMITTED in this edition (0A000), execute_once too.
 BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ;
 SELECT outcome FROM idempotency.execute_once('meo', 'rr', NULL, 'SELECT 1');
