@@ -13,6 +13,7 @@ import {
   KeyMismatchError, KeyTooOldError, lookup, runOnce, statementParam,
 } from '../index.js';
 import { assertDatabaseUnavailable, connect, counting, databases, serve } from './db.js';
+import { extensionOnly, REASONS } from './edition.js';
 
 const INSERT = `INSERT INTO orders (k, item, qty) VALUES ($1, $2, $3)
   RETURNING id, item, qty`;
@@ -230,7 +231,8 @@ test('executeOnce gives the reservation, with the statement as its response', as
   assert.ok(r.expiresAt instanceof Date);
 });
 
-test('a server before 0.3.0: ExtensionVersionError naming execute_once and 0.3.0', async () => {
+test('a server before 0.3.0: ExtensionVersionError naming execute_once and 0.3.0',
+  extensionOnly(REASONS.versions), async () => {
   const name = 'nodeclient_execute_once_020';
   const admin = await connect(process.env.PGDATABASE || 'postgres');
   try {
