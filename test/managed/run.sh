@@ -21,12 +21,12 @@ source "$IDEM_ROOT/test/managed/conformance.sh"
 cd "$IDEM_ROOT" || exit 1
 
 # The regression files and isolation specs that define the behaviour both editions share.
-REGRESS_FILES="lifecycle lifecycle_edges claim_once fingerprint fingerprint_vectors bad_input
+REGRESS_FILES="lifecycle lifecycle_edges claim_once execute_once fingerprint fingerprint_vectors bad_input
   errors watermarks roles views partitions failed_keys expiry"
 # The edition's own tests, of what only it has (editions/managed/sql).
-REGRESS_FILES+=" managed_streams managed_strings"
+REGRESS_FILES+=" managed_streams managed_strings managed_execute_once"
 ISOLATION_SPECS="reserve_wait takeover rollback_no_trace claim_once_wait accept_concurrent
-  repeatable_read maintain_lock takeover_maintain"
+  repeatable_read maintain_lock takeover_maintain execute_once_race"
 
 PASSED=0
 FAILED=0

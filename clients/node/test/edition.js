@@ -16,7 +16,6 @@ export function extensionOnly(reason) {
 export const REASONS = Object.freeze({
   reserveBegin: 'reserve_begin (a transaction opened by the call): the edition has none',
   outbox: 'emit, the idempotency output plugin and lsn_key: the edition has none',
-  executeOnce: 'execute_once (the statement form): the edition has none yet',
   versions: 'versions: the edition starts at 0.3.0, there is no 0.2.0 to install',
   repeatableRead: 'REPEATABLE READ / SERIALIZABLE callers: the edition refuses them (0A000) ' +
     'in calls that write keys',

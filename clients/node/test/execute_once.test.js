@@ -29,8 +29,6 @@ let handlerRuns = 0;
 const ordersOf = async (k) =>
   (await check.query('SELECT id FROM orders WHERE k = $1', [k])).rows.length;
 
-const ONLY = extensionOnly(REASONS.executeOnce); // every test here
-
 before(async () => {
   ({ source: db } = await databases('execute_once'));
   client = await connect(db);
@@ -79,7 +77,7 @@ async function post({ key, body = { item: 'widget', qty: 2 }, account = 'acct_1'
 
 // ---- runOnce's statement form ----
 
-test('a new key and its replay: one round trip each, one row', ONLY, async () => {
+test('a new key and its replay: one round trip each, one row', async () => {
   const key = randomUUID();
   const options = { scope: 'acct_1', key, request: { item: 'pen', qty: 3 }, statement: INSERT,
     params: [key, 'pen', 3] };
@@ -105,7 +103,7 @@ test('a new key and its replay: one round trip each, one row', ONLY, async () =>
   assert.equal((await lookup(check, 'acct_1', key)).state, 'completed');
 });
 
-test('the status option is stored and replayed', ONLY, async () => {
+test('the status option is stored and replayed', async () => {
   const key = randomUUID();
   const options = { scope: 'acct_1', key, statement: INSERT, params: [key, 'cup', 1],
     status: 202 };
@@ -115,7 +113,7 @@ test('the status option is stored and replayed', ONLY, async () => {
   assert.equal(again.replayed, true);
 });
 
-test("inside the caller's transaction it commits or rolls back with it", ONLY, async () => {
+test("inside the caller's transaction it commits or rolls back with it", async () => {
   const key = randomUUID();
   await client.query('BEGIN');
   const c = counting(client);
@@ -132,7 +130,7 @@ test("inside the caller's transaction it commits or rolls back with it", ONLY, a
   assert.equal(await lookup(check, 'acct_1', key), null);
 });
 
-test('params go as text in one text[]: each type as the server reads it', ONLY, async () => {
+test('params go as text in one text[]: each type as the server reads it', async () => {
   const when = new Date('2020-01-02T03:04:05.678Z');
   const params = [null, undefined, 41, 1.5, 2n ** 62n, true, 'café', when,
     Buffer.from([1, 2, 255]), { a: [1, 'x'] }, [1, 2], "'); DROP TABLE orders; --"];
@@ -154,7 +152,7 @@ test('params go as text in one text[]: each type as the server reads it', ONLY, 
   assert.throws(() => statementParam(new Date('no date')), TypeError);
 });
 
-test('a parameter without a text form, or no statement, is a TypeError; nothing is sent', ONLY,
+test('a parameter without a text form, or no statement, is a TypeError; nothing is sent',
   async () => {
     const c = counting(client);
     try {
@@ -171,7 +169,7 @@ test('a parameter without a text form, or no statement, is a TypeError; nothing 
     assert.deepEqual(c.sent, []);
   });
 
-test('the outcomes: mismatch, in_progress and too_old throw as runOnce does', ONLY, async () => {
+test('the outcomes: mismatch, in_progress and too_old throw as runOnce does', async () => {
   const key = randomUUID();
   const options = { scope: 'acct_1', key, request: { n: 1 }, statement: INSERT,
     params: [key, 'a', 1] };
@@ -197,7 +195,7 @@ test('the outcomes: mismatch, in_progress and too_old throw as runOnce does', ON
   assert.equal(await ordersOf('old'), 0);
 });
 
-test('an error in the statement is thrown and leaves the key new: the retry runs it', ONLY, async () => {
+test('an error in the statement is thrown and leaves the key new: the retry runs it', async () => {
   const key = randomUUID();
   const options = { scope: 'acct_1', key, statement: INSERT, params: [key, 'x', 'not a number'] };
   await assert.rejects(runOnce(client, options), (err) => err.code === '22P02');
@@ -209,7 +207,7 @@ test('an error in the statement is thrown and leaves the key new: the retry runs
   assert.equal(await ordersOf(key), 1);
 });
 
-test("execute_once's refusals come typed, and nothing is claimed", ONLY, async () => {
+test("execute_once's refusals come typed, and nothing is claimed", async () => {
   for (const [statement, Expected] of [
     ['SELECT 1 AS a; SELECT 2 AS b', StatementSyntaxError],
     ['SELEC 1', StatementSyntaxError],
@@ -223,7 +221,7 @@ test("execute_once's refusals come typed, and nothing is claimed", ONLY, async (
   }
 });
 
-test('executeOnce gives the reservation, with the statement as its response', ONLY, async () => {
+test('executeOnce gives the reservation, with the statement as its response', async () => {
   const key = randomUUID();
   const r = await executeOnce(client, 'acct_1', key, INSERT, [key, 'e', 7], null,
     { statusCode: 200 });
@@ -233,7 +231,8 @@ test('executeOnce gives the reservation, with the statement as its response', ON
   assert.ok(r.expiresAt instanceof Date);
 });
 
-test('a server before 0.3.0: ExtensionVersionError naming execute_once and 0.3.0', ONLY, async () => {
+test('a server before 0.3.0: ExtensionVersionError naming execute_once and 0.3.0',
+  extensionOnly(REASONS.versions), async () => {
   const name = 'nodeclient_execute_once_020';
   const admin = await connect(process.env.PGDATABASE || 'postgres');
   try {
@@ -273,7 +272,7 @@ test('a server before 0.3.0: ExtensionVersionError naming execute_once and 0.3.0
 
 // ---- the middleware's statement option ----
 
-test('middleware: a new key answered by the statement, its replay with the same bytes', ONLY,
+test('middleware: a new key answered by the statement, its replay with the same bytes',
   async () => {
     const key = randomUUID();
     const before = handlerRuns;
@@ -290,7 +289,7 @@ test('middleware: a new key answered by the statement, its replay with the same 
     assert.equal(await ordersOf(key), 1);
   });
 
-test('middleware: one round trip per new key and per replay', ONLY, async () => {
+test('middleware: one round trip per new key and per replay', async () => {
   const key = randomUUID();
   const counts = [];
   const original = pg.Client.prototype.query;
@@ -311,7 +310,7 @@ test('middleware: one round trip per new key and per replay', ONLY, async () => 
   assert.deepEqual(counts, [1, 1]);
 });
 
-test('middleware: 400, 422 and 409 as the general form; a statement without a row', ONLY, async () => {
+test('middleware: 400, 422 and 409 as the general form; a statement without a row', async () => {
   assert.equal((await post({})).status, 400);
   const key = randomUUID();
   assert.equal((await post({ key })).status, 202);
@@ -343,7 +342,7 @@ test('middleware: 400, 422 and 409 as the general form; a statement without a ro
   assert.deepEqual(emptyAgain.bytes, empty.bytes);
 });
 
-test('middleware: an error in the statement is a 500 with a log line; nothing is stored', ONLY,
+test('middleware: an error in the statement is a 500 with a log line; nothing is stored',
   async () => {
     const key = randomUUID();
     const { out: res, lines } = await logged(() => post({ key, body: { item: 'x', qty: 'many' } }));
@@ -354,7 +353,7 @@ test('middleware: an error in the statement is a 500 with a log line; nothing is
     assert.equal(await ordersOf(key), 0);
   });
 
-test('middleware: a burst of one key from 8 concurrent requests makes one row', ONLY, async () => {
+test('middleware: a burst of one key from 8 concurrent requests makes one row', async () => {
   const key = randomUUID();
   const answers = await Promise.all(Array.from({ length: 8 }, () => post({ key })));
   assert.equal(await ordersOf(key), 1);
@@ -369,7 +368,7 @@ test('middleware: a burst of one key from 8 concurrent requests makes one row', 
   assert.deepEqual(replay.bytes, ok[0].bytes);
 });
 
-test('middleware: 503 + Retry-After when the database is unreachable', ONLY, async () => {
+test('middleware: 503 + Retry-After when the database is unreachable', async () => {
   const down = new pg.Pool({ host: '127.0.0.1', port: 1, connectionTimeoutMillis: 2000 });
   const app = express();
   app.post('/x', idempotencyMiddleware({ pool: down, scope: 'down', statement: 'SELECT 1 AS one' }),

@@ -65,8 +65,7 @@ async function prepares(text, what) {
 
 // The functions only the extension has (docs/managed.md's feature table): the texts that call
 // them are prepared by a test of their own, reported not applicable against the managed edition.
-const EXTENSION_ONLY = { emit: REASONS.outbox, reserve_begin: REASONS.reserveBegin,
-  execute_once: REASONS.executeOnce };
+const EXTENSION_ONLY = { emit: REASONS.outbox, reserve_begin: REASONS.reserveBegin };
 const calls = (text, fn) => new RegExp(`\\bidempotency\\.${fn}\\(`).test(text);
 const callsExtensionOnly = (text) => Object.keys(EXTENSION_ONLY).some((fn) => calls(text, fn));
 for (const [fn, reason] of Object.entries(EXTENSION_ONLY)) {

@@ -81,7 +81,6 @@ NOT_APPLICABLE = "not applicable to the managed edition: "
 # The reasons, one per row of the feature table, so that each marker names the same words.
 REASON_RESERVE_BEGIN = "reserve_begin (a transaction opened by the call): the edition has none"
 REASON_OUTBOX = "emit, the idempotency output plugin and lsn_key: the edition has none"
-REASON_EXECUTE_ONCE = "execute_once (the statement form): the edition has none yet"
 REASON_VERSIONS = "versions: the edition starts at 0.3.0, there is no 0.2.0 to install"
 REASON_REPEATABLE_READ = ("REPEATABLE READ / SERIALIZABLE callers: the edition refuses them "
                           "(0A000) in calls that write keys")

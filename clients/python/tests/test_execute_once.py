@@ -17,10 +17,8 @@ import psycopg
 import pytest
 
 import pg_idempotency as pi
-from conftest import REASON_EXECUTE_ONCE, conninfo
+from conftest import REASON_REPEATABLE_READ, REASON_VERSIONS, conninfo
 from test_middleware_round_trips import Wire, _end_trace, _start_trace
-
-pytestmark = pytest.mark.extension_only(REASON_EXECUTE_ONCE)  # every test here
 
 SCOPE = "acct_eo"
 INSERT = "INSERT INTO eo_orders (k, item, qty) VALUES ($1, $2, $3) RETURNING id, item, qty"
@@ -109,6 +107,7 @@ def test_inside_the_callers_transaction_it_rolls_back_with_it(traced, eo_table):
     conn.rollback()
 
 
+@pytest.mark.extension_only(REASON_REPEATABLE_READ)
 def test_connection_with_an_isolation_level_gets_its_transaction(eo_table):
     with psycopg.connect(eo_table) as conn:
         conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
@@ -117,6 +116,9 @@ def test_connection_with_an_isolation_level_gets_its_transaction(eo_table):
                         "'transaction_isolation') AS iso")
         assert r.response == {"iso": "serializable"}
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_read_only_connection_is_refused(eo_table):
     with psycopg.connect(eo_table) as conn:
         conn.read_only = True
         with pytest.raises(pi.ReadOnlySqlTransaction):
@@ -391,6 +393,7 @@ def old_server(databases):
         admin.execute(f"DROP DATABASE IF EXISTS {OLD_DB} WITH (FORCE)")
 
 
+@pytest.mark.extension_only(REASON_VERSIONS)
 def test_server_without_execute_once(old_server, caplog):
     with psycopg.connect(old_server) as c:
         with pytest.raises(pi.ExtensionVersionError) as info:
@@ -399,6 +402,7 @@ def test_server_without_execute_once(old_server, caplog):
         assert info.value.needed == "0.3.0"
 
 
+@pytest.mark.extension_only(REASON_VERSIONS)
 @pytest.mark.parametrize("framework", ["flask", "starlette"])
 def test_middleware_on_a_server_without_execute_once(framework, old_server, caplog):
     post, close = CLIENTS[framework](old_server, Wire(), **mw_options())

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 import pg_idempotency as pi
-from conftest import REASON_EXECUTE_ONCE, REASON_OUTBOX, ROOT
+from conftest import REASON_OUTBOX, ROOT
 
 
 def new_key():
@@ -282,16 +282,14 @@ def test_every_readme_sqlstate_has_a_typed_exception():
     ("SELECT idempotency.next_key('no_such_stream')", (), pi.UndefinedObject),
     ("SET TRANSACTION READ ONLY; SELECT idempotency.reserve('acct', 'ro')", (), pi.ReadOnlySqlTransaction),
     ("SET LOCAL statement_timeout = '1ms'; SELECT pg_sleep(0.2)", (), pi.QueryCanceled),
-    *(pytest.param(*case, marks=pytest.mark.extension_only(REASON_EXECUTE_ONCE)) for case in [
-        ("SELECT idempotency.execute_once('acct', 'k-syntax', NULL, 'INSRT')", (),
-         pi.StatementSyntaxError),
-        ("SELECT idempotency.execute_once('acct', 'k-commit', NULL, 'COMMIT')", (),
-         pi.InvalidTransactionTermination),
-        ("SELECT idempotency.execute_once('acct', 'k-rows', NULL, "
-         "'SELECT generate_series(1, 2)')", (), pi.CardinalityViolation),
-        ("SELECT idempotency.execute_once('acct', 'k-self', NULL, 'SELECT idempotency."
-         "execute_once(''acct'', ''k-self'', NULL, ''SELECT 1'')')", (), pi.ObjectInUse),
-    ]),
+    ("SELECT idempotency.execute_once('acct', 'k-syntax', NULL, 'INSRT')", (),
+     pi.StatementSyntaxError),
+    ("SELECT idempotency.execute_once('acct', 'k-commit', NULL, 'COMMIT')", (),
+     pi.InvalidTransactionTermination),
+    ("SELECT idempotency.execute_once('acct', 'k-rows', NULL, "
+     "'SELECT generate_series(1, 2)')", (), pi.CardinalityViolation),
+    ("SELECT idempotency.execute_once('acct', 'k-self', NULL, 'SELECT idempotency."
+     "execute_once(''acct'', ''k-self'', NULL, ''SELECT 1'')')", (), pi.ObjectInUse),
 ])
 def test_sqlstates_become_typed_exceptions(conn, sql, params, cls):
     with pytest.raises(cls) as e:

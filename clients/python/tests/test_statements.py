@@ -15,7 +15,7 @@ import psycopg.types.json
 import pytest
 
 import pg_idempotency as pi
-from conftest import REASON_EXECUTE_ONCE, REASON_OUTBOX, REASON_RESERVE_BEGIN, ROOT
+from conftest import REASON_OUTBOX, REASON_RESERVE_BEGIN, ROOT
 from pg_idempotency import statements
 
 LIST = json.loads((ROOT / "test" / "vectors" / "statements.json").read_text(encoding="utf-8"))
@@ -76,8 +76,7 @@ def test_no_other_module_holds_a_statement_of_the_extension(path):
 
 
 # The listed statements of what only the extension has (docs/managed.md's feature table).
-_EXTENSION_ONLY = {"emit": REASON_OUTBOX, "reserve_begin": REASON_RESERVE_BEGIN,
-                   "execute_once": REASON_EXECUTE_ONCE}
+_EXTENSION_ONLY = {"emit": REASON_OUTBOX, "reserve_begin": REASON_RESERVE_BEGIN}
 
 
 @pytest.mark.parametrize("name", [
