@@ -153,11 +153,17 @@ build_and_install() {
 
 # install_extension_with PG_CONFIG [MAKE-VARIABLE=VALUE ...]: builds and installs the extension
 # for another server (say the other side of a pg_upgrade), or another build of it (the faults
-# suite's IDEM_FAULT_POINTS=1, the sanitizers suite's IDEM_SANITIZE=undefined), in a copy of the tree under build/, so the checkout's own
-# objects stay those of $PG_CONFIG.
+# suite's IDEM_FAULT_POINTS=1, the sanitizers suite's IDEM_SANITIZE=undefined), in a copy of the
+# tree under build/, so the checkout's own objects stay those of $PG_CONFIG; for $PG_CONFIG
+# itself with no variable, the checkout's own build.
 install_extension_with() {
   local config=$1 dir
   shift
+  # The checkout's own build when that is the one asked for (built already, as a rule).
+  if [[ $# -eq 0 && $config == "$PG_CONFIG" ]]; then
+    IDEM_WERROR=1 build_and_install >/dev/null
+    return
+  fi
   dir=$IDEM_ROOT/build/ext-$("$config" --version | awk '{print $2}')${1:+-${1//[^A-Za-z0-9]/}} ||
     return
   # Sources only (mtimes kept, so an unchanged file is not rebuilt): never the checkout's objects.

@@ -2,7 +2,7 @@
 # idem: same on every major (the IDEM_PG=15 run runs it; see scripts/test.sh)
 # libFuzzer targets of the core parsers (fuzz/*.cpp): build them with clang
 # (-fsanitize=fuzzer,address,undefined), replay every kept regression input
-# (fuzz/regressions/<target>/), then fuzz each target for FUZZ_SECONDS (default 20) from its
+# (fuzz/regressions/<target>/), then fuzz each target for FUZZ_SECONDS (default 10) from its
 # seeds (fuzz/corpus/<target>/). Fails on a build error, a regression input that crashes, or a
 # new crash (its input is left in build/fuzz/artifacts/; copy it to fuzz/regressions/<target>/
 # once fixed).
@@ -11,7 +11,7 @@
 #   FUZZ_TARGETS=fuzz_lsn_key bash test/scripted/fuzz.sh
 set -euo pipefail
 ROOT=${IDEM_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}
+SECONDS_PER_TARGET=${FUZZ_SECONDS:-10}
 OUT=$ROOT/build/fuzz
 CXX=${FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}
 [[ -n $CXX ]] || { echo "FAIL: clang++ not found (apt-get install clang libclang-rt-14-dev)"; exit 1; }
