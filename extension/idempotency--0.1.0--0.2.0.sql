@@ -3,7 +3,7 @@
 
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.2.0'" to load this file. \quit
 
--- === logical replication (issue 18) ===
+-- === logical replication ===
 -- next_key's bounds are overwritten in place, which logical decoding does not carry: after a
 -- move to a logical subscriber, read them on the old server and raise them on the new one.
 
@@ -122,7 +122,7 @@ AS 'MODULE_PATHNAME', 'idem_stop_partman' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 REVOKE ALL ON FUNCTION idempotency.stop_partman() FROM PUBLIC;
 
--- === operator control of consumers (issue 13) ===
+-- === operator control of consumers ===
 -- When each watermark last moved: set by accept (same HOT update: the column is not indexed)
 -- and set_watermark. NULL for a watermark last moved before 0.2.0.
 ALTER TABLE idempotency.consumer_positions ADD COLUMN moved_at timestamptz;
@@ -167,7 +167,7 @@ CREATE OR REPLACE VIEW idempotency.watermarks AS
             OPERATOR(pg_catalog.||) pg_catalog.substr(h.hex, 25, 8))::pg_catalog.pg_lsn
         ) AS k(commit_lsn, lsn);
 
--- === maintenance runs (issue 13) ===
+-- === maintenance runs ===
 -- One row per run of maintain(), whoever called it (the worker, pg_cron, a person); the last
 -- 100 are kept (maintain() deletes older ones). A run that failed with an error is written
 -- by the next maintain() of the database (or at once by the worker), see README. Not dumped:
@@ -195,7 +195,7 @@ CREATE VIEW idempotency.maintenance_runs AS
 
 REVOKE ALL ON idempotency.maintenance_runs FROM PUBLIC;
 
--- === metrics (issue 13) ===
+-- === metrics ===
 -- One row per (name, labels): what an exporter scrapes. Names follow Prometheus' conventions
 -- (a _total counter, _seconds and _bytes units); labels is a jsonb object (empty: {}). Values
 -- are this database's; counters are those of idempotency.stats (they survive a clean restart,
@@ -263,7 +263,7 @@ ORDER BY m.ord, m.sub, m.labels::text;
 
 REVOKE ALL ON idempotency.metrics FROM PUBLIC;
 
--- === Citus scale-out (issue 16) ===
+-- === Citus scale-out ===
 -- distribute(colocate_with) shards idempotency.keys by scope with Citus, co-located with a
 -- table distributed by a text tenant column, and makes reserve, complete, fail, checkpoint,
 -- lookup and forget distributed functions (distribution argument scope, force_delegation),
