@@ -55,66 +55,75 @@ CREATE TABLE idempotency.keys_default PARTITION OF idempotency.keys
 REVOKE ALL ON idempotency.keys, idempotency.keys_default FROM PUBLIC;
 
 -- === internal helpers (argument checks shared by the calls) ===
--- The helpers run inside the edition's functions, whose search_path is pinned; they pin none
--- of their own (a SET clause on every nested call costs more than the call).
+-- The checks are SQL functions of one expression, which the planner inlines into the calling
+-- statement: a check that passes costs no function call (a PL/pgSQL call costs tens of
+-- microseconds the first time in each transaction). They raise through _raise. They run
+-- inside the edition's functions, whose search_path is pinned, and pin none of their own (a
+-- SET clause would keep them from being inlined).
+
+-- The one place the checks raise from: never returns.
+CREATE FUNCTION idempotency._raise(sqlstate text, message text, detail text DEFAULT NULL,
+                                   hint text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF detail IS NULL AND hint IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = sqlstate, MESSAGE = message;
+    ELSIF hint IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = sqlstate, MESSAGE = message, DETAIL = detail;
+    ELSIF detail IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = sqlstate, MESSAGE = message, HINT = hint;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = sqlstate, MESSAGE = message, DETAIL = detail, HINT = hint;
+END
+$$;
 
 -- A scope, key, stream, consumer or partition: not NULL, 1 to 255 bytes.
 CREATE FUNCTION idempotency._check_name(what text, value text)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+RETURNS boolean
+LANGUAGE sql VOLATILE
 AS $$
-BEGIN
-    IF value IS NULL THEN
-        RAISE EXCEPTION '% must not be null', what USING ERRCODE = '22004';
-    ELSIF octet_length(value) = 0 THEN
-        RAISE EXCEPTION '% must not be empty', what USING ERRCODE = '22023';
-    ELSIF octet_length(value) > 255 THEN
-        RAISE EXCEPTION '% is too long (at most 255 bytes)', what USING ERRCODE = '54000';
-    END IF;
-END
+    SELECT CASE
+        WHEN value IS NULL
+            THEN idempotency._raise('22004', what OPERATOR(pg_catalog.||) ' must not be null')::boolean
+        WHEN pg_catalog.octet_length(value) OPERATOR(pg_catalog.=) 0
+            THEN idempotency._raise('22023', what OPERATOR(pg_catalog.||) ' must not be empty')::boolean
+        WHEN pg_catalog.octet_length(value) OPERATOR(pg_catalog.>) 255
+            THEN idempotency._raise('54000', what OPERATOR(pg_catalog.||)
+                                    ' is too long (at most 255 bytes)')::boolean
+        ELSE true END
 $$;
 
--- An interval argument in microseconds, a month counting 30 days (as the extension does).
+-- An interval argument in microseconds, a month counting 30 days (as the extension does):
+-- the epoch counts a year as 365.25 days, 5.25 days more than twelve 30-day months.
 CREATE FUNCTION idempotency._interval_usecs(what text, value interval, zero_allowed boolean)
 RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql VOLATILE
 AS $$
-DECLARE
-    usecs numeric;
-BEGIN
-    IF value IS NULL THEN
-        RAISE EXCEPTION '% must not be null', what USING ERRCODE = '22004';
-    END IF;
-    usecs := ((extract(year FROM value) * 12 + extract(month FROM value)) * 30
-              + extract(day FROM value)) * 86400000000
-             + extract(hour FROM value) * 3600000000 + extract(minute FROM value) * 60000000
-             + extract(microseconds FROM value);
-    IF usecs > 9223372036854775807 OR usecs < -9223372036854775808 THEN
-        RAISE EXCEPTION '% is out of range', what USING ERRCODE = '22023';
-    END IF;
-    IF usecs < 0 OR (usecs = 0 AND NOT zero_allowed) THEN
-        RAISE EXCEPTION '% must be %', what,
-            CASE WHEN zero_allowed THEN 'zero or positive' ELSE 'positive' END
-            USING ERRCODE = '22023';
-    END IF;
-    RETURN usecs::bigint;
-END
+    SELECT CASE
+        WHEN value IS NULL THEN idempotency._raise('22004', what || ' must not be null')::bigint
+        WHEN extract(epoch FROM value) * 1000000 - extract(year FROM value) * 453600000000
+                 NOT BETWEEN -9223372036854775808 AND 9223372036854775807
+            THEN idempotency._raise('22023', what || ' is out of range')::bigint
+        WHEN extract(epoch FROM value) * 1000000 - extract(year FROM value) * 453600000000 < 0
+             OR (extract(epoch FROM value) * 1000000 - extract(year FROM value) * 453600000000 = 0
+                 AND NOT zero_allowed)
+            THEN idempotency._raise('22023', what || ' must be '
+                || CASE WHEN zero_allowed THEN 'zero or positive' ELSE 'positive' END)::bigint
+        ELSE (extract(epoch FROM value) * 1000000
+              - extract(year FROM value) * 453600000000)::bigint END
 $$;
 
--- A setting of the extension's (idempotency.max_retention, partition_width, ...) read as
--- seconds: the managed edition registers no setting, so these are placeholders set with SET,
--- ALTER DATABASE or ALTER ROLE; the value takes the units the extension's settings take.
-CREATE FUNCTION idempotency._setting_usecs(name text, fallback text)
+CREATE FUNCTION idempotency._setting_parse(name text, raw text)
 RETURNS bigint
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
 DECLARE
-    raw text := coalesce(nullif(current_setting(name, true), ''), fallback);
-    m text[];
-BEGIN
     -- E'' strings wherever a backslash is meant: a function body is parsed under the caller's
     -- standard_conforming_strings, and an E'' string means the same under both settings.
-    m := regexp_match(raw, E'^\\s*([0-9]+)\\s*(us|ms|s|min|h|d)?\\s*$');
+    m text[] := regexp_match(raw, E'^\\s*([0-9]+)\\s*(us|ms|s|min|h|d)?\\s*$');
+BEGIN
     IF m IS NULL THEN
         RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, raw USING ERRCODE = '22023';
     END IF;
@@ -124,36 +133,52 @@ BEGIN
 END
 $$;
 
--- The time arguments of reserve and claim_once: the retention within max_retention, leases
--- and expiry times (the retention counts from the lease's end) valid timestamps.
-CREATE FUNCTION idempotency._check_times(lock_ttl_us bigint, retention_us bigint)
-RETURNS void
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+-- A setting of the extension's (idempotency.max_retention, partition_width, ...) read as
+-- seconds: the managed edition registers no setting, so these are placeholders set with SET,
+-- ALTER DATABASE or ALTER ROLE; the value takes the units the extension's settings take.
+-- Unset, the fallback (one of the edition's own well-formed values, such as '30d'), which
+-- the planner reads once; set, _setting_parse.
+CREATE FUNCTION idempotency._setting_usecs(name text, fallback text)
+RETURNS bigint
+LANGUAGE sql VOLATILE
 AS $$
-DECLARE
-    max_us bigint := idempotency._setting_usecs('idempotency.max_retention', '30d');
-    left_us numeric;
-BEGIN
-    IF retention_us > max_us THEN
-        RAISE EXCEPTION 'retention exceeds idempotency.max_retention' USING ERRCODE = '22023',
-            DETAIL = format('The reserve asked for %s seconds; the longest allowed is %s seconds.',
-                            (retention_us + 999999) / 1000000, max_us / 1000000),
-            HINT = 'Ask for a shorter retention, or have a superuser raise idempotency.max_retention.';
-    END IF;
-    -- Compared in microseconds (no subtransaction to catch an overflow in): the last valid
-    -- timestamp is 294276-12-31 23:59:59.999999 UTC.
-    left_us := (extract(epoch FROM '294276-12-31 23:59:59.999999+00'::timestamptz)
-                - extract(epoch FROM clock_timestamp())) * 1000000;
-    IF lock_ttl_us > left_us THEN
-        RAISE EXCEPTION 'lock_ttl is out of range' USING ERRCODE = '22023';
-    END IF;
-    IF retention_us > left_us THEN
-        RAISE EXCEPTION 'retention is out of range' USING ERRCODE = '22023';
-    END IF;
-    IF lock_ttl_us::numeric + retention_us > left_us THEN
-        RAISE EXCEPTION 'expiry is out of range' USING ERRCODE = '22023';
-    END IF;
-END
+    SELECT CASE
+        WHEN nullif(current_setting(name, true), '') IS NOT NULL
+            THEN idempotency._setting_parse(name, current_setting(name, true))
+        WHEN fallback LIKE '%min' THEN left(fallback, -3)::bigint * 60000000
+        WHEN fallback LIKE '%us' THEN left(fallback, -2)::bigint
+        WHEN fallback LIKE '%ms' THEN left(fallback, -2)::bigint * 1000
+        ELSE left(fallback, -1)::bigint * CASE right(fallback, 1)
+            WHEN 's' THEN 1000000 WHEN 'h' THEN 3600000000 ELSE 86400000000 END END
+$$;
+
+-- The time arguments of reserve and claim_once: the retention within max_retention, leases
+-- and expiry times (the retention counts from the lease's end) valid timestamps, compared in
+-- microseconds (no subtransaction to catch an overflow in): the last valid timestamp is
+-- 294276-12-31 23:59:59.999999 UTC.
+CREATE FUNCTION idempotency._check_times(lock_ttl_us bigint, retention_us bigint)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT CASE
+        WHEN retention_us > idempotency._setting_usecs('idempotency.max_retention', '30d')
+            THEN idempotency._raise('22023', 'retention exceeds idempotency.max_retention',
+                format('The reserve asked for %s seconds; the longest allowed is %s seconds.',
+                       (retention_us + 999999) / 1000000,
+                       idempotency._setting_usecs('idempotency.max_retention', '30d') / 1000000),
+                'Ask for a shorter retention, or have a superuser raise idempotency.max_retention.'
+            )::boolean
+        WHEN lock_ttl_us > (extract(epoch FROM '294276-12-31 23:59:59.999999+00'::timestamptz)
+                            - extract(epoch FROM clock_timestamp())) * 1000000
+            THEN idempotency._raise('22023', 'lock_ttl is out of range')::boolean
+        WHEN retention_us > (extract(epoch FROM '294276-12-31 23:59:59.999999+00'::timestamptz)
+                             - extract(epoch FROM clock_timestamp())) * 1000000
+            THEN idempotency._raise('22023', 'retention is out of range')::boolean
+        WHEN lock_ttl_us::numeric + retention_us
+                 > (extract(epoch FROM '294276-12-31 23:59:59.999999+00'::timestamptz)
+                    - extract(epoch FROM clock_timestamp())) * 1000000
+            THEN idempotency._raise('22023', 'expiry is out of range')::boolean
+        ELSE true END
 $$;
 
 -- The managed edition cannot see past a REPEATABLE READ snapshot (the extension reads the key
@@ -161,21 +186,20 @@ $$;
 -- transaction after this one's snapshot would look absent and be claimed twice. So the calls
 -- that write keys refuse those isolation levels.
 CREATE FUNCTION idempotency._check_writable(call text)
-RETURNS void
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+RETURNS boolean
+LANGUAGE sql VOLATILE
 AS $$
-BEGIN
-    IF current_setting('transaction_read_only')::boolean THEN
-        RAISE EXCEPTION 'cannot execute % in a read-only transaction', call
-            USING ERRCODE = '25006';
-    END IF;
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION '% of the managed edition needs a READ COMMITTED transaction', call
-            USING ERRCODE = '0A000',
-            DETAIL = 'It cannot read the key past this transaction''s snapshot.',
-            HINT = 'Call it in a READ COMMITTED transaction (the default), or use the extension.';
-    END IF;
-END
+    SELECT CASE
+        WHEN current_setting('transaction_read_only')::boolean
+            THEN idempotency._raise('25006',
+                'cannot execute ' || call || ' in a read-only transaction')::boolean
+        WHEN current_setting('transaction_isolation') <> 'read committed'
+            THEN idempotency._raise('0A000',
+                call || ' of the managed edition needs a READ COMMITTED transaction',
+                'It cannot read the key past this transaction''s snapshot.',
+                'Call it in a READ COMMITTED transaction (the default), or use the extension.'
+            )::boolean
+        ELSE true END
 $$;
 
 -- === fingerprints and keys ===
@@ -188,7 +212,7 @@ RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
 DECLARE
-    -- E'': the same byte under either standard_conforming_strings (see _setting_usecs).
+    -- E'': the same byte under either standard_conforming_strings (see _setting_parse).
     bytes bytea := convert_to(scope, getdatabaseencoding()) || E'\\x00'::bytea
                    || convert_to(key, getdatabaseencoding());
     hi bigint := 3421674724;  -- 0xcbf29ce4
@@ -276,7 +300,6 @@ $$;
 CREATE FUNCTION idempotency._canonical(body jsonb, exclude text[])
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     -- the stack: a value (lit NULL) or a literal (val NULL), its path, depth, and whether it
@@ -301,7 +324,27 @@ DECLARE
     first_written integer;
     num text;
     n integer;
+    flat boolean;
+    flat_text text;
 BEGIN
+    -- An object with no object, array or number of over 1000 characters in it (the usual
+    -- request body): written by one query, not by the walk below.
+    IF jsonb_typeof(body) = 'object' THEN
+        SELECT bool_and(jsonb_typeof(e.value) NOT IN ('object', 'array')
+                        AND (jsonb_typeof(e.value) <> 'number' OR length(e.value::text) <= 1000)),
+               '{' || coalesce(string_agg(
+                   to_jsonb(e.key)::text || ':'
+                   || CASE WHEN jsonb_typeof(e.value) = 'number'
+                           THEN trim_scale(e.value::numeric)::text ELSE e.value::text END,
+                   ',' ORDER BY convert_to(e.key, 'UTF8'))
+                   FILTER (WHERE coalesce(cardinality(exclude), 0) = 0 OR strpos(e.key, '.') > 0
+                                 OR NOT e.key = ANY (exclude)), '') || '}'
+          INTO flat, flat_text
+          FROM jsonb_each(body) AS e;
+        IF flat IS NOT FALSE THEN
+            RETURN flat_text;
+        END IF;
+    END IF;
     WHILE top > 0 LOOP
         v := vals[top];
         IF v IS NULL THEN
@@ -477,11 +520,26 @@ DECLARE
     held_before boolean;
     caller_lock_timeout text;
     left_ms bigint;
-    outcome idempotency.outcome;
 BEGIN
-    LOOP
-        outcome := NULL;
-        held_before := wait_us > 0 AND EXISTS (
+    IF wait_us = 0 THEN
+        -- No wait: the lock tried once, with no block (and so no subtransaction) around it.
+        got := pg_try_advisory_xact_lock(lock_id);
+        now := clock_timestamp();
+        r := idempotency._live(p_scope, p_key, now);
+        IF NOT got THEN
+            -- Another transaction works on the key right now; a completed record never
+            -- changes, and is answered without the lock.
+            IF r.key IS NOT NULL AND p_request_hash IS NOT NULL AND r.request_hash IS NOT NULL
+               AND r.request_hash <> p_request_hash THEN
+                RETURN idempotency._reservation('mismatch', r);
+            ELSIF r.state = 'completed' THEN
+                RETURN idempotency._reservation('replay', r);
+            END IF;
+            RETURN idempotency._reservation('in_progress', r);
+        END IF;
+    END IF;
+    WHILE wait_us > 0 LOOP
+        held_before := EXISTS (
             SELECT FROM pg_catalog.pg_locks l
             WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
               AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
@@ -602,7 +660,7 @@ CREATE FUNCTION idempotency.reserve(
     wait interval DEFAULT '0')
 RETURNS idempotency.reservation
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
 AS $$
 DECLARE
     ttl_us bigint;
@@ -628,7 +686,7 @@ CREATE FUNCTION idempotency.claim_once(
     wait interval DEFAULT '0')
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
 AS $$
 DECLARE
     retention_us bigint;
@@ -689,24 +747,23 @@ END
 $$;
 
 CREATE FUNCTION idempotency._check_size(what text, value jsonb)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+RETURNS boolean
+LANGUAGE sql VOLATILE
 AS $$
-BEGIN
-    IF pg_column_size(value) > 10485760 THEN
-        RAISE EXCEPTION '% is too large', what USING ERRCODE = '54000',
-            DETAIL = format('It takes %s bytes as jsonb; the limit is 10485760 bytes.',
-                            pg_column_size(value)),
-            HINT = 'Store a reference to the payload instead of the payload itself.';
-    END IF;
-END
+    SELECT CASE
+        WHEN pg_column_size(value) > 10485760
+            THEN idempotency._raise('54000', what || ' is too large',
+                format('It takes %s bytes as jsonb; the limit is 10485760 bytes.',
+                       pg_column_size(value)),
+                'Store a reference to the payload instead of the payload itself.')::boolean
+        ELSE true END
 $$;
 
 CREATE FUNCTION idempotency.complete(
     scope text, key text, status_code integer, response jsonb, attempt integer DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
 AS $$
 DECLARE
     r idempotency.keys;
@@ -724,6 +781,20 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     PERFORM idempotency._check_size('response', response);
+    -- The usual case, the holder within its lease: one UPDATE under the key's lock. Anything
+    -- else (no live claim, a stale attempt, a completed or failed key, a lapsed lease) is read
+    -- and answered below.
+    PERFORM pg_advisory_xact_lock(idempotency.key_lock_id(scope, key));
+    now := clock_timestamp();
+    UPDATE idempotency.keys k
+       SET state = 'completed', status_code = complete.status_code,
+           response = complete.response, completed_at = now, locked_until = NULL
+     WHERE k.key = complete.key AND k.scope = complete.scope AND k.expires_at > now
+       AND k.state = 'processing' AND k.locked_until >= now
+       AND (complete.attempt IS NULL OR k.attempt = complete.attempt);
+    IF FOUND THEN
+        RETURN;
+    END IF;
     r := idempotency._claim('complete', scope, key, attempt);
     IF r.state = 'completed' THEN
         IF r.status_code IS DISTINCT FROM complete.status_code
@@ -764,7 +835,7 @@ CREATE FUNCTION idempotency.fail(
     scope text, key text, error jsonb DEFAULT NULL, attempt integer DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
 AS $$
 DECLARE
     r idempotency.keys;
@@ -790,7 +861,7 @@ CREATE FUNCTION idempotency.checkpoint(
     scope text, key text, recovery_point text, attempt integer DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
 AS $$
 DECLARE
     r idempotency.keys;
@@ -824,7 +895,7 @@ RETURNS TABLE (
     locked_until timestamptz,
     expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
 AS $$
 DECLARE
     r idempotency.keys;
@@ -843,7 +914,7 @@ $$;
 CREATE FUNCTION idempotency.forget(scope text, key text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
 AS $$
 DECLARE
     live boolean;
@@ -876,6 +947,7 @@ REVOKE ALL ON FUNCTION
     idempotency._check_name(text, text),
     idempotency._interval_usecs(text, interval, boolean),
     idempotency._setting_usecs(text, text),
+    idempotency._setting_parse(text, text),
     idempotency._check_times(bigint, bigint),
     idempotency._check_writable(text),
     idempotency._canonical(jsonb, text[]),
