@@ -110,26 +110,41 @@ for w in $WORKLOADS; do
 done
 
 RUN=0
-# pgbench_run WORKLOAD MODE CLIENTS TAG [pgbench length args]: sets PGBENCH_OUT. Keys embed
-# the run number, so each run's are new.
+# The CPU time of the server's backends that have ended (the postmaster's reaped children, in
+# clock ticks): a run's backends end with pgbench, so the difference over a run is their CPU
+# (and that of any autovacuum worker that ended meanwhile).
+POSTMASTER=$(head -1 "$DATA/postmaster.pid")
+TICKS=$(getconf CLK_TCK)
+ended_backends_ticks() { awk '{ print $16 + $17 }' "/proc/$POSTMASTER/stat"; }
+pgbench_gone() { # until pgbench's sessions have ended and been reaped
+  for _ in $(seq 1 100); do
+    [[ $(q -d postgres -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'") == 0 ]] && return
+    sleep 0.1
+  done
+}
+# pgbench_run WORKLOAD MODE CLIENTS TAG [pgbench length args]: sets PGBENCH_OUT and
+# BACKEND_TICKS (the CPU of the run's backends). Keys embed the run number, so each run's are new.
 pgbench_run() {
   local w=$1 mode=$2 c=$3 tag=$4
   shift 4
   RUN=$((RUN + 1))
-  local jobs=$((c < 2 ? c : 2)) out=$OUT/logs/$tag-pgbench.txt
+  local jobs=$((c < 2 ? c : 2)) out=$OUT/logs/$tag-pgbench.txt before
   local length=(-T "$DURATION")
   [[ -n $TXNS ]] && length=(-t "$TXNS")
   [[ $# -gt 0 ]] && length=("$@")
+  before=$(ended_backends_ticks)
   "$PGBIN/pgbench" -n -M prepared -d "${DBOF[$w]}" -c "$c" -j "$jobs" "${length[@]}" \
     -D run="$RUN" -D n=0 -D w3keys="$W3_KEYS" -f "$OUT/scripts/$w.$mode.sql" >"$out" 2>&1 ||
     { cat "$out" >&2; die "pgbench failed: $tag"; }
   if grep -q "aborted" "$out"; then cat "$out" >&2; die "pgbench clients aborted: $tag"; fi
+  pgbench_gone
+  BACKEND_TICKS=$(($(ended_backends_ticks) - before))
   PGBENCH_OUT=$out
 }
 
 # --- rounds ----------------------------------------------------------------------------------
 runs=$OUT/runs.tsv
-printf 'round\tclients\tmode\tworkload\ttps\ttxns\n' >"$runs"
+printf 'round\tclients\tmode\tworkload\ttps\ttxns\tbackend_us\n' >"$runs"
 read -ra wl <<<"$WORKLOADS"
 total=$((ROUNDS * $(wc -w <<<"$CLIENTS") * $(wc -w <<<"$MODES") * ${#wl[@]}))
 LENGTH="${DURATION} s"
@@ -148,8 +163,11 @@ for round in $(seq 1 "$ROUNDS"); do
         pgbench_run "$w" "$mode" "$c" "$tag"
         tps=$(sed -nE 's/^tps = ([0-9.]+) .*/\1/p' "$PGBENCH_OUT")
         txns=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$PGBENCH_OUT")
-        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$c" "$mode" "$w" "$tps" "$txns" >>"$runs"
-        printf '[%3d/%d] %-28s %10.1f tps\n' "$n" "$total" "$tag" "$tps" >&2
+        backend_us=$((BACKEND_TICKS * 1000000 / TICKS / (txns > 0 ? txns : 1)))
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$c" "$mode" "$w" "$tps" "$txns" \
+          "$backend_us" >>"$runs"
+        printf '[%3d/%d] %-28s %10.1f tps %6d us backend CPU/txn\n' "$n" "$total" "$tag" "$tps" \
+          "$backend_us" >&2
       done
     done
   done
@@ -174,11 +192,7 @@ for w in m2 m3; do
   pgbench_run "$w" plain 1 "profile-warm-$w" -t $((STATS_TXNS / 4 + 1))
   q -d $MANAGED_DB -c "SELECT pg_stat_reset()"
   PGOPTIONS="-c track_functions=all" pgbench_run "$w" plain 1 "profile-$w" -t "$STATS_TXNS"
-  # the statistics of pgbench's sessions, flushed when they ended
-  for _ in $(seq 1 50); do
-    [[ $(q -d $MANAGED_DB -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'") == 0 ]] && break
-    sleep 0.1
-  done
+  # (pgbench_run waited for pgbench's sessions to end, which flushes their statistics)
   q -d $MANAGED_DB -F $'\t' -c "SELECT '$w', p.oid::regprocedure,
       round(s.calls::numeric / $STATS_TXNS, 2),
       round((s.total_time * 1000 / $STATS_TXNS)::numeric, 1),
@@ -194,17 +208,21 @@ runs_path, profile_path, report_path, length, rounds = sys.argv[1:]
 names = {$(for w in "${!NAME[@]}"; do printf '"%s": "%s", ' "$w" "${NAME[$w]}"; done)}
 targets = [(a, b, float(m)) for a, b, m in (l.split() for l in """$TARGETS""".splitlines())]
 rows = list(csv.DictReader(open(runs_path), delimiter="\t"))
-tps = {}
+tps, cpu = {}, {}
 for r in rows:
     tps.setdefault((r["clients"], r["mode"], r["workload"]), {})[r["round"]] = float(r["tps"])
+    cpu.setdefault((r["clients"], r["mode"], r["workload"]), []).append(int(r["backend_us"]))
 out = [f"# The managed edition against the extension and the hand-written pattern",
        "",
        f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {platform.node()}; {length} per run, "
        f"{rounds} round(s), pgbench -M prepared. TPS: median over rounds; a ratio is taken within "
        "each round and the median shown.", "",
-       "| clients | mode | workload | tps |", "|---|---|---|---|"]
+       "Backend CPU: the CPU time of the run's server processes (the postmaster's ended "
+       "children) per transaction, median over rounds.", "",
+       "| clients | mode | workload | tps | backend CPU µs/txn |", "|---|---|---|---|---|"]
 for (c, mode, w), by_round in sorted(tps.items(), key=lambda kv: (-int(kv[0][0]), kv[0][1])):
-    out.append(f"| {c} | {mode} | {names.get(w, w)} | {statistics.median(by_round.values()):.1f} |")
+    out.append(f"| {c} | {mode} | {names.get(w, w)} | {statistics.median(by_round.values()):.1f} "
+               f"| {statistics.median(cpu[(c, mode, w)]):.0f} |")
 out += ["", "| ratio | clients | mode | median | target | met |", "|---|---|---|---|---|---|"]
 verdicts = []
 for c, mode in sorted({(k[0], k[1]) for k in tps}, key=lambda k: (-int(k[0]), k[1])):

@@ -133,23 +133,47 @@ BEGIN
 END
 $$;
 
+-- A duration written as PostgreSQL shows a setting's value: digits and a unit ('30d',
+-- '100ms', '5min'; none: seconds), in microseconds; NULL for any other text (which
+-- _setting_parse reads, or refuses).
+CREATE FUNCTION idempotency._duration_usecs(value text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN value LIKE '%min' AND left(value, -3) <> ''
+             AND translate(left(value, -3), '0123456789', '') = '' AND length(value) <= 21
+            THEN left(value, -3)::bigint * 60000000
+        WHEN value LIKE '%us' AND left(value, -2) <> ''
+             AND translate(left(value, -2), '0123456789', '') = '' AND length(value) <= 20
+            THEN left(value, -2)::bigint
+        WHEN value LIKE '%ms' AND left(value, -2) <> ''
+             AND translate(left(value, -2), '0123456789', '') = '' AND length(value) <= 20
+            THEN left(value, -2)::bigint * 1000
+        WHEN right(value, 1) IN ('s', 'h', 'd') AND left(value, -1) <> ''
+             AND translate(left(value, -1), '0123456789', '') = '' AND length(value) <= 19
+            THEN left(value, -1)::bigint * CASE right(value, 1)
+                WHEN 's' THEN 1000000 WHEN 'h' THEN 3600000000 ELSE 86400000000 END
+        WHEN value <> '' AND translate(value, '0123456789', '') = '' AND length(value) <= 18
+            THEN value::bigint * 1000000
+    END
+$$;
+
 -- A setting of the extension's (idempotency.max_retention, partition_width, ...) read as
 -- seconds: the managed edition registers no setting, so these are placeholders set with SET,
 -- ALTER DATABASE or ALTER ROLE; the value takes the units the extension's settings take.
--- Unset, the fallback (one of the edition's own well-formed values, such as '30d'), which
--- the planner reads once; set, _setting_parse.
+-- Unset, the fallback (one of the edition's own values, such as '30d', which the planner
+-- reads once). Set, as _duration_usecs reads it, or else _setting_parse.
 CREATE FUNCTION idempotency._setting_usecs(name text, fallback text)
 RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $$
     SELECT CASE
-        WHEN nullif(current_setting(name, true), '') IS NOT NULL
-            THEN idempotency._setting_parse(name, current_setting(name, true))
-        WHEN fallback LIKE '%min' THEN left(fallback, -3)::bigint * 60000000
-        WHEN fallback LIKE '%us' THEN left(fallback, -2)::bigint
-        WHEN fallback LIKE '%ms' THEN left(fallback, -2)::bigint * 1000
-        ELSE left(fallback, -1)::bigint * CASE right(fallback, 1)
-            WHEN 's' THEN 1000000 WHEN 'h' THEN 3600000000 ELSE 86400000000 END END
+        WHEN nullif(current_setting(name, true), '') IS NULL
+            THEN idempotency._duration_usecs(fallback)
+        WHEN idempotency._duration_usecs(current_setting(name, true)) IS NOT NULL
+            THEN idempotency._duration_usecs(current_setting(name, true))
+        ELSE idempotency._setting_parse(name, current_setting(name, true)) END
 $$;
 
 -- The time arguments of reserve and claim_once: the retention within max_retention, leases
@@ -948,6 +972,7 @@ REVOKE ALL ON FUNCTION
     idempotency._interval_usecs(text, interval, boolean),
     idempotency._setting_usecs(text, text),
     idempotency._setting_parse(text, text),
+    idempotency._duration_usecs(text),
     idempotency._check_times(bigint, bigint),
     idempotency._check_writable(text),
     idempotency._canonical(jsonb, text[]),
