@@ -146,7 +146,8 @@ export function executeOnceValues(scope, key, requestHash, statement, params = [
 }
 
 // The clients that met preparedStatementUnusable: their server connection's prepared
-// statements are not theirs (a pooler), so they send every statement unnamed from then on.
+// statements are not theirs (a pooler), so their execute_once, claim_once and accept go
+// unnamed from then on.
 const unnamed = new WeakSet();
 export const sendsUnnamed = (client) => unnamed.has(client);
 export const sendUnnamed = (client) => { unnamed.add(client); };
@@ -157,12 +158,12 @@ const PREPARED_EXECUTE_ONCE = PREPARED.execute_once;
 // open): on the outcome 'new' the statement ran with its parameters bound (one text[]), and
 // the reservation carries statusCode and the statement's result as its response. One round
 // trip. A server before 0.3.0 has no execute_once: ExtensionVersionError naming it.
-// prepare (default true): on pg's own client with no transaction open, as a prepared statement
-// (parsed and planned once per connection, then bound and executed only). A server connection
-// whose prepared statements are not the client's (26000 or 42P05, see
-// preparedStatementUnusable) refuses it at Parse or Bind, before anything ran: it is sent again
-// unnamed, as is every later statement of that client. Inside the caller's transaction it goes
-// unnamed: a refused Parse would fail the caller's transaction.
+// prepare (default true): on pg's own client with no transaction open, as a prepared
+// statement (parsed and planned once per connection, then bound and executed only). A server
+// connection whose prepared statements are not the client's (26000 or 42P05, see
+// preparedStatementUnusable) refuses it at Parse or Bind, before anything ran: it is sent
+// again unnamed, as is every later one of that client (sendsUnnamed). Inside the caller's
+// transaction it goes unnamed: a refused Parse would fail the caller's transaction.
 export async function executeOnce(client, scope, key, statement, params = [],
   requestHash = null, { statusCode = 201, prepare = true, ...options } = {}) {
   const values = executeOnceValues(scope, key, requestHash, statement, params, statusCode,
