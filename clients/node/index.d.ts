@@ -282,10 +282,12 @@ export function statementParam(value: StatementParam): string | null;
 /**
  * idempotency.execute_once in the client's current transaction (autocommit with none open):
  * the claim, the statement (params bound as one text[]) and its answer in one round trip.
+ * prepare (default true): with no transaction open, as a prepared statement (parsed once per
+ * connection; after a 26000 / 42P05 from a pooler, unnamed for that client from then on).
  */
 export function executeOnce(client: Queryable, scope: string, key: string, statement: string,
   params?: readonly StatementParam[], requestHash?: Buffer | null,
-  options?: ReserveOptions & { statusCode?: number }): Promise<Reservation>;
+  options?: ReserveOptions & { statusCode?: number; prepare?: boolean }): Promise<Reservation>;
 export function complete(client: Queryable, scope: string, key: string, statusCode: number,
   response: unknown, attempt?: number | null): Promise<void>;
 export function fail(client: Queryable, scope: string, key: string, error?: unknown,
@@ -482,7 +484,10 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
   replayHeaders?: (statusCode: number, response: any) => Record<string, string>;
   /** The largest body the middleware reads itself, in bytes (413 above); default 1 MiB. */
   limit?: number;
-  /** false: reserve_begin unnamed (values bound), never a prepared statement (default true). */
+  /**
+   * false: reserve_begin (execute_once in the statement form) unnamed (values bound), never a
+   * prepared statement (default true).
+   */
   prepare?: boolean;
   /** The statement form: this one statement answers a new key; the handler is not called. */
   statement?: string;

@@ -22,7 +22,10 @@
 #  6. the Node middleware with 16 clients on 8 server connections: its prepared reserve_begin
 #     meets 26000 / 42P05, it switches to unnamed statements, and every request is answered;
 #  7. the Node consumers (consumeOnce, applyOnce) likewise: their prepared claim_once / accept
-#     meets 26000 / 42P05, the message's transaction is sent again unnamed, each applied once.
+#     meets 26000 / 42P05, the message's transaction is sent again unnamed, each applied once;
+#  8. the Node statement form (the middleware's and runOnce's) likewise: its prepared
+#     execute_once meets 26000 / 42P05, the call is sent again unnamed, each key's statement
+#     runs once and its replays get the stored answer.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/pgbouncer 54481
@@ -306,6 +309,73 @@ expect "every message applied, every redelivery refused" "$answers" \
   "queue false:160 queue true:160 stream false:160 stream true:160"
 expect "each message's work once" \
   "$(q -c "SELECT count(*) || '/' || count(DISTINCT k) FROM consumed")" "320/320"
+
+echo "--- 8. the Node statement form: its prepared execute_once across pooled server connections"
+# The middleware's statement form and runOnce's send execute_once named with no transaction
+# open; through the pooler that meets 26000 and 42P05 before anything ran, and the call goes
+# again unnamed. Every request answered, each key's statement once.
+q -q -c "CREATE TABLE so_orders (k text NOT NULL, via text NOT NULL)"
+cat >"$WORK/statement_form.mjs" <<'JS'
+import { createRequire } from 'node:module';
+import http from 'node:http';
+const [root, host, port] = process.argv.slice(2);
+const pg = createRequire(`${root}/clients/node/package.json`)('pg');
+const { idempotencyMiddleware, runOnce } = await import(`${root}/clients/node/index.js`);
+// the Parse messages of execute_once: named (prepared) and unnamed
+const parses = { named: 0, unnamed: 0 };
+const parse = pg.Connection.prototype.parse;
+pg.Connection.prototype.parse = function counted(msg) {
+  if (msg.name === 'idempotency_execute_once_v1') parses.named++;
+  else if (/idempotency\.execute_once\(/.test(msg.text)) parses.unnamed++;
+  return parse.call(this, msg);
+};
+const pool = new pg.Pool({ host, port: Number(port), user: 'postgres', database: 'postgres', max: 16 });
+pool.on('error', () => {});
+const INSERT = 'INSERT INTO so_orders (k, via) VALUES ($1, $2) RETURNING k';
+const mw = idempotencyMiddleware({ pool, scope: 'pgb-statement', statement: INSERT,
+  params: (req) => [req.headers['idempotency-key'], 'middleware'] });
+const server = http.createServer((req, res) => mw(req, res, () => res.writeHead(500).end()));
+await new Promise((r) => { server.listen(0, '127.0.0.1', r); });
+const url = `http://127.0.0.1:${server.address().port}/`;
+const outcomes = {};
+const count = (what) => { outcomes[what] = (outcomes[what] ?? 0) + 1; };
+const post = async (key) => {
+  const res = await fetch(url, { method: 'POST', body: '{"n": 1}',
+    headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' } });
+  const body = await res.json();
+  count(`http ${res.status}${res.headers.get('idempotent-replayed') ? ' replay' : ''}` +
+    `${body.k === key ? '' : ' wrong'}`);
+};
+const run = async (key) => {
+  const c = await pool.connect();
+  try {
+    const r = await runOnce(c, { scope: 'pgb-statement', key,
+      statement: INSERT, params: [key, 'runOnce'] });
+    count(`runOnce ${r.replayed ? 'replay' : 'new'}${r.response.k === key ? '' : ' wrong'}`);
+  } finally {
+    c.release();
+  }
+};
+for (const [send, prefix] of [[post, 'h'], [run, 'r']]) {
+  const keys = Array.from({ length: 160 }, (_, i) => `${prefix}-${i}`);
+  for (const round of [keys, keys]) { // new keys, then each once more
+    for (let i = 0; i < round.length; i += 16) await Promise.all(round.slice(i, i + 16).map(send));
+  }
+}
+console.log(Object.entries(outcomes).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}:${v}`).join(' '));
+console.log(`named ${parses.named > 0 ? 'sent' : 'never sent'}, unnamed after a refusal ${parses.unnamed > 0 ? 'sent' : 'never sent'}`);
+server.close();
+await pool.end();
+JS
+answers=$(timeout 120 node "$WORK/statement_form.mjs" "$IDEM_ROOT" "$PGB_SOCK" "$PGB_PORT" 2>"$WORK/statement_form.err") ||
+  fail "the statement form through pgbouncer: $(tail -n 5 "$WORK/statement_form.err")"
+expect "every request answered with its own row: 160 new, 160 replays, each way" \
+  "$(head -n 1 <<<"$answers")" "http 201:160 http 201 replay:160 runOnce new:160 runOnce replay:160"
+expect "execute_once prepared, and unnamed once the pooler refused it" \
+  "$(tail -n 1 <<<"$answers")" "named sent, unnamed after a refusal sent"
+expect "each key's statement once" \
+  "$(q -c "SELECT count(*) || '/' || count(DISTINCT k) FROM so_orders")" "320/320"
+expect "every key completed" "$(q -c "SELECT count(*) FILTER (WHERE state = 'completed') || '/' || count(*) FROM idempotency.keys WHERE scope = 'pgb-statement'")" "320/320"
 
 echo "$CHECKS checks passed"
 echo "PASS"

@@ -158,8 +158,14 @@ export async function guarded(client, send) {
 // (none for a statement without values: parsed only), then one Sync, in one write, and settles
 // with the rows of each executed statement as arrays of text (null for NULL). It is a pg
 // "submittable" (client.query(submittable), as pg-cursor is).
+// A value's text as Bind sends it: an array as a one-dimensional array literal, each element
+// NULL or its text quoted (as pg's own queries send a text[] such as execute_once's
+// parameters).
+const element = (v) => (v === null || v === undefined ? 'NULL'
+  : `"${String(v).replace(/[\\"]/g, '\\$&')}"`);
 const param = (v) => (v === null || v === undefined ? null
-  : v instanceof Uint8Array ? Buffer.from(v.buffer, v.byteOffset, v.byteLength) : String(v));
+  : v instanceof Uint8Array ? Buffer.from(v.buffer, v.byteOffset, v.byteLength)
+    : Array.isArray(v) ? `{${v.map(element).join(',')}}` : String(v));
 
 // Whether client's connection has parsed statement ({ name, text }) under its name.
 export const isParsed = (client, { name, text }) =>

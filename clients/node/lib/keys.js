@@ -4,7 +4,7 @@
 // (pg.Client, or a pool's client): this package never opens connections itself, so it works
 // with whatever pg the application has.
 import {
-  firstValue, isParsed, query, queryStatements, TEXT_ROWS, writesProtocol,
+  firstValue, isParsed, query, queryStatements, TEXT_ROWS, transactionStatus, writesProtocol,
 } from './connection.js';
 import { KeyEmptyError, KeyTooLongError } from './errors.js';
 import { fingerprint } from './fingerprint.js';
@@ -145,14 +145,39 @@ export function executeOnceValues(scope, key, requestHash, statement, params = [
     retention, wait];
 }
 
+// The clients that met preparedStatementUnusable: their server connection's prepared
+// statements are not theirs (a pooler), so their execute_once, claim_once and accept go
+// unnamed from then on.
+const unnamed = new WeakSet();
+export const sendsUnnamed = (client) => unnamed.has(client);
+export const sendUnnamed = (client) => { unnamed.add(client); };
+
+const PREPARED_EXECUTE_ONCE = PREPARED.execute_once;
+
 // idempotency.execute_once in the client's current transaction (autocommit when it has none
 // open): on the outcome 'new' the statement ran with its parameters bound (one text[]), and
 // the reservation carries statusCode and the statement's result as its response. One round
 // trip. A server before 0.3.0 has no execute_once: ExtensionVersionError naming it.
+// prepare (default true): on pg's own client with no transaction open, as a prepared
+// statement (parsed and planned once per connection, then bound and executed only). A server
+// connection whose prepared statements are not the client's (26000 or 42P05, see
+// preparedStatementUnusable) refuses it at Parse or Bind, before anything ran: it is sent
+// again unnamed, as is every later one of that client (sendsUnnamed). Inside the caller's
+// transaction it goes unnamed: a refused Parse would fail the caller's transaction.
 export async function executeOnce(client, scope, key, statement, params = [],
-  requestHash = null, { statusCode = 201, ...options } = {}) {
+  requestHash = null, { statusCode = 201, prepare = true, ...options } = {}) {
   const values = executeOnceValues(scope, key, requestHash, statement, params, statusCode,
     options);
+  if (prepare && !unnamed.has(client) && writesProtocol(client) &&
+    transactionStatus(client) === 'I') {
+    try {
+      const [rows] = await queryStatements(client, [{ ...PREPARED_EXECUTE_ONCE, values }]);
+      return reservationOfFields(rows[0], client);
+    } catch (err) {
+      if (!preparedStatementUnusable(err)) throw err;
+      unnamed.add(client);
+    }
+  }
   const { rows } = await query(client, EXECUTE_ONCE, values, TEXT_ROWS);
   return reservationOf(rows[0], client);
 }

@@ -225,9 +225,10 @@ async function defaultRequestHash(req, exclude, limit) {
 //   keepHeaders names of headers of the first answer that its replays carry besides
 //               Content-Type and Location (say ETag)
 //   replayHeaders (statusCode, response) => extra headers of a replay
-//   prepare     false: send reserve_begin unnamed (its values bound), not as a prepared statement
-//               (default true; behind a pooler that mixes up prepared statements, the first
-//               26000 or 42P05 switches it to false)
+//   prepare     false: send reserve_begin (execute_once in the statement form) unnamed, its
+//               values bound, not as a prepared statement (default true; behind a pooler that
+//               mixes up prepared statements, the first 26000 or 42P05 switches reserve_begin
+//               to unnamed for every request, execute_once for that pooled connection)
 // The statement form, for an endpoint whose work is one SQL statement (the handler is not called
 // for the requests it answers):
 //   statement   the statement's text, with PostgreSQL's placeholders ($1, $2, ...)
@@ -306,7 +307,8 @@ export function idempotencyMiddleware(options) {
   };
 
   // The statement form's answer to a request (see the options): execute_once on a pooled
-  // connection with no transaction open, so the call commits by itself.
+  // connection with no transaction open, so the call commits by itself; prepared unless
+  // options.prepare is false (see executeOnce).
   const answerStatement = async (req, res, next, scope, key, hash) => {
     let values;
     try {
@@ -331,7 +333,7 @@ export function idempotencyMiddleware(options) {
       let failure = null;
       try {
         reservation = await executeOnce(client, scope, key, statement, params, hash,
-          { statusCode: statementStatus, lockTtl, retention, wait });
+          { statusCode: statementStatus, lockTtl, retention, wait, prepare: opts.prepare });
         break;
       } catch (err) {
         failure = err;

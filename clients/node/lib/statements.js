@@ -78,6 +78,7 @@ export const LISTED = Object.freeze({
 const prepared = (name, text) => Object.freeze({ name, text });
 export const PREPARED = Object.freeze({
   reserve_begin: prepared('idempotency_reserve_begin_v1', RESERVE_BEGIN),
+  execute_once: prepared('idempotency_execute_once_v1', EXECUTE_ONCE),
   complete: prepared('idempotency_complete_v1', COMPLETE),
   claim_once: prepared('idempotency_claim_once_v1', CLAIM_ONCE),
   accept_bigint: prepared('idempotency_accept_bigint_v1', ACCEPT_BIGINT),

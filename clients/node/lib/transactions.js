@@ -13,7 +13,7 @@ import {
 } from './errors.js';
 import {
   checkpoint, completeThen, executeOnce, fail, preparedStatementUnusable, requestHash, reserve,
-  reserveAfter,
+  reserveAfter, sendsUnnamed, sendUnnamed,
 } from './keys.js';
 import { BEGIN, COMMIT, HELPER_SAVEPOINT, ROLLBACK } from './statements.js';
 
@@ -115,10 +115,8 @@ async function inTransaction(client, fn, { opens = false, closes = false } = {})
 // (a savepoint inside the caller's transaction), the statement unnamed. A server connection
 // whose prepared statements are not the client's (a pooler, DISCARD ALL: see
 // preparedStatementUnusable) fails that transaction before then() runs: it is rolled back and
-// sent again unnamed, as is every later one of that client. An error rolls everything back and
-// comes out typed.
-const unprepared = new WeakSet(); // the clients that met preparedStatementUnusable
-
+// sent again unnamed, as is every later one of that client (sendsUnnamed: its execute_once
+// too). An error rolls everything back and comes out typed.
 export async function transactionWith(client, statement, values, then) {
   if (transactionStatus(client) !== 'I' || !writesProtocol(client)) {
     return inTransaction(client, async () =>
@@ -128,15 +126,15 @@ export async function transactionWith(client, statement, values, then) {
   const unwatch = watchConnection(client);
   try {
     const opened = () => queryStatements(client, [{ text: BEGIN, values: [] },
-      unprepared.has(client) ? { text: statement.text, values } : { ...statement, values }]);
+      sendsUnnamed(client) ? { text: statement.text, values } : { ...statement, values }]);
     let out;
     try {
       let rows;
       try {
         [, rows] = await opened();
       } catch (err) {
-        if (!preparedStatementUnusable(err) || unprepared.has(client)) throw err;
-        unprepared.add(client);
+        if (!preparedStatementUnusable(err) || sendsUnnamed(client)) throw err;
+        sendUnnamed(client);
         await rollbackQuietly(client);
         [, rows] = await opened();
       }

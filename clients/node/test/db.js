@@ -99,3 +99,17 @@ export function counting(client) {
   };
   return { sent, stop: () => { client.query = original; } };
 }
+
+// The names of the statements c parses (pg's Parse messages; an unnamed one's text) while fn
+// runs.
+export async function parsedDuring(c, fn) {
+  const parsed = [];
+  const parse = c.connection.parse;
+  c.connection.parse = function spied(q) { parsed.push(q.name || q.text); return parse.call(this, q); };
+  try {
+    await fn();
+  } finally {
+    c.connection.parse = parse;
+  }
+  return parsed;
+}

@@ -12,7 +12,9 @@ import {
   InvalidTransactionTerminationError, StatementSyntaxError, idempotencyMiddleware, KeyInProgressError,
   KeyMismatchError, KeyTooOldError, lookup, runOnce, statementParam,
 } from '../index.js';
-import { assertDatabaseUnavailable, connect, counting, databases, serve } from './db.js';
+import {
+  assertDatabaseUnavailable, connect, counting, databases, parsedDuring, serve,
+} from './db.js';
 import { extensionOnly, REASONS } from './edition.js';
 
 const INSERT = `INSERT INTO orders (k, item, qty) VALUES ($1, $2, $3)
@@ -269,6 +271,167 @@ test('a server before 0.3.0: ExtensionVersionError naming execute_once and 0.3.0
     await old.end();
   }
 });
+
+// ---- execute_once as a prepared statement ----
+
+const NAME = 'idempotency_execute_once_v1';
+const named = (sent) => sent.map((text) => text.startsWith(`[${NAME}] `));
+const preparedOn = async (c) => (await c.query(
+  "SELECT name FROM pg_prepared_statements WHERE name LIKE 'idempotency%' ORDER BY name"))
+  .rows.map((r) => r.name);
+
+test('prepared once per connection: new keys and replays bound to it, one round trip a call',
+  async () => {
+    const c = await connect(db);
+    try {
+      const keys = [randomUUID(), randomUUID()];
+      const call = (k) => runOnce(c, { scope: 'acct_1', key: k, statement: INSERT,
+        params: [k, 'prep', 1] });
+      const rt = counting(c);
+      let outcomes;
+      const parsed = await parsedDuring(c, async () => {
+        outcomes = [await call(keys[0]), await call(keys[0]), await call(keys[1])];
+        const r = await executeOnce(c, 'acct_1', keys[1], INSERT, [keys[1], 'prep', 1]);
+        outcomes.push({ replayed: r.outcome === 'replay' });
+      });
+      rt.stop();
+      assert.deepEqual(outcomes.map((o) => o.replayed), [false, true, false, true]);
+      assert.deepEqual(named(rt.sent), [true, true, true, true], rt.sent.join('\n'));
+      assert.deepEqual(parsed, [NAME], 'parsed by the first call only');
+      assert.deepEqual(await preparedOn(c), [NAME]);
+      for (const k of keys) assert.equal(await ordersOf(k), 1);
+    } finally {
+      await c.end();
+    }
+  });
+
+test("prepared: the statement's parameters bound as one text[], array syntax in them as it is",
+  async () => {
+    const texts = ['NULL', null, '', ' lead', 'a,b', '{x}', 'back\\slash', 'quo"te', '\\"',
+      'new\nline', 'café'];
+    const c = await connect(db);
+    try {
+      const rt = counting(c);
+      const r = await runOnce(c, { scope: 'acct_1', key: randomUUID(),
+        statement: 'SELECT pg_catalog.to_jsonb(ARRAY[' +
+          texts.map((_, i) => `$${i + 1}::text`).join(', ') + '])', params: texts });
+      rt.stop();
+      assert.deepEqual(named(rt.sent), [true], rt.sent.join('\n'));
+      assert.deepEqual(r.response, texts);
+    } finally {
+      await c.end();
+    }
+  });
+
+test('a prepared execute_once the server connection lost (26000) or holds already (42P05): ' +
+  'applied once, unnamed from then on', async () => {
+  const lost = await connect(db); // a pooler moved it, or DISCARD ALL
+  const held = await connect(db); // another client of a pooler prepared the name there first
+  try {
+    const first = await parsedDuring(lost, () => runOnce(lost, { scope: 'acct_1',
+      key: randomUUID(), statement: 'SELECT 1 AS one' }));
+    assert.deepEqual(first, [NAME]);
+    await lost.query(`DEALLOCATE ${NAME}`);
+    await held.query(`PREPARE ${NAME} AS SELECT false`);
+    for (const c of [lost, held]) {
+      const k = randomUUID();
+      const options = { scope: 'acct_1', key: k, statement: INSERT, params: [k, 'moved', 2] };
+      const rt = counting(c);
+      let r;
+      const parsed = await parsedDuring(c, async () => { r = await runOnce(c, options); });
+      rt.stop();
+      assert.equal(r.replayed, false);
+      assert.equal(c.getTransactionStatus(), 'I');
+      assert.equal(await ordersOf(k), 1, 'the statement ran once');
+      // refused at Bind (26000) or Parse (42P05), then sent unnamed
+      assert.deepEqual(named(rt.sent), [true, false], rt.sent.join('\n'));
+      assert.deepEqual(parsed.map((t) => t === NAME), c === held ? [true, false] : [false],
+        parsed.join(' | '));
+      const again = counting(c);
+      assert.equal((await runOnce(c, options)).replayed, true);
+      await runOnce(c, { ...options, key: randomUUID(), params: [randomUUID(), 'next', 1] });
+      again.stop();
+      assert.deepEqual(named(again.sent), [false, false], again.sent.join('\n'));
+      assert.equal(await ordersOf(k), 1);
+    }
+  } finally {
+    await lost.end();
+    await held.end();
+  }
+});
+
+test("named outside a transaction, unnamed inside the caller's (even where the server lost " +
+  'the name): the caller\'s transaction is never failed by a Parse', async () => {
+  const c = await connect(db);
+  try {
+    const call = (k) => runOnce(c, { scope: 'acct_1', key: k, statement: INSERT,
+      params: [k, 'tx', 1] });
+    const rt = counting(c);
+    await call(randomUUID());
+    rt.stop();
+    assert.deepEqual(named(rt.sent), [true]);
+    await c.query(`DEALLOCATE ${NAME}`); // pg still takes it for parsed on this connection
+    const k = randomUUID();
+    await c.query('BEGIN');
+    const inside = counting(c);
+    try {
+      assert.equal((await call(k)).replayed, false);
+      assert.equal((await executeOnce(c, 'acct_1', k, INSERT, [k, 'tx', 1])).outcome, 'replay');
+    } finally {
+      inside.stop();
+    }
+    assert.equal(c.getTransactionStatus(), 'T');
+    await c.query('COMMIT');
+    assert.deepEqual(named(inside.sent), [false, false], inside.sent.join('\n'));
+    assert.equal(await ordersOf(k), 1);
+  } finally {
+    await c.end();
+  }
+});
+
+test('executeOnce with prepare: false, and the middleware with prepare: false, never name it',
+  async () => {
+    const c = await connect(db);
+    const onePool = new pg.Pool({ database: db, max: 1 });
+    const app = express();
+    app.use(express.json());
+    for (const [path, prepare] of [['/named', undefined], ['/unnamed', false]]) {
+      app.post(path, idempotencyMiddleware({ pool: onePool, scope: `prep${path}`, prepare,
+        statement: 'SELECT $1::text AS k', params: (req) => [req.get('idempotency-key')] }),
+      () => assert.fail('the handler ran'));
+    }
+    const srv = await serve(app);
+    const postTo = async (path, k) => {
+      const res = await fetch(`${srv.base}${path}`, { method: 'POST', body: '{}',
+        headers: { 'Idempotency-Key': k, 'Content-Type': 'application/json' } });
+      return [res.status, (await res.json()).k, res.headers.get('idempotent-replayed')];
+    };
+    const pooledPrepared = async () => {
+      const pooled = await onePool.connect();
+      try {
+        return await preparedOn(pooled);
+      } finally {
+        pooled.release();
+      }
+    };
+    try {
+      const k = randomUUID();
+      const r = await executeOnce(c, 'acct_1', k, 'SELECT 1 AS one', [], null,
+        { prepare: false });
+      assert.equal(r.outcome, 'new');
+      assert.deepEqual(await preparedOn(c), []);
+      assert.deepEqual(await postTo('/unnamed', k), [201, k, null]);
+      assert.deepEqual(await postTo('/unnamed', k), [201, k, 'true']);
+      assert.deepEqual(await pooledPrepared(), [], 'prepare: false');
+      assert.deepEqual(await postTo('/named', k), [201, k, null]);
+      assert.deepEqual(await pooledPrepared(), [NAME], 'the default: prepared');
+      assert.deepEqual(await postTo('/unnamed', randomUUID()).then(([s]) => s), 201);
+    } finally {
+      await srv.close();
+      await onePool.end();
+      await c.end();
+    }
+  });
 
 // ---- the middleware's statement option ----
 

@@ -13,7 +13,7 @@ import {
   StaleAttemptError, TransactionAbortedError, TransactionOpenError, UndefinedObjectError,
   watermark,
 } from '../index.js';
-import { connect, counting, databases } from './db.js';
+import { connect, counting, databases, parsedDuring } from './db.js';
 import { extensionOnly, REASONS } from './edition.js';
 
 let db;
@@ -495,19 +495,6 @@ test('consumeOnce applies each message once; an error in the work frees the key'
   assert.equal(await claimOnce(conn, 'queue', k3), false);
   await assert.rejects(consumeOnce(conn, 'queue', '', work), KeyEmptyError);
 });
-
-// The names of the statements the connection parses (pg's Parse messages) while fn runs.
-async function parsedDuring(c, fn) {
-  const parsed = [];
-  const parse = c.connection.parse;
-  c.connection.parse = function spied(q) { parsed.push(q.name || q.text); return parse.call(this, q); };
-  try {
-    await fn();
-  } finally {
-    c.connection.parse = parse;
-  }
-  return parsed;
-}
 
 test('consumeOnce and applyOnce: their statement prepared once per connection, BEGIN and it one round trip', async () => {
   const c = await connect(db);
