@@ -163,7 +163,7 @@ $$;
 -- seconds: the managed edition registers no setting, so these are placeholders set with SET,
 -- ALTER DATABASE or ALTER ROLE; the value takes the units the extension's settings take.
 -- Unset, the fallback (one of the edition's own values, such as '30d', which the planner
--- reads once). Set, as _duration_usecs reads it, or else _setting_parse.
+-- reads once). Set, as _duration_usecs reads it, or else as _setting_parse does.
 CREATE FUNCTION idempotency._setting_usecs(name text, fallback text)
 RETURNS bigint
 LANGUAGE sql VOLATILE
@@ -171,9 +171,8 @@ AS $$
     SELECT CASE
         WHEN nullif(current_setting(name, true), '') IS NULL
             THEN idempotency._duration_usecs(fallback)
-        WHEN idempotency._duration_usecs(current_setting(name, true)) IS NOT NULL
-            THEN idempotency._duration_usecs(current_setting(name, true))
-        ELSE idempotency._setting_parse(name, current_setting(name, true)) END
+        ELSE coalesce(idempotency._duration_usecs(current_setting(name, true)),
+                      idempotency._setting_parse(name, current_setting(name, true))) END
 $$;
 
 -- The time arguments of reserve and claim_once: the retention within max_retention, leases
