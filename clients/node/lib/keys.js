@@ -166,8 +166,12 @@ const PREPARED_EXECUTE_ONCE = PREPARED.execute_once;
 // transaction it goes unnamed: a refused Parse would fail the caller's transaction.
 export async function executeOnce(client, scope, key, statement, params = [],
   requestHash = null, { statusCode = 201, prepare = true, ...options } = {}) {
-  const values = executeOnceValues(scope, key, requestHash, statement, params, statusCode,
-    options);
+  return executeOnceOf(client, executeOnceValues(scope, key, requestHash, statement, params,
+    statusCode, options), prepare);
+}
+
+// executeOnce with its parameters checked and converted already (executeOnceValues).
+export async function executeOnceOf(client, values, prepare = true) {
   if (prepare && !unnamed.has(client) && writesProtocol(client) &&
     transactionStatus(client) === 'I') {
     try {

@@ -12,7 +12,7 @@ import {
   KeyMismatchError, KeyTooLongError, KeyTooOldError, OutcomeError, ProgramLimitExceededError,
 } from './errors.js';
 import {
-  checkNames, completeThen, executeOnce, executeOnceValues, preparedStatementUnusable,
+  checkNames, completeThen, executeOnceOf, executeOnceValues, preparedStatementUnusable,
   requestHash, reserveAfter, reserveBegin, reserveBeginRefused,
 } from './keys.js';
 import { BEGIN, COMMIT, ROLLBACK } from './statements.js';
@@ -317,7 +317,6 @@ export function idempotencyMiddleware(options) {
     } catch (err) {
       return next(err);
     }
-    const [, , , , params] = values;
     let reservation;
     // A pooled connection that died while idle fails on its first statement: tried once more
     // on another connection (execute_once of a key is safe to repeat: a replay at worst).
@@ -332,8 +331,7 @@ export function idempotencyMiddleware(options) {
       const unwatch = watchConnection(client);
       let failure = null;
       try {
-        reservation = await executeOnce(client, scope, key, statement, params, hash,
-          { statusCode: statementStatus, lockTtl, retention, wait, prepare: opts.prepare });
+        reservation = await executeOnceOf(client, values, opts.prepare);
         break;
       } catch (err) {
         failure = err;
