@@ -4,7 +4,8 @@
 # idempotency strategies: the project's middleware, its statement form (the insert as
 # execute_once's statement) and runExternal, hand-written PostgreSQL ("fortress"), Redis SET
 # NX + Lua, the Redis + PostgreSQL hybrid, Powertools (Redis cache layer) and
-# express-idempotency (Redis adapter). Speed (throughput, p50/p99/p99.9, CPU per
+# express-idempotency (Redis adapter), and (0) the insert alone with no idempotency (new keys
+# only: what any layer over that work can approach). Speed (throughput, p50/p99/p99.9, CPU per
 # request over service + PostgreSQL + Redis from /proc; rounds with the order rotated) and
 # correctness under faults (service SIGKILL, Redis restart, PostgreSQL -m immediate restart).
 #   bash bench/peers.sh            full run; report in bench/peers/results.md + results.png
@@ -157,15 +158,19 @@ PY
 }
 REDIS_MODE=default redis_start
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/load.txt"
-n=${#STRATEGIES[@]}
+# (0), the insert alone (no idempotency), runs beside them for new keys: the ceiling of any layer
+# over the same work.
+SPEED_STRATEGIES=("${STRATEGIES[@]}" insert)
+n=${#SPEED_STRATEGIES[@]}
 for ((round = 1; round <= ROUNDS; round++)); do
   [[ $PHASES == *" speed "* ]] || break
   for ((i = 0; i < n; i++)); do
-    s=${STRATEGIES[$(((i + round - 1) % n))]}
+    s=${SPEED_STRATEGIES[$(((i + round - 1) % n))]}
     reset_state
     svc_start "$s" "${NODE_ARGS[@]}"
     log "round $round: $s"
     for sc in "${SCENARIOS[@]}"; do # new8 -> mode new, 8 connections
+      [[ $s == insert && $sc != new* ]] && continue
       scenario "$round" "$s" "$sc" "${sc%%[0-9]*}" "${sc##*[a-z]}"
     done
     svc_stop

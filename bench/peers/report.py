@@ -13,7 +13,8 @@ NAMES = {"middleware": "(1) middleware", "statement": "(1s) the middleware's sta
          "external": "(2) runExternal",
          "fortress": "(3) fortress SQL", "accelerator": "(4) Redis SET NX + Lua",
          "hybrid": "(5) hybrid Redis + SQL", "powertools": "(6) Powertools, Redis",
-         "express-idempotency": "(7) express-idempotency, Redis"}
+         "express-idempotency": "(7) express-idempotency, Redis",
+         "insert": "(0) the insert alone (no idempotency)"}
 SCENARIOS = [("new8", "new keys, 8 conn."), ("new32", "new keys, 32 conn."),
              ("replay8", "replays, 8 conn."), ("mix8", "80% new + 20% retries"),
              ("burst8", "one key from 8 clients")]
@@ -53,7 +54,7 @@ if rtt:
     lines.append("")
 loop_path = os.path.join(out, "loop.tsv")
 loop = list(csv.DictReader(open(loop_path), delimiter="\t")) if os.path.exists(loop_path) else []
-LOOP_NAMES = {**NAMES, "insert": "the insert alone (no idempotency)"}
+LOOP_NAMES = NAMES
 if loop:
     lines += ["## Without HTTP", "",
               "Each strategy's own work (bench/peers/loop.mjs: the statements and commands the",

@@ -108,6 +108,19 @@ function statement() {
     params: (req) => orderParams(parseIdempotencyKey(keyOf(req)), req.body) }));
 }
 
+// (0) no idempotency: the insert alone, answered 201. Not a strategy (a retry inserts again):
+// the rate any layer over the same work can approach. bench/peers.sh runs it for new keys only.
+function insert() {
+  app.post('/orders', rawJson, async (req, res) => {
+    try {
+      res.status(201).json({ id: await insertOrder(pool, parseIdempotencyKey(keyOf(req)),
+        req.body) });
+    } catch (err) {
+      res.status(500).json({ error: err.message });
+    }
+  });
+}
+
 // (2) the project's cross-transaction helper: claim committed, work, finish + complete.
 function external() {
   app.post('/orders', rawJson, async (req, res) => {
@@ -228,7 +241,7 @@ async function expressIdempotency() {
   });
 }
 
-const strategies = { middleware, statement, external, fortress, accelerator, hybrid, powertools,
+const strategies = { insert, middleware, statement, external, fortress, accelerator, hybrid, powertools,
   'express-idempotency': expressIdempotency };
 if (!strategies[STRATEGY]) throw new Error(`unknown STRATEGY ${STRATEGY}`);
 await strategies[STRATEGY]();
