@@ -241,8 +241,8 @@ async function expressIdempotency() {
   });
 }
 
-const strategies = { insert, middleware, statement, external, fortress, accelerator, hybrid, powertools,
-  'express-idempotency': expressIdempotency };
+const strategies = { insert, middleware, statement, external, fortress, accelerator, hybrid,
+  powertools, 'express-idempotency': expressIdempotency };
 if (!strategies[STRATEGY]) throw new Error(`unknown STRATEGY ${STRATEGY}`);
 await strategies[STRATEGY]();
 app.use((err, req, res, next) => { // eslint-disable-line no-unused-vars
