@@ -55,11 +55,17 @@ done
 [[ $(rows_of "## Round trips" "(1s) the middleware's statement form") == \
   "| (1s) the middleware's statement form | 1 | 0 | 1 | 1 | 0 | 1 |" ]] ||
   { echo "$out"; echo "results.md: (1s) is not one round trip a request"; exit 1; }
-# without HTTP: (1), (1s), (3) and (4) for new keys and replays, the insert alone for new keys
+# (0), the insert alone: new keys at 8 and 32 connections only, no round-trip row
+[[ $(rows_of "## new keys" "(0) the insert alone (no idempotency)" |
+  grep -cE '\| [0-9]+ / [0-9]+ \| [0-9]+ / [0-9]+ \|$') -eq 2 ]] ||
+  { echo "$out"; echo "results.md: expected 2 speed rows of (0), new keys at 8 and 32"; exit 1; }
+[[ -z $(rows_of "## replays" "(0) the insert alone (no idempotency)") ]] ||
+  { echo "$out"; echo "results.md: (0) has no replays"; exit 1; }
+# without HTTP: (1), (1s), (3) and (4) for new keys and replays, (0) for new keys
 for strategy in "(1) middleware" "(1s) the middleware's statement form" "(3) fortress SQL" \
-  "(4) Redis SET NX + Lua" "the insert alone (no idempotency)"; do
+  "(4) Redis SET NX + Lua" "(0) the insert alone (no idempotency)"; do
   for table in "### new keys" "### replays"; do
-    [[ $strategy == the* && $table == *replays ]] && continue
+    [[ $strategy == "(0)"* && $table == *replays ]] && continue
     [[ $(rows_of "$table" "$strategy" | grep -cE '^(\| [^|]+ )(\| [0-9.,]+ ){6}\|$') -eq 1 ]] ||
       { echo "$out"; echo "results.md: expected 1 row of $strategy in $table"; exit 1; }
   done
