@@ -54,7 +54,6 @@ if rtt:
     lines.append("")
 loop_path = os.path.join(out, "loop.tsv")
 loop = list(csv.DictReader(open(loop_path), delimiter="\t")) if os.path.exists(loop_path) else []
-LOOP_NAMES = NAMES
 if loop:
     lines += ["## Without HTTP", "",
               "Each strategy's own work (bench/peers/loop.mjs: the statements and commands the",
@@ -63,7 +62,7 @@ if loop:
               "Redis.", ""]
     for mode, title in (("new", "new keys"), ("replay", "replays")):
         lm = {}
-        for s in LOOP_NAMES:
+        for s in NAMES:
             rs = [r for r in loop if r["strategy"] == s and r["mode"] == mode]
             if rs:
                 lm[s] = {k: statistics.median(float(r[k]) for r in rs)
@@ -74,7 +73,7 @@ if loop:
         for s, m in lm.items():
             ratio = f"{m['rps'] / base:.2f}" if base else "-"
             total = m["client_us"] + m["postgresql_us"] + m["redis_us"]
-            lines.append(f"| {LOOP_NAMES[s]} | {m['rps']:,.0f} | {ratio} | {m['client_us']:.0f} "
+            lines.append(f"| {NAMES[s]} | {m['rps']:,.0f} | {ratio} | {m['client_us']:.0f} "
                          f"| {m['postgresql_us']:.0f} | {m['redis_us']:.0f} | {total:.0f} |")
         lines.append("")
 for sc, title in SCENARIOS:

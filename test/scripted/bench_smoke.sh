@@ -55,7 +55,7 @@ done
 [[ $(rows_of "## Round trips" "(1s) the middleware's statement form") == \
   "| (1s) the middleware's statement form | 1 | 0 | 1 | 1 | 0 | 1 |" ]] ||
   { echo "$out"; echo "results.md: (1s) is not one round trip a request"; exit 1; }
-# (0), the insert alone: new keys at 8 and 32 connections only, no round-trip row
+# (0), the insert alone: new keys at 8 and 32 connections only, no replays
 [[ $(rows_of "## new keys" "(0) the insert alone (no idempotency)" |
   grep -cE '\| [0-9]+ / [0-9]+ \| [0-9]+ / [0-9]+ \|$') -eq 2 ]] ||
   { echo "$out"; echo "results.md: expected 2 speed rows of (0), new keys at 8 and 32"; exit 1; }
