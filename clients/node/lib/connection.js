@@ -151,6 +151,17 @@ export async function guarded(client, send) {
   }
 }
 
+// A statement on a connection that concurrent calls share (pipeline.js): as query, but the
+// connection's errors are watched by its holder for as long as it holds it, not per call.
+export async function sharedQuery(client, config) {
+  checkUsable(client);
+  try {
+    return await client.query(config);
+  } catch (err) {
+    throw translate(err, client);
+  }
+}
+
 // ---- statements whose columns are known ----
 // pg's Query describes its portal on every execution and builds a result with a parser per
 // column. A caller that knows the columns needs neither: Statements sends, for each statement,

@@ -4,7 +4,8 @@
 // (pg.Client, or a pool's client): this package never opens connections itself, so it works
 // with whatever pg the application has.
 import {
-  firstValue, isParsed, query, queryStatements, TEXT_ROWS, transactionStatus, writesProtocol,
+  firstValue, isParsed, query, queryStatements, sharedQuery, TEXT_ROWS, transactionStatus,
+  writesProtocol,
 } from './connection.js';
 import { KeyEmptyError, KeyTooLongError } from './errors.js';
 import { fingerprint } from './fingerprint.js';
@@ -171,10 +172,18 @@ export async function executeOnce(client, scope, key, statement, params = [],
 }
 
 // executeOnce with its parameters checked and converted already (executeOnceValues).
+// On a connection in pg's pipeline mode, shared by concurrent calls (pipeline.js), pg's own
+// Query sends it (a prepared one parsed once per connection too).
 export async function executeOnceOf(client, values, prepare = true) {
-  if (prepare && !unnamed.has(client) && writesProtocol(client) &&
+  const pipelined = client.pipeline === true;
+  if (prepare && !unnamed.has(client) && (pipelined || writesProtocol(client)) &&
     transactionStatus(client) === 'I') {
     try {
+      if (pipelined) {
+        const { rows } = await sharedQuery(client,
+          { ...PREPARED_EXECUTE_ONCE, values, types: TEXT_ROWS });
+        return reservationOf(rows[0], client);
+      }
       const [rows] = await queryStatements(client, [{ ...PREPARED_EXECUTE_ONCE, values }]);
       return reservationOfFields(rows[0], client);
     } catch (err) {
@@ -182,7 +191,9 @@ export async function executeOnceOf(client, values, prepare = true) {
       unnamed.add(client);
     }
   }
-  const { rows } = await query(client, EXECUTE_ONCE, values, TEXT_ROWS);
+  const { rows } = pipelined
+    ? await sharedQuery(client, { text: EXECUTE_ONCE, values, types: TEXT_ROWS })
+    : await query(client, EXECUTE_ONCE, values, TEXT_ROWS);
   return reservationOf(rows[0], client);
 }
 

@@ -15,6 +15,7 @@ import {
   checkNames, completeThen, executeOnceOf, executeOnceValues, preparedStatementUnusable,
   requestHash, reserveAfter, reserveBegin, reserveBeginRefused,
 } from './keys.js';
+import { isPipelined, SharedConnections } from './pipeline.js';
 import { BEGIN, COMMIT, ROLLBACK } from './statements.js';
 import { ExtensionVersionError, serverEdition } from './versions.js';
 
@@ -173,6 +174,13 @@ const isJsonType = (contentType) =>
 
 class BodyTooLargeError extends Error {}
 
+// The pool could not give a connection (nothing was sent).
+class PoolConnectError extends Error {
+  constructor(cause) {
+    super(cause?.message, { cause });
+  }
+}
+
 async function readBody(req, limit) {
   const chunks = [];
   let size = 0;
@@ -306,9 +314,30 @@ export function idempotencyMiddleware(options) {
     }
   };
 
-  // The statement form's answer to a request (see the options): execute_once on a pooled
-  // connection with no transaction open, so the call commits by itself; prepared unless
-  // options.prepare is false (see executeOnce).
+  // execute_once on a pooled connection with no transaction open, so the call commits by
+  // itself; prepared unless options.prepare is false (see executeOnce). On a pool made with
+  // pg's `pipeline: true`, concurrent requests' calls share its connections (pipeline.js).
+  const shared = statement !== undefined && isPipelined(pool) ? new SharedConnections(pool) : null;
+  const callExecuteOnce = async (values) => {
+    if (shared) return shared.run((client) => executeOnceOf(client, values, opts.prepare));
+    const client = await pool.connect().catch((err) => { throw new PoolConnectError(err); });
+    const unwatch = watchConnection(client);
+    let failure = null;
+    try {
+      return await executeOnceOf(client, values, opts.prepare);
+    } catch (err) {
+      failure = err;
+      throw err;
+    } finally {
+      const lost = unwatch(failure);
+      if (lost || isConnectionLost(failure, client)) client.release(lost ?? failure ?? true);
+      else if (transactionStatus(client) !== undefined && transactionStatus(client) !== 'I')
+        client.release(true); // never hand on a connection left in a transaction
+      else client.release();
+    }
+  };
+
+  // The statement form's answer to a request (see the options).
   const answerStatement = async (req, res, next, scope, key, hash) => {
     let values;
     try {
@@ -321,25 +350,17 @@ export function idempotencyMiddleware(options) {
     // A pooled connection that died while idle fails on its first statement: tried once more
     // on another connection (execute_once of a key is safe to repeat: a replay at worst).
     for (let tries = 1; ; tries++) {
-      let client;
       try {
-        client = await pool.connect();
-      } catch (err) {
-        if (isConnectionLost(err) || databaseUnreachable(err)) return unavailableAnswer(res, err);
-        return next(err);
-      }
-      const unwatch = watchConnection(client);
-      let failure = null;
-      try {
-        reservation = await executeOnceOf(client, values, opts.prepare);
+        reservation = await callExecuteOnce(values);
         break;
-      } catch (err) {
-        failure = err;
-        if (isConnectionLost(err, client)) {
-          if (tries < 2) continue;
+      } catch (failure) {
+        const err = failure instanceof PoolConnectError ? failure.cause : failure;
+        if (isConnectionLost(err)) {
+          if (tries < 2 && !(failure instanceof PoolConnectError)) continue;
           return unavailableAnswer(res, err);
         }
         if (databaseUnreachable(err)) return unavailableAnswer(res, err);
+        if (failure instanceof PoolConnectError) return next(err);
         if (err instanceof ExtensionVersionError) {
           console.error('idempotency: the statement form needs idempotency.execute_once ' +
             `(extension 0.3.0 or later): ${err.message}`);
@@ -349,12 +370,6 @@ export function idempotencyMiddleware(options) {
         }
         return send(res, 500, { error: 'internal_error',
           message: 'the request failed; retry with the same Idempotency-Key' });
-      } finally {
-        const lost = unwatch(failure);
-        if (lost || isConnectionLost(failure, client)) client.release(lost ?? failure ?? true);
-        else if (transactionStatus(client) !== undefined && transactionStatus(client) !== 'I')
-          client.release(true); // never hand on a connection left in a transaction
-        else client.release();
       }
     }
     const { outcome, statusCode, response } = reservation;

@@ -1,0 +1,134 @@
+// Calls that concurrent requests share connections for: the statement form's execute_once on a
+// pool made with node-postgres's `pipeline: true`. Each call is its own Bind, Execute and Sync,
+// so each is its own autocommit transaction and an error stays with its call; the calls made
+// while the event loop handles one batch of I/O leave in one write per connection, and their
+// answers come back in order. One round trip is then shared by several requests, and each
+// backend wakes once for them, where a pooled connection a call pays a write, a wake-up and a
+// read each.
+//
+// A connection is checked out of the pool when every one held has a call in flight (up to the
+// pool's max) and given back when its last call is answered; the pool opens, ends and idles
+// them as it does any other. An 'error' of a held connection (the server restarted, the
+// backend was terminated) is caught here: it is dropped, given back broken (the pool
+// destroys it), and its calls fail with the connection lost.
+import { isConnectionLost } from './connection.js';
+
+// Whether pool's connections are in node-postgres's pipeline mode.
+export const isPipelined = (pool) => pool?.options?.pipeline === true;
+
+class Held {
+  constructor(pool, onGone) {
+    this.inFlight = 0;
+    this.lost = null;
+    this.client = null;
+    this.corked = false;
+    this.onGone = onGone;
+    this.ready = pool.connect().then((client) => {
+      this.client = client;
+      this.onError = (err) => { this.drop(err); };
+      client.on('error', this.onError);
+      return client;
+    }, (err) => {
+      this.drop(err);
+      throw err;
+    });
+  }
+
+  // No call is sent here any more; given back once its calls in flight are answered.
+  drop(err) {
+    this.lost ??= err ?? new Error('the connection was lost');
+    this.onGone(this);
+    if (this.inFlight === 0) this.giveBack();
+  }
+
+  // The calls made until the event loop next checks for I/O, corked into one write.
+  cork() {
+    const stream = this.client?.connection?.stream;
+    if (this.corked || typeof stream?.cork !== 'function') return;
+    this.corked = true;
+    stream.cork();
+    setImmediate(() => {
+      this.corked = false;
+      stream.uncork();
+    });
+  }
+
+  giveBack() {
+    const { client } = this;
+    if (!client || this.givenBack) return;
+    this.givenBack = true;
+    client.removeListener('error', this.onError);
+    if (this.lost) {
+      // its socket may still report the same failure: nobody else listens any more
+      client.on('error', () => {});
+      client.release(this.lost);
+    } else {
+      client.release();
+    }
+  }
+}
+
+// Calls in flight on each held connection before another is checked out. A connection runs its
+// calls one after another: cheap ones (a replay) share a round trip and a wake-up of one
+// backend; ones that wait longer (a commit's WAL flush) pile up and spread over more backends,
+// whose commits flush together.
+export const DEPTH = 8;
+
+export class SharedConnections {
+  constructor(pool) {
+    this.pool = pool;
+    this.max = Math.max(1, Number(pool.options?.max) || 10);
+    this.held = [];
+  }
+
+  // A held connection with the fewest calls in flight, or a new one when each one held has
+  // DEPTH calls in flight and the pool's max allows.
+  #pick() {
+    let best = null;
+    for (const h of this.held) if (best === null || h.inFlight < best.inFlight) best = h;
+    if (best === null || (best.inFlight >= DEPTH && this.held.length < this.max)) {
+      best = new Held(this.pool, (gone) => {
+        const i = this.held.indexOf(gone);
+        if (i >= 0) this.held.splice(i, 1);
+      });
+      best.ready.catch(() => {}); // its callers get the error
+      this.held.push(best);
+    }
+    return best;
+  }
+
+  // send(client) on a shared connection: its promise, settled before the connection may be
+  // given back. Errors are send's own (a lost connection's included).
+  async run(send) {
+    const held = this.#pick();
+    held.inFlight += 1;
+    let failure = null;
+    try {
+      const client = await held.ready;
+      if (held.lost) throw held.lost;
+      held.cork();
+      return await send(client);
+    } catch (err) {
+      failure = err;
+      throw err;
+    } finally {
+      held.inFlight -= 1;
+      if (failure !== null && isConnectionLost(failure, held.client)) held.drop(failure);
+      else if (held.lost !== null && held.inFlight === 0) held.giveBack();
+      else if (held.inFlight === 0) this.#idle(held);
+    }
+  }
+
+  // Given back once a turn of the event loop has passed without a call on it: the calls that
+  // follow each other closely keep it.
+  #idle(held) {
+    if (held.idleCheck) return;
+    held.idleCheck = setImmediate(() => {
+      held.idleCheck = null;
+      if (held.inFlight > 0 || held.lost !== null) return;
+      const i = this.held.indexOf(held);
+      if (i >= 0) this.held.splice(i, 1);
+      held.giveBack();
+    });
+  }
+}

@@ -1,0 +1,151 @@
+// The statement form on a pool made with pg's `pipeline: true`: concurrent requests' calls of
+// execute_once share its connections, each its own transaction, an error confined to its call,
+// a lost connection's calls retried on another, and every connection given back when idle.
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, before, test } from 'node:test';
+import express from 'express';
+import pg from 'pg';
+import { idempotencyMiddleware, lookup } from '../index.js';
+import { connect, databases, serve } from './db.js';
+
+const GATE = 4242; // an advisory lock the test holds to keep calls in flight
+
+// The insert waits for the gate (shared, so the calls do not wait for each other), and answers
+// with the backend and the transaction it ran in.
+const STATEMENT = `WITH gate AS (SELECT pg_advisory_xact_lock_shared(${GATE}))
+  INSERT INTO orders (k, item, qty) SELECT $1, $2, $3::integer FROM gate
+  RETURNING id, pg_backend_pid() AS pid, txid_current()::text AS tx`;
+
+let db;
+let check;
+let pool;
+let checkouts = 0;
+let arrived = 0;
+let closeServer;
+let base;
+
+before(async () => {
+  ({ source: db } = await databases('pipeline'));
+  check = await connect(db);
+  await check.query('CREATE TABLE orders (id serial PRIMARY KEY, k text, item text, qty int)');
+  pool = new pg.Pool({ database: db, max: 4, pipeline: true });
+  const connectOf = pool.connect.bind(pool);
+  pool.connect = (...args) => {
+    checkouts++;
+    return connectOf(...args);
+  };
+  const app = express();
+  app.use(express.json({ verify: (req, res, buf) => { req.rawBody = buf; } }));
+  app.use((req, res, next) => { arrived++; next(); });
+  app.post('/orders', idempotencyMiddleware({ pool, scope: 'acct', statement: STATEMENT,
+    params: (req) => [req.get('idempotency-key'), req.body.item, req.body.qty] }));
+  ({ base, close: closeServer } = await serve(app));
+});
+after(async () => {
+  await closeServer?.();
+  await pool?.end();
+  await check?.end();
+});
+
+const post = async (key, body = { item: 'pen', qty: 1 }) => {
+  const res = await fetch(`${base}/orders`, { method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+    body: JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : null };
+};
+
+// Resolves once check() is true, looking again after each turn of the event loop.
+async function until(check_) {
+  while (!(await check_())) await new Promise((resolve) => { setImmediate(resolve); });
+}
+
+// The backends of the test database waiting on the gate.
+const waiting = async () => (await check.query(`SELECT pid FROM pg_stat_activity
+  WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`,
+)).rows.map((r) => r.pid);
+
+// Sends the requests with the gate closed, waits until every one has made its call (it arrived,
+// and one turn of the event loop has passed: the middleware does no I/O before the call) and
+// one backend waits on the gate, runs whileHeld, then opens the gate; the answers.
+async function gated(bodies, whileHeld = async () => {}) {
+  await check.query('SELECT pg_advisory_lock($1)', [GATE]);
+  let answers;
+  try {
+    const from = arrived;
+    answers = bodies.map(([key, body]) => post(key, body));
+    await until(() => arrived - from === bodies.length);
+    await new Promise((resolve) => { setImmediate(resolve); });
+    await until(async () => (await waiting()).length === 1);
+    await whileHeld();
+  } finally {
+    await check.query('SELECT pg_advisory_unlock($1)', [GATE]);
+  }
+  return Promise.all(answers);
+}
+
+const ordersOf = async (k) =>
+  (await check.query('SELECT count(*)::int AS n FROM orders WHERE k = $1', [k])).rows[0].n;
+
+test('concurrent calls share one connection, each its own transaction', async () => {
+  const keys = Array.from({ length: 6 }, () => randomUUID());
+  const before_ = checkouts;
+  const answers = await gated(keys.map((k) => [k]), async () => {
+    // six calls in flight: one connection checked out of the pool for them, not six
+    assert.equal(checkouts - before_, 1);
+    assert.equal(pool.totalCount, 1);
+  });
+  assert.deepEqual(answers.map((a) => a.status), keys.map(() => 201));
+  assert.equal(new Set(answers.map((a) => a.body.pid)).size, 1);
+  assert.equal(new Set(answers.map((a) => a.body.tx)).size, keys.length);
+  for (const k of keys) assert.equal(await ordersOf(k), 1);
+  const replay = await post(keys[0]);
+  assert.equal(replay.status, 201);
+  assert.deepEqual(replay.body, answers[0].body);
+});
+
+test("an error in one call stays with it: the calls around it commit", async () => {
+  const [a, bad, c] = [randomUUID(), randomUUID(), randomUUID()];
+  const errors = [];
+  const original = console.error;
+  console.error = (...args) => { errors.push(args.join(' ')); };
+  let answers;
+  try {
+    answers = await gated([[a], [bad, { item: 'pen', qty: 'many' }], [c]]);
+  } finally {
+    console.error = original;
+  }
+  assert.deepEqual(answers.map((x) => x.status), [201, 500, 201]);
+  assert.equal(answers[0].body.pid, answers[2].body.pid);
+  assert.ok(errors.some((l) => l.includes(bad)), errors.join('\n'));
+  assert.equal(await ordersOf(a), 1);
+  assert.equal(await ordersOf(bad), 0);
+  assert.equal(await lookup(check, 'acct', bad), null);
+  assert.equal(await ordersOf(c), 1);
+});
+
+test("a connection lost with calls in flight: they run again on another; the process lives",
+  async () => {
+    const keys = Array.from({ length: 3 }, () => randomUUID());
+    let killed;
+    const answers = await gated(keys.map((k) => [k]), async () => {
+      [killed] = await waiting();
+      await check.query('SELECT pg_terminate_backend($1)', [killed]);
+      // the calls, sent again on a new connection, wait on the gate there
+      await until(async () => {
+        const now = await waiting();
+        return now.length === 1 && now[0] !== killed;
+      });
+    });
+    assert.deepEqual(answers.map((a) => a.status), [201, 201, 201]);
+    for (const a of answers) assert.notEqual(a.body.pid, killed);
+    for (const k of keys) assert.equal(await ordersOf(k), 1);
+  });
+
+test('each connection goes back to the pool once its calls are answered', async () => {
+  await Promise.all(Array.from({ length: 4 }, () => post(randomUUID())));
+  await until(() => pool.idleCount === pool.totalCount);
+  assert.equal(pool.waitingCount, 0);
+  assert.ok(pool.totalCount >= 1);
+});
