@@ -101,10 +101,12 @@ function middleware() {
 
 // (1s) the middleware's statement form: the insert is its statement, with its parameters from
 // the request; one call of execute_once claims the key, inserts, stores the row as the answer
-// and completes the key. No handler runs: the middleware answers 201 with the row.
+// and completes the key. No handler runs: the middleware answers 201 with the row. Its pool is
+// made with pg's `pipeline: true`, as docs/http.md shows: concurrent requests' calls share its
+// connections.
 function statement() {
-  app.post('/orders', rawJson, idempotencyMiddleware({ pool, scope: 'bench',
-    statement: ORDER_STATEMENT,
+  app.post('/orders', rawJson, idempotencyMiddleware({ pool: newPool({ pipeline: true }),
+    scope: 'bench', statement: ORDER_STATEMENT,
     params: (req) => orderParams(parseIdempotencyKey(keyOf(req)), req.body) }));
 }
 

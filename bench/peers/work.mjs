@@ -11,8 +11,8 @@ import { runOnce } from '../../clients/node/lib/transactions.js';
 export const TTL = 86400; // seconds a result is kept
 export const LOCK_MS = 30000; // how long a Redis lock lives if its holder dies
 
-export function newPool() {
-  const pool = new pg.Pool({ max: Number(process.env.PG_POOL ?? 16) });
+export function newPool(options = {}) {
+  const pool = new pg.Pool({ max: Number(process.env.PG_POOL ?? 16), ...options });
   pool.on('error', () => {});
   return pool;
 }
