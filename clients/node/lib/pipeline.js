@@ -6,12 +6,13 @@
 // backend wakes once for them, where a pooled connection a call pays a write, a wake-up and a
 // read each.
 //
-// A connection is checked out of the pool when every one held has a call in flight (up to the
-// pool's max) and given back when its last call is answered; the pool opens, ends and idles
-// them as it does any other. An 'error' of a held connection (the server restarted, the
-// backend was terminated) is caught here: it is dropped, given back broken (the pool
-// destroys it), and its calls fail with the connection lost.
+// A connection is checked out of the pool when each one held is busy (see DEPTH, up to the
+// pool's max) and given back once it is idle; the pool opens, ends and idles them as it
+// does any other. An 'error' of a held connection (the server restarted, the backend was
+// terminated) is caught here: it is dropped, given back broken (the pool destroys it), and its
+// calls fail with the connection lost.
 import { isConnectionLost } from './connection.js';
+import { ConnectionLostError } from './errors.js';
 
 // Whether pool's connections are in node-postgres's pipeline mode.
 export const isPipelined = (pool) => pool?.options?.pipeline === true;
@@ -19,6 +20,7 @@ export const isPipelined = (pool) => pool?.options?.pipeline === true;
 class Held {
   constructor(pool, onGone) {
     this.inFlight = 0;
+    this.since = 0; // when its current call began to run
     this.lost = null;
     this.client = null;
     this.corked = false;
@@ -68,11 +70,13 @@ class Held {
   }
 }
 
-// Calls in flight on each held connection before another is checked out. A connection runs its
-// calls one after another: cheap ones (a replay) share a round trip and a wake-up of one
-// backend; ones that wait longer (a commit's WAL flush) pile up and spread over more backends,
-// whose commits flush together.
+// A held connection takes the next call unless it has DEPTH calls in flight or its current one
+// has run for SLOW_MS (a commit's WAL flush, a lock): then the next held one that can, or a new
+// one while the pool's max allows, or else the one with the fewest in flight. Cheap calls
+// (replays) so share one backend and its wake-ups; calls that wait spread over several
+// backends, whose commits flush together.
 export const DEPTH = 8;
+export const SLOW_MS = 0.5;
 
 export class SharedConnections {
   constructor(pool) {
@@ -81,20 +85,22 @@ export class SharedConnections {
     this.held = [];
   }
 
-  // A held connection with the fewest calls in flight, or a new one when each one held has
-  // DEPTH calls in flight and the pool's max allows.
   #pick() {
-    let best = null;
-    for (const h of this.held) if (best === null || h.inFlight < best.inFlight) best = h;
-    if (best === null || (best.inFlight >= DEPTH && this.held.length < this.max)) {
-      best = new Held(this.pool, (gone) => {
-        const i = this.held.indexOf(gone);
-        if (i >= 0) this.held.splice(i, 1);
-      });
-      best.ready.catch(() => {}); // its callers get the error
-      this.held.push(best);
+    const now = performance.now();
+    let least = null;
+    for (const h of this.held) {
+      if (h.inFlight < DEPTH && (h.client === null || h.inFlight === 0 || now - h.since < SLOW_MS))
+        return h;
+      if (least === null || h.inFlight < least.inFlight) least = h;
     }
-    return best;
+    if (least !== null && this.held.length >= this.max) return least;
+    const held = new Held(this.pool, (gone) => {
+      const i = this.held.indexOf(gone);
+      if (i >= 0) this.held.splice(i, 1);
+    });
+    held.ready.catch(() => {}); // its callers get the error
+    this.held.push(held);
+    return held;
   }
 
   // send(client) on a shared connection: its promise, settled before the connection may be
@@ -102,10 +108,14 @@ export class SharedConnections {
   async run(send) {
     const held = this.#pick();
     held.inFlight += 1;
+    if (held.inFlight === 1) held.since = performance.now();
     let failure = null;
     try {
       const client = await held.ready;
-      if (held.lost) throw held.lost;
+      if (held.lost) {
+        throw new ConnectionLostError('the connection was lost before the call was sent',
+          { cause: held.lost });
+      }
       held.cork();
       return await send(client);
     } catch (err) {
@@ -113,6 +123,7 @@ export class SharedConnections {
       throw err;
     } finally {
       held.inFlight -= 1;
+      held.since = performance.now(); // the next call in line runs from now
       if (failure !== null && isConnectionLost(failure, held.client)) held.drop(failure);
       else if (held.lost !== null && held.inFlight === 0) held.giveBack();
       else if (held.inFlight === 0) this.#idle(held);

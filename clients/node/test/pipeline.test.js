@@ -3,23 +3,26 @@
 // a lost connection's calls retried on another, and every connection given back when idle.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import { after, before, test } from 'node:test';
 import express from 'express';
 import pg from 'pg';
 import { idempotencyMiddleware, lookup } from '../index.js';
+import { SLOW_MS } from '../lib/pipeline.js';
 import { connect, databases, serve } from './db.js';
 
 const GATE = 4242; // an advisory lock the test holds to keep calls in flight
 
-// The insert waits for the gate (shared, so the calls do not wait for each other), and answers
-// with the backend and the transaction it ran in.
-const STATEMENT = `WITH gate AS (SELECT pg_advisory_xact_lock_shared(${GATE}))
+// The insert waits for the gate (shared, so the calls do not wait for each other) unless the
+// body says open, and answers with the backend and the transaction it ran in.
+const STATEMENT = `WITH gate AS (SELECT CASE WHEN $4::boolean
+    THEN pg_advisory_xact_lock_shared(${GATE})::text END)
   INSERT INTO orders (k, item, qty) SELECT $1, $2, $3::integer FROM gate
   RETURNING id, pg_backend_pid() AS pid, txid_current()::text AS tx`;
 
 let db;
 let check;
-let pool;
+let pools;
 let checkouts = 0;
 let arrived = 0;
 let closeServer;
@@ -29,27 +32,32 @@ before(async () => {
   ({ source: db } = await databases('pipeline'));
   check = await connect(db);
   await check.query('CREATE TABLE orders (id serial PRIMARY KEY, k text, item text, qty int)');
-  pool = new pg.Pool({ database: db, max: 4, pipeline: true });
-  const connectOf = pool.connect.bind(pool);
-  pool.connect = (...args) => {
+  // /one: a pool of one connection; /orders: of four
+  pools = { one: new pg.Pool({ database: db, max: 1, pipeline: true }),
+    orders: new pg.Pool({ database: db, max: 4, pipeline: true }) };
+  const connectOf = pools.one.connect.bind(pools.one);
+  pools.one.connect = (...args) => {
     checkouts++;
     return connectOf(...args);
   };
   const app = express();
   app.use(express.json({ verify: (req, res, buf) => { req.rawBody = buf; } }));
   app.use((req, res, next) => { arrived++; next(); });
-  app.post('/orders', idempotencyMiddleware({ pool, scope: 'acct', statement: STATEMENT,
-    params: (req) => [req.get('idempotency-key'), req.body.item, req.body.qty] }));
+  for (const [path, pool] of Object.entries(pools)) {
+    app.post(`/${path}`, idempotencyMiddleware({ pool, scope: 'acct', statement: STATEMENT,
+      params: (req) => [req.get('idempotency-key'), req.body.item, req.body.qty,
+        req.body.open !== true] }));
+  }
   ({ base, close: closeServer } = await serve(app));
 });
 after(async () => {
   await closeServer?.();
-  await pool?.end();
+  for (const pool of Object.values(pools ?? {})) await pool.end();
   await check?.end();
 });
 
-const post = async (key, body = { item: 'pen', qty: 1 }) => {
-  const res = await fetch(`${base}/orders`, { method: 'POST',
+const post = async (key, body = { item: 'pen', qty: 1 }, path = '/one') => {
+  const res = await fetch(`${base}${path}`, { method: 'POST',
     headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
     body: JSON.stringify(body) });
   const text = await res.text();
@@ -74,7 +82,7 @@ async function gated(bodies, whileHeld = async () => {}) {
   let answers;
   try {
     const from = arrived;
-    answers = bodies.map(([key, body]) => post(key, body));
+    answers = bodies.map(([key, body, path]) => post(key, body, path));
     await until(() => arrived - from === bodies.length);
     await new Promise((resolve) => { setImmediate(resolve); });
     await until(async () => (await waiting()).length === 1);
@@ -92,9 +100,9 @@ test('concurrent calls share one connection, each its own transaction', async ()
   const keys = Array.from({ length: 6 }, () => randomUUID());
   const before_ = checkouts;
   const answers = await gated(keys.map((k) => [k]), async () => {
-    // six calls in flight: one connection checked out of the pool for them, not six
+    // six calls in flight, on the one connection checked out for them
     assert.equal(checkouts - before_, 1);
-    assert.equal(pool.totalCount, 1);
+    assert.equal(pools.one.totalCount, 1);
   });
   assert.deepEqual(answers.map((a) => a.status), keys.map(() => 201));
   assert.equal(new Set(answers.map((a) => a.body.pid)).size, 1);
@@ -104,6 +112,25 @@ test('concurrent calls share one connection, each its own transaction', async ()
   assert.equal(replay.status, 201);
   assert.deepEqual(replay.body, answers[0].body);
 });
+
+test('a call does not wait behind a slow one while the pool has a connection to give',
+  async () => {
+    const [slow, quick] = [randomUUID(), randomUUID()];
+    let quickAnswer;
+    const [slowAnswer] = await gated([[slow, undefined, '/orders']], async () => {
+      const [stuck] = await waiting();
+      // the gated call has run SLOW_MS at least once this is true
+      const seen = performance.now();
+      await until(() => performance.now() - seen > SLOW_MS);
+      quickAnswer = await post(quick, { item: 'pen', qty: 1, open: true }, '/orders');
+      assert.equal(quickAnswer.status, 201);
+      assert.notEqual(quickAnswer.body.pid, stuck);
+      assert.deepEqual(await waiting(), [stuck]);
+    });
+    assert.equal(slowAnswer.status, 201);
+    assert.equal(await ordersOf(slow), 1);
+    assert.equal(await ordersOf(quick), 1);
+  });
 
 test("an error in one call stays with it: the calls around it commit", async () => {
   const [a, bad, c] = [randomUUID(), randomUUID(), randomUUID()];
@@ -144,8 +171,12 @@ test("a connection lost with calls in flight: they run again on another; the pro
   });
 
 test('each connection goes back to the pool once its calls are answered', async () => {
-  await Promise.all(Array.from({ length: 4 }, () => post(randomUUID())));
-  await until(() => pool.idleCount === pool.totalCount);
-  assert.equal(pool.waitingCount, 0);
-  assert.ok(pool.totalCount >= 1);
+  const open = { item: 'pen', qty: 1, open: true };
+  await Promise.all(Array.from({ length: 8 }, (_, i) =>
+    post(randomUUID(), open, i % 2 ? '/one' : '/orders')));
+  for (const pool of Object.values(pools)) {
+    await until(() => pool.idleCount === pool.totalCount);
+    assert.equal(pool.waitingCount, 0);
+    assert.ok(pool.totalCount >= 1);
+  }
 });
