@@ -32,6 +32,8 @@ export interface PoolClientLike extends Queryable {
 }
 export interface PoolLike {
   connect(): Promise<PoolClientLike>;
+  /** A pg.Pool's: with pipeline true, the statement form shares its connections. */
+  options?: { pipeline?: boolean; max?: number };
 }
 
 /** A JSON value as the fingerprint accepts it. */
@@ -471,7 +473,10 @@ declare module 'node:http' {
   }
 }
 export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage> extends ReserveOptions {
-  /** A pool without an 'error' listener gets one that logs (see docs/clients-node.md). */
+  /**
+   * A pool without an 'error' listener gets one that logs (see docs/clients-node.md). Made
+   * with pg's pipeline: true, the statement form's calls share its connections.
+   */
   pool: PoolLike;
   /** undefined or null (a header it reads is missing): 400 idempotency_scope_missing. */
   scope: string | ((req: Req) => string | null | undefined);

@@ -92,6 +92,8 @@ export async function usage(): Promise<void> {
     params: (req) => [req.headers['x-account'] ?? null, 2, new Date(), Buffer.from('x')],
     status: 202 });
   void byStatement;
+  const pipelined = { ...pool, options: { pipeline: true, max: 4 } };
+  void idempotencyMiddleware({ pool: pipelined, scope: 'acct', statement: 'SELECT 1 AS one' });
   const once = await runOnce<{ id: number }>(client, { scope: 'acct', key: 'k',
     statement: 'INSERT INTO t (a) VALUES ($1) RETURNING id', params: [1, 'x', null, { a: 1 }] });
   const onceId: number = once.response.id;
