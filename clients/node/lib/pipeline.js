@@ -20,7 +20,6 @@ export const isPipelined = (pool) => pool?.options?.pipeline === true;
 class Held {
   constructor(pool, onGone) {
     this.inFlight = 0;
-    this.since = 0; // when its current call began to run
     this.lost = null;
     this.client = null;
     this.corked = false;
@@ -70,13 +69,14 @@ class Held {
   }
 }
 
-// A held connection takes the next call unless it has DEPTH calls in flight or its current one
-// has run for SLOW_MS (a commit's WAL flush, a lock): then the next held one that can, or a new
-// one while the pool's max allows, or else the one with the fewest in flight. Cheap calls
-// (replays) so share one backend and its wake-ups; calls that wait spread over several
-// backends, whose commits flush together.
+// A held connection takes the next call while it has fewer than DEPTH in flight; then the next
+// held one that can, or a new one while the pool's max allows, or else the one with the fewest
+// in flight. A connection runs its calls one after another: cheap ones (replays) share one
+// backend and its wake-ups, and a load that keeps more than DEPTH calls waiting (commits
+// waiting on a slow WAL flush, say) spreads over more backends, whose commits flush together.
+// (Timing the calls instead misleads: under load the answers wait for the event loop, not for
+// the server, and calls spread over backends for nothing.)
 export const DEPTH = 8;
-export const SLOW_MS = 0.5;
 
 export class SharedConnections {
   constructor(pool) {
@@ -86,11 +86,9 @@ export class SharedConnections {
   }
 
   #pick() {
-    const now = performance.now();
     let least = null;
     for (const h of this.held) {
-      if (h.inFlight < DEPTH && (h.client === null || h.inFlight === 0 || now - h.since < SLOW_MS))
-        return h;
+      if (h.inFlight < DEPTH) return h;
       if (least === null || h.inFlight < least.inFlight) least = h;
     }
     if (least !== null && this.held.length >= this.max) return least;
@@ -108,7 +106,6 @@ export class SharedConnections {
   async run(send) {
     const held = this.#pick();
     held.inFlight += 1;
-    if (held.inFlight === 1) held.since = performance.now();
     let failure = null;
     try {
       const client = await held.ready;
@@ -123,7 +120,6 @@ export class SharedConnections {
       throw err;
     } finally {
       held.inFlight -= 1;
-      held.since = performance.now(); // the next call in line runs from now
       if (failure !== null && isConnectionLost(failure, held.client)) held.drop(failure);
       else if (held.lost !== null && held.inFlight === 0) held.giveBack();
       else if (held.inFlight === 0) this.#idle(held);
