@@ -135,11 +135,11 @@ export async function query(client, text, values = [], types = undefined, name =
 // The first value of the first row of a query's result (a statement of one column).
 export const firstValue = ({ rows }) => Object.values(rows[0])[0];
 
-// send()'s promise, with client checked before and watched during it; pg errors come out as
-// the typed errors of errors.js.
-export async function guarded(client, send) {
+// send()'s promise, with client checked before and watched during it (unless watch is false:
+// its holder watches it); pg errors come out as the typed errors of errors.js.
+export async function guarded(client, send, watch = true) {
   checkUsable(client);
-  const unwatch = watchConnection(client);
+  const unwatch = watch ? watchConnection(client) : () => null;
   let failure = null;
   try {
     return await send();
@@ -153,14 +153,7 @@ export async function guarded(client, send) {
 
 // A statement on a connection that concurrent calls share (pipeline.js): as query, but the
 // connection's errors are watched by its holder for as long as it holds it, not per call.
-export async function sharedQuery(client, config) {
-  checkUsable(client);
-  try {
-    return await client.query(config);
-  } catch (err) {
-    throw translate(err, client);
-  }
-}
+export const sharedQuery = (client, config) => guarded(client, () => client.query(config), false);
 
 // ---- statements whose columns are known ----
 // pg's Query describes its portal on every execution and builds a result with a parser per

@@ -92,10 +92,7 @@ export class SharedConnections {
       if (least === null || h.inFlight < least.inFlight) least = h;
     }
     if (least !== null && this.held.length >= this.max) return least;
-    const held = new Held(this.pool, (gone) => {
-      const i = this.held.indexOf(gone);
-      if (i >= 0) this.held.splice(i, 1);
-    });
+    const held = new Held(this.pool, (gone) => { this.#forget(gone); });
     held.ready.catch(() => {}); // its callers get the error
     this.held.push(held);
     return held;
@@ -133,9 +130,14 @@ export class SharedConnections {
     held.idleCheck = setImmediate(() => {
       held.idleCheck = null;
       if (held.inFlight > 0 || held.lost !== null) return;
-      const i = this.held.indexOf(held);
-      if (i >= 0) this.held.splice(i, 1);
+      this.#forget(held);
       held.giveBack();
     });
+  }
+
+  // No call is sent on held any more.
+  #forget(held) {
+    const i = this.held.indexOf(held);
+    if (i >= 0) this.held.splice(i, 1);
   }
 }

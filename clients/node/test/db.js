@@ -41,6 +41,16 @@ export async function databases(name) {
   return { source, target };
 }
 
+// Resolves once condition() is true, asking again every 50 ms; fails after 60 s saying what it
+// waited for.
+export async function until(what, condition) {
+  const end = Date.now() + 60_000;
+  while (!(await condition())) {
+    if (Date.now() > end) assert.fail(`still not ${what} after 60 s`);
+    await new Promise((r) => { setTimeout(r, 50); });
+  }
+}
+
 // For the calling test file: { db, client }, filled in before its tests (db: the source
 // database of databases(name); client: connected to it, ended after the tests).
 export function connected(name) {

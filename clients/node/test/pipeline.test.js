@@ -8,7 +8,7 @@ import express from 'express';
 import pg from 'pg';
 import { idempotencyMiddleware, lookup } from '../index.js';
 import { DEPTH } from '../lib/pipeline.js';
-import { connect, databases, serve } from './db.js';
+import { connect, databases, serve, until } from './db.js';
 
 const GATE = 4242; // an advisory lock the test holds to keep calls in flight
 
@@ -63,11 +63,6 @@ const post = async (key, body = { item: 'pen', qty: 1 }, path = '/one') => {
   return { status: res.status, body: text ? JSON.parse(text) : null };
 };
 
-// Resolves once check() is true, looking again after each turn of the event loop.
-async function until(check_) {
-  while (!(await check_())) await new Promise((resolve) => { setImmediate(resolve); });
-}
-
 // The backends of the test database waiting on the gate.
 const waiting = async () => (await check.query(`SELECT pid FROM pg_stat_activity
   WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`,
@@ -82,9 +77,9 @@ async function gated(bodies, whileHeld = async () => {}) {
   try {
     const from = arrived;
     answers = bodies.map(([key, body, path]) => post(key, body, path));
-    await until(() => arrived - from === bodies.length);
+    await until('every request arrived', () => arrived - from === bodies.length);
     await new Promise((resolve) => { setImmediate(resolve); });
-    await until(async () => (await waiting()).length === 1);
+    await until('a backend waiting on the gate', async () => (await waiting()).length === 1);
     await whileHeld();
   } finally {
     await check.query('SELECT pg_advisory_unlock($1)', [GATE]);
@@ -156,7 +151,7 @@ test("a connection lost with calls in flight: they run again on another; the pro
       [killed] = await waiting();
       await check.query('SELECT pg_terminate_backend($1)', [killed]);
       // the calls, sent again on a new connection, wait on the gate there
-      await until(async () => {
+      await until('the calls waiting on a new backend', async () => {
         const now = await waiting();
         return now.length === 1 && now[0] !== killed;
       });
@@ -171,7 +166,7 @@ test('each connection goes back to the pool once its calls are answered', async 
   await Promise.all(Array.from({ length: 8 }, (_, i) =>
     post(randomUUID(), open, i % 2 ? '/one' : '/orders')));
   for (const pool of Object.values(pools)) {
-    await until(() => pool.idleCount === pool.totalCount);
+    await until('every connection idle', () => pool.idleCount === pool.totalCount);
     assert.equal(pool.waitingCount, 0);
     assert.ok(pool.totalCount >= 1);
   }

@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import express from 'express';
 import pg from 'pg';
 import { idempotencyMiddleware } from '../index.js';
-import { connect, databases } from './db.js';
+import { connect, databases, until } from './db.js';
 
 const APP = 'recovery_pool';
 let source;
@@ -44,14 +44,6 @@ async function serve(pool) {
 
 const backends = async () => (await check.query(
   'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1', [APP])).rows[0].n;
-
-async function until(what, condition) {
-  const end = Date.now() + 60_000;
-  while (!(await condition())) {
-    if (Date.now() > end) assert.fail(`still not ${what} after 60 s`);
-    await new Promise((r) => { setTimeout(r, 50); });
-  }
-}
 
 test('a pool without an error listener gets one: its idle connections breaking end nothing', async () => {
   const pool = new pg.Pool({ database: source, max: 4, application_name: APP });
