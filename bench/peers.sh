@@ -6,7 +6,7 @@
 # NX + Lua, the Redis + PostgreSQL hybrid, Powertools (Redis cache layer) and
 # express-idempotency (Redis adapter), and (0) the insert alone with no idempotency (new keys
 # only: what any layer over that work can approach). Speed (throughput, p50/p99/p99.9, CPU per
-# request over service + PostgreSQL + Redis from /proc; rounds with the order rotated) and
+# request over service + PostgreSQL + Redis from /proc; rounds in a rotated order) and
 # correctness under faults (service SIGKILL, Redis restart, PostgreSQL -m immediate restart).
 #   bash bench/peers.sh            full run; report in bench/peers/results.md + results.png
 #   bash bench/peers.sh --smoke    seconds; report under bench/out/peers-smoke/
@@ -156,6 +156,11 @@ print(f'{rnd}\t{strat}\t{name}\t{r["rps"]:.1f}\t{r["p50"]:.2f}\t{r["p99"]:.2f}\t
       f'\t{cpu:.3f}\t{r["ok"]}\t{r["requests"]}\t{keys}\t{doubled}')
 PY
 }
+# The index of the I-th strategy to run in round ROUND, of N: each round starts (ROUND - 1) /
+# ROUNDS of the way along the list, so over 3 rounds a strategy runs once early, once in the
+# middle and once late in a round (shifted by one a round, a strategy would run last in one
+# round and first or second in the others: a drift within rounds would weigh on it alone).
+in_round() { echo $((($1 + ($2 - 1) * $3 / ROUNDS) % $3)); }
 REDIS_MODE=default redis_start
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/load.txt"
 # (0), the insert alone (no idempotency), runs beside them for new keys: the ceiling of any layer
@@ -165,7 +170,7 @@ n=${#SPEED_STRATEGIES[@]}
 for ((round = 1; round <= ROUNDS; round++)); do
   [[ $PHASES == *" speed "* ]] || break
   for ((i = 0; i < n; i++)); do
-    s=${SPEED_STRATEGIES[$(((i + round - 1) % n))]}
+    s=${SPEED_STRATEGIES[$(in_round "$i" "$round" "$n")]}
     reset_state
     svc_start "$s" "${NODE_ARGS[@]}"
     log "round $round: $s"
@@ -188,7 +193,7 @@ LOOP_STRATEGIES+=(insert)
 for ((round = 1; round <= ROUNDS; round++)); do
   [[ $PHASES == *" loop "* ]] || break
   for ((i = 0; i < ${#LOOP_STRATEGIES[@]}; i++)); do
-    s=${LOOP_STRATEGIES[$(((i + round - 1) % ${#LOOP_STRATEGIES[@]}))]}
+    s=${LOOP_STRATEGIES[$(in_round "$i" "$round" "${#LOOP_STRATEGIES[@]}")]}
     reset_state
     log "round $round without HTTP: $s"
     for mode in new replay; do
