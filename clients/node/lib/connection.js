@@ -14,7 +14,12 @@
 //   connection 'parameterStatus' event { parameterName, parameterValue } of a ParameterStatus
 //   the submittable protocol           client.query(x) calls x.submit(connection), then
 //                                      x.handleDataRow({ fields }) ... x.handleReadyForQuery()
-//   client.pipeline                    pg's pipeline mode (refuses submittables)
+//   client.pipeline                    pg's pipeline mode (refuses submittables that are not
+//                                      a Query)
+//   client.constructor.Query           pg's Query class (Client.Query)
+//   connection.submittedNamedStatements { name: text } of the named Parses sent, not yet
+//                                      answered (pg's pipeline mode)
+//   the client's ParseComplete / ErrorResponse  record / forget the active query's name
 //   client._queryable, client._ending  false / true once the client cannot run queries
 // A client without them (pg-native, a wrapper) gets the public path: client.query, one
 // statement a round trip, every value bound.
@@ -151,10 +156,6 @@ export async function guarded(client, send, watch = true) {
   }
 }
 
-// A statement on a connection that concurrent calls share (pipeline.js): as query, but the
-// connection's errors are watched by its holder for as long as it holds it, not per call.
-export const sharedQuery = (client, config) => guarded(client, () => client.query(config), false);
-
 // ---- statements whose columns are known ----
 // pg's Query describes its portal on every execution and builds a result with a parser per
 // column. A caller that knows the columns needs neither: Statements sends, for each statement,
@@ -165,8 +166,12 @@ export const sharedQuery = (client, config) => guarded(client, () => client.quer
 // A value's text as Bind sends it: an array as a one-dimensional array literal, each element
 // NULL or its text quoted (as pg's own queries send a text[] such as execute_once's
 // parameters).
-const element = (v) => (v === null || v === undefined ? 'NULL'
-  : `"${String(v).replace(/[\\"]/g, '\\$&')}"`);
+const QUOTED = /[\\"]/g;
+function element(v) {
+  if (v === null || v === undefined) return 'NULL';
+  const text = String(v);
+  return `"${text.includes('"') || text.includes('\\') ? text.replace(QUOTED, '\\$&') : text}"`;
+}
 const param = (v) => (v === null || v === undefined ? null
   : v instanceof Uint8Array ? Buffer.from(v.buffer, v.byteOffset, v.byteLength)
     : Array.isArray(v) ? `{${v.map(element).join(',')}}` : String(v));
@@ -262,4 +267,108 @@ export function queryStatements(client, statements) {
     client.query(submitted);
     return submitted.result;
   });
+}
+
+// ---- one statement on a connection in pg's pipeline mode ----
+// What Statements does for one statement with values, on a connection that concurrent calls
+// share (pipeline.js): Bind, Execute and Sync, with a Parse only for a name the connection has
+// neither parsed nor sent (pg's own bookkeeping, connection.submittedNamedStatements: the calls
+// behind it in the pipeline bind the statement it parses), no Describe; it settles with its
+// rows as arrays of text. pg's pipeline mode takes its own Query only, as a submittable that
+// kept a portal open across round trips would take the answers of the calls behind it; this
+// one never does (one unnamed portal, executed to its end before its Sync). It is a Query by
+// its prototype, without Query's constructor and result, which cost a short call more than the
+// rest of pg's work for it. name and text are where pg looks for them: its ParseComplete
+// records the statement as parsed, its ErrorResponse forgets it as sent.
+const pipelinedClasses = new WeakMap(); // pg's Query -> the class below on its prototype
+function pipelinedStatementClass(Query) {
+  let Class = pipelinedClasses.get(Query);
+  if (Class !== undefined) return Class;
+  Class = class PipelinedStatement {
+    constructor(name, text, values) {
+      this.name = name;
+      this.text = text;
+      this.values = values;
+      this.found = [];
+      this.settled = false;
+      this.callback = undefined; // pg's query_timeout wraps it
+      this.result = new Promise((resolve, reject) => {
+        this.resolve = resolve;
+        this.reject = reject;
+      });
+    }
+
+    submit(connection) {
+      const { name, text } = this;
+      const known = name === '' ? undefined
+        : connection.parsedStatements[name] ?? connection.submittedNamedStatements[name];
+      if (known !== undefined && known !== text)
+        return new Error(`the prepared statement ${name} is another statement on this connection`);
+      connection.stream.cork?.();
+      try {
+        if (known === undefined) {
+          connection.parse({ name, text, types: [] });
+          if (name !== '') connection.submittedNamedStatements[name] = text;
+        }
+        connection.bind({ statement: name, values: this.values.map(param) });
+        connection.execute({ portal: '', rows: 0 });
+        connection.sync();
+      } finally {
+        connection.stream.uncork?.();
+      }
+      return null;
+    }
+
+    handleRowDescription() {}
+
+    handleDataRow(msg) { this.found.push(msg.fields); }
+
+    handleCommandComplete() {}
+
+    handleEmptyQuery() {}
+
+    handlePortalSuspended() {}
+
+    handleCopyInResponse(connection) { connection.sendCopyFail('unexpected COPY'); }
+
+    handleCopyData() {}
+
+    handleError(err) { this.settle(err); }
+
+    handleReadyForQuery() { this.settle(null, this.found); }
+
+    settle(err, rows) {
+      if (this.settled) return;
+      this.settled = true;
+      this.callback?.(err, rows);
+      if (err) this.reject(err);
+      else this.resolve(rows);
+    }
+  };
+  Object.setPrototypeOf(Class.prototype, Query.prototype);
+  pipelinedClasses.set(Query, Class);
+  return Class;
+}
+
+// Whether client is pg's own in pipeline mode, with the internals pipelinedStatement uses.
+const sharesProtocol = (client) => client.pipeline === true &&
+  typeof client.constructor?.Query === 'function' &&
+  typeof client.connection?.submittedNamedStatements === 'object';
+
+// The rows (arrays of text) of one statement ({ name?, text, values }) on a connection in pg's
+// pipeline mode that concurrent calls share (pipeline.js): as queryStatements, but the
+// connection's errors are watched by its holder for as long as it holds it, not per call. A
+// pipelined client without pg's internals gets pg's own query, its rows as arrays of text too.
+export function sharedStatement(client, { name = '', text, values }) {
+  return guarded(client, async () => {
+    if (!sharesProtocol(client)) {
+      const { rows } = await client.query({ name: name || undefined, text, values,
+        types: TEXT_ROWS, rowMode: 'array' });
+      return rows;
+    }
+    const PipelinedStatement = pipelinedStatementClass(client.constructor.Query);
+    const submitted = new PipelinedStatement(name, text, values);
+    client.query(submitted);
+    return submitted.result;
+  }, false);
 }

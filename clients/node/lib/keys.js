@@ -4,7 +4,7 @@
 // (pg.Client, or a pool's client): this package never opens connections itself, so it works
 // with whatever pg the application has.
 import {
-  firstValue, isParsed, query, queryStatements, sharedQuery, TEXT_ROWS, transactionStatus,
+  firstValue, isParsed, query, queryStatements, sharedStatement, TEXT_ROWS, transactionStatus,
   writesProtocol,
 } from './connection.js';
 import { KeyEmptyError, KeyTooLongError } from './errors.js';
@@ -172,29 +172,26 @@ export async function executeOnce(client, scope, key, statement, params = [],
 }
 
 // executeOnce with its parameters checked and converted already (executeOnceValues).
-// On a connection in pg's pipeline mode, shared by concurrent calls (pipeline.js), pg's own
-// Query sends it (a prepared one parsed once per connection too).
+// On a connection in pg's pipeline mode, shared by concurrent calls (pipeline.js),
+// sharedStatement sends it (a prepared one parsed once per connection too).
 export async function executeOnceOf(client, values, prepare = true) {
   const pipelined = client.pipeline === true;
   if (prepare && !unnamed.has(client) && (pipelined || writesProtocol(client)) &&
     transactionStatus(client) === 'I') {
     try {
-      if (pipelined) {
-        const { rows } = await sharedQuery(client,
-          { ...PREPARED_EXECUTE_ONCE, values, types: TEXT_ROWS });
-        return reservationOf(rows[0], client);
-      }
-      const [rows] = await queryStatements(client, [{ ...PREPARED_EXECUTE_ONCE, values }]);
+      const rows = pipelined
+        ? await sharedStatement(client, { ...PREPARED_EXECUTE_ONCE, values })
+        : (await queryStatements(client, [{ ...PREPARED_EXECUTE_ONCE, values }]))[0];
       return reservationOfFields(rows[0], client);
     } catch (err) {
       if (!preparedStatementUnusable(err)) throw err;
       unnamed.add(client);
     }
   }
-  const { rows } = pipelined
-    ? await sharedQuery(client, { text: EXECUTE_ONCE, values, types: TEXT_ROWS })
-    : await query(client, EXECUTE_ONCE, values, TEXT_ROWS);
-  return reservationOf(rows[0], client);
+  if (!pipelined)
+    return reservationOf((await query(client, EXECUTE_ONCE, values, TEXT_ROWS)).rows[0], client);
+  const rows = await sharedStatement(client, { text: EXECUTE_ONCE, values });
+  return reservationOfFields(rows[0], client);
 }
 
 export async function complete(client, scope, key, statusCode, response, attempt = null) {

@@ -11,7 +11,8 @@ import { createRequire } from 'node:module';
 import { test } from 'node:test';
 import pg from 'pg';
 import {
-  checkUsable, isConnectionLost, PG_TESTED, queryStatements, transactionStatus, writesProtocol,
+  checkUsable, isConnectionLost, PG_TESTED, queryStatements, sharedStatement, transactionStatus,
+  writesProtocol,
 } from '../lib/connection.js';
 import { connect, connected } from './db.js';
 
@@ -166,6 +167,96 @@ test('a failing statement rejects the submittable and leaves the client usable',
   assert.equal(transactionStatus(client), 'I');
   assert.deepEqual((await client.query('SELECT 2 AS n')).rows, [{ n: 2 }]);
 });
+
+// connection.parse and connection.describe of client counted while during() runs.
+async function countingMessages(client, during) {
+  const counts = { parse: 0, describe: 0 };
+  const originals = {};
+  for (const name of Object.keys(counts)) {
+    originals[name] = client.connection[name];
+    client.connection[name] = function counted(...args) {
+      counts[name]++;
+      return originals[name].apply(this, args);
+    };
+  }
+  try {
+    await during();
+  } finally {
+    Object.assign(client.connection, originals);
+  }
+  return counts;
+}
+
+test("pg's pipeline mode takes a Query by its prototype and keeps its named statements", () => {
+  const { db } = shared;
+  assert.equal(typeof pg.Client.Query, 'function',
+    broken('Client.Query (the Query class)', 'to run a statement on a pipelined connection'));
+  const c = new pg.Client({ database: db, pipeline: true });
+  assert.equal(c.constructor.Query, pg.Query,
+    broken('client.constructor.Query', 'to run a statement on a pipelined connection'));
+  assert.ok(c.connection.submittedNamedStatements !== null &&
+    Object.getPrototypeOf(c.connection.submittedNamedStatements) === Object.prototype,
+  broken('connection.submittedNamedStatements (a plain object)',
+    'to parse a named statement once while calls behind it are in flight'));
+});
+
+test('on a pipelined connection, concurrent calls share one Parse and send no Describe',
+  async () => {
+    const { db } = shared;
+    const c = new pg.Client({ database: db, pipeline: true });
+    await c.connect();
+    const name = 'idempotency_connection_pipelined';
+    const text = 'SELECT $1::text AS a, NULL::text AS b, $2::int + 1 AS c';
+    try {
+      let answers;
+      const counts = await countingMessages(c, async () => {
+        answers = await Promise.allSettled([
+          ...[0, 1, 2].map((i) => sharedStatement(c, { name, text, values: [`x"\\${i}`, i] })),
+          sharedStatement(c, { text: 'SELECT 1/0', values: [] }),
+          sharedStatement(c, { name, text, values: ['{a,b}', 10] }),
+        ]);
+      });
+      assert.deepEqual(answers.slice(0, 3).map((a) => a.value),
+        [0, 1, 2].map((i) => [[`x"\\${i}`, null, String(i + 1)]]),
+      broken('the submittable protocol in pipeline mode', 'to read the rows of each call'));
+      assert.equal(answers[3].status, 'rejected');
+      assert.equal(answers[3].reason.code, '22012', 'an error stays with its call');
+      assert.deepEqual(answers[4].value, [['{a,b}', null, '11']]);
+      assert.deepEqual(counts, { parse: 2, describe: 0 }, // the named statement, once; 1/0
+        broken('connection.submittedNamedStatements',
+          'to parse a named statement once while calls behind it are in flight'));
+      assert.equal(c.connection.parsedStatements[name], text,
+        broken("the client's ParseComplete (by the query's name and text)",
+          'to record a statement parsed on a pipelined connection'));
+      assert.equal(c.connection.submittedNamedStatements[name], undefined);
+      // pg's own prepared query of that name reuses the statement parsed
+      const again = await countingMessages(c, async () => {
+        assert.deepEqual((await c.query({ name, text, values: ['y', 1] })).rows,
+          [{ a: 'y', b: null, c: 2 }]);
+      });
+      assert.equal(again.parse, 0);
+    } finally {
+      await c.end();
+    }
+  });
+
+test('a pipelined client without pg\'s Query class gets the same rows from pg\'s own query',
+  async () => {
+    const { db } = shared;
+    class Wrapped extends pg.Client {}
+    Wrapped.Query = undefined;
+    const c = new Wrapped({ database: db, pipeline: true });
+    await c.connect();
+    try {
+      const counts = await countingMessages(c, async () => {
+        assert.deepEqual(await sharedStatement(c, { name: 'idempotency_connection_wrapped',
+          text: 'SELECT $1::text AS a, $2::int AS b', values: ['x', 1] }), [['x', '1']]);
+      });
+      assert.equal(counts.describe, 1, "pg's own Query describes its portal");
+    } finally {
+      await c.end();
+    }
+  });
 
 test('a client that was ended counts as a lost connection', async () => {
   const { db } = shared;

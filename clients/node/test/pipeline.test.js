@@ -161,6 +161,17 @@ test("a connection lost with calls in flight: they run again on another; the pro
     for (const k of keys) assert.equal(await ordersOf(k), 1);
   });
 
+test('parameters that look like SQL or array syntax are stored as they were sent', async () => {
+  const items = ["'; DROP TABLE orders; --", 'NULL', '{a,b}', 'a"b', 'back\\slash\\', '$1', ''];
+  const keys = items.map(() => randomUUID());
+  const answers = await Promise.all(items.map((item, i) => post(keys[i], { item, qty: 1 })));
+  assert.deepEqual(answers.map((a) => a.status), items.map(() => 201));
+  for (const [i, item] of items.entries()) {
+    const { rows } = await check.query('SELECT item FROM orders WHERE k = $1', [keys[i]]);
+    assert.deepEqual(rows, [{ item }]);
+  }
+});
+
 test('each connection goes back to the pool once its calls are answered', async () => {
   const open = { item: 'pen', qty: 1, open: true };
   await Promise.all(Array.from({ length: 8 }, (_, i) =>
