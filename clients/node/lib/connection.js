@@ -350,7 +350,7 @@ function pipelinedStatementClass(Query) {
   return Class;
 }
 
-// Whether client is pg's own in pipeline mode, with the internals pipelinedStatement uses.
+// Whether client is pg's own in pipeline mode, with the internals PipelinedStatement uses.
 const sharesProtocol = (client) => client.pipeline === true &&
   typeof client.constructor?.Query === 'function' &&
   typeof client.connection?.submittedNamedStatements === 'object';
