@@ -113,6 +113,25 @@ test('the connection reports ParameterStatus as a parameterStatus event', async 
   }
 });
 
+// connection.parse and connection.describe of client counted while during() runs.
+async function countingMessages(client, during) {
+  const counts = { parse: 0, describe: 0 };
+  const originals = {};
+  for (const name of Object.keys(counts)) {
+    originals[name] = client.connection[name];
+    client.connection[name] = function counted(...args) {
+      counts[name]++;
+      return originals[name].apply(this, args);
+    };
+  }
+  try {
+    await during();
+  } finally {
+    Object.assign(client.connection, originals);
+  }
+  return counts;
+}
+
 test('a submittable is written with parse / bind / execute / sync and reads its rows as text', async () => {
   const { client } = shared;
   const parsing = [];
@@ -139,24 +158,18 @@ test('a submittable is written with parse / bind / execute / sync and reads its 
   assert.equal(client.connection.parsedStatements.idempotency_connection_parsed, parseOnly,
     broken('connection.parsedStatements', 'to record a parsed statement under its name'));
   // parsed now: the next round trip sends no Parse for it, and pg's own Query reuses it too
-  const parse = client.connection.parse;
-  let parses = 0;
-  client.connection.parse = function counted(...args) {
-    parses++;
-    return parse.apply(this, args);
-  };
-  try {
+  const ours = await countingMessages(client, async () => {
     assert.deepEqual(await queryStatements(client,
       [{ name: 'idempotency_connection_probe', text, values: ['y', 1] }]), [[['y', null, '2']]]);
-    assert.equal(parses, 0, 'a statement parsed on this connection is not parsed again');
+  });
+  assert.equal(ours.parse, 0, 'a statement parsed on this connection is not parsed again');
+  const pgs = await countingMessages(client, async () => {
     const { rows } = await client.query({ name: 'idempotency_connection_probe', text,
       values: ['z', 2] });
     assert.deepEqual(rows, [{ a: 'z', b: null, c: 3 }]);
-    assert.equal(parses, 0, broken('connection.parsedStatements',
-      "to share the statements parsed with pg's own prepared statements"));
-  } finally {
-    client.connection.parse = parse;
-  }
+  });
+  assert.equal(pgs.parse, 0, broken('connection.parsedStatements',
+    "to share the statements parsed with pg's own prepared statements"));
 });
 
 test('a failing statement rejects the submittable and leaves the client usable', async () => {
@@ -167,25 +180,6 @@ test('a failing statement rejects the submittable and leaves the client usable',
   assert.equal(transactionStatus(client), 'I');
   assert.deepEqual((await client.query('SELECT 2 AS n')).rows, [{ n: 2 }]);
 });
-
-// connection.parse and connection.describe of client counted while during() runs.
-async function countingMessages(client, during) {
-  const counts = { parse: 0, describe: 0 };
-  const originals = {};
-  for (const name of Object.keys(counts)) {
-    originals[name] = client.connection[name];
-    client.connection[name] = function counted(...args) {
-      counts[name]++;
-      return originals[name].apply(this, args);
-    };
-  }
-  try {
-    await during();
-  } finally {
-    Object.assign(client.connection, originals);
-  }
-  return counts;
-}
 
 test("pg's pipeline mode takes a Query by its prototype and keeps its named statements", () => {
   const { db } = shared;
