@@ -69,26 +69,33 @@ class Held {
   }
 }
 
-// A held connection takes the next call while it has fewer than DEPTH in flight; then the next
-// held one that can, or a new one while the pool's max allows, or else the one with the fewest
-// in flight. A connection runs its calls one after another: cheap ones (replays) share one
-// backend and its wake-ups, and a load that keeps more than DEPTH calls waiting (commits
-// waiting on a slow WAL flush, say) spreads over more backends, whose commits flush together.
-// (Timing the calls instead misleads: under load the answers wait for the event loop, not for
-// the server, and calls spread over backends for nothing.)
+// A held connection takes the next call while it has fewer calls in flight than the depth the
+// load allows; then the next held one that can, or a new one while the pool's max allows, or
+// else the one with the fewest in flight. A connection runs its calls one after another.
+// While no more than DEPTH calls are in flight in all they share one backend: cheap calls
+// (replays) share its wake-ups. As more are in flight the depth falls, to MIN_DEPTH at 2 *
+// DEPTH: a load that keeps many calls waiting (commits waiting on WAL flushes, say) spreads
+// over more backends, whose commits flush together and run on every core. (Timing the calls
+// instead misleads: under load the answers wait for the event loop, not for the server, and
+// calls spread over backends for nothing.)
 export const DEPTH = 8;
+export const MIN_DEPTH = 4;
+export const depthFor = (inFlight) =>
+  Math.max(MIN_DEPTH, Math.min(DEPTH, Math.floor((DEPTH * DEPTH) / Math.max(1, inFlight))));
 
 export class SharedConnections {
   constructor(pool) {
     this.pool = pool;
     this.max = Math.max(1, Number(pool.options?.max) || 10);
     this.held = [];
+    this.inFlight = 0; // calls in flight on every held connection
   }
 
   #pick() {
+    const depth = depthFor(this.inFlight + 1);
     let least = null;
     for (const h of this.held) {
-      if (h.inFlight < DEPTH) return h;
+      if (h.inFlight < depth) return h;
       if (least === null || h.inFlight < least.inFlight) least = h;
     }
     if (least !== null && this.held.length >= this.max) return least;
@@ -103,6 +110,7 @@ export class SharedConnections {
   async run(send) {
     const held = this.#pick();
     held.inFlight += 1;
+    this.inFlight += 1;
     let failure = null;
     try {
       const client = await held.ready;
@@ -117,6 +125,7 @@ export class SharedConnections {
       throw err;
     } finally {
       held.inFlight -= 1;
+      this.inFlight -= 1;
       if (failure !== null && isConnectionLost(failure, held.client)) held.drop(failure);
       else if (held.lost !== null && held.inFlight === 0) held.giveBack();
       else if (held.inFlight === 0) this.#idle(held);

@@ -7,7 +7,7 @@ import { after, before, test } from 'node:test';
 import express from 'express';
 import pg from 'pg';
 import { idempotencyMiddleware, lookup } from '../index.js';
-import { DEPTH } from '../lib/pipeline.js';
+import { DEPTH, depthFor, MIN_DEPTH } from '../lib/pipeline.js';
 import { connect, databases, serve, until } from './db.js';
 
 const GATE = 4242; // an advisory lock the test holds to keep calls in flight
@@ -70,8 +70,8 @@ const waiting = async () => (await check.query(`SELECT pid FROM pg_stat_activity
 
 // Sends the requests with the gate closed, waits until every one has made its call (it arrived,
 // and one turn of the event loop has passed: the middleware does no I/O before the call) and
-// one backend waits on the gate, runs whileHeld, then opens the gate; the answers.
-async function gated(bodies, whileHeld = async () => {}) {
+// `backends` backends wait on the gate, runs whileHeld, then opens the gate; the answers.
+async function gated(bodies, whileHeld = async () => {}, backends = 1) {
   await check.query('SELECT pg_advisory_lock($1)', [GATE]);
   let answers;
   try {
@@ -79,7 +79,8 @@ async function gated(bodies, whileHeld = async () => {}) {
     answers = bodies.map(([key, body, path]) => post(key, body, path));
     await until('every request arrived', () => arrived - from === bodies.length);
     await new Promise((resolve) => { setImmediate(resolve); });
-    await until('a backend waiting on the gate', async () => (await waiting()).length === 1);
+    await until(`${backends} backends waiting on the gate`,
+      async () => (await waiting()).length === backends);
     await whileHeld();
   } finally {
     await check.query('SELECT pg_advisory_unlock($1)', [GATE]);
@@ -121,6 +122,27 @@ test('with DEPTH calls in flight on a connection, the next goes on another the p
     assert.deepEqual(answers.map((a) => a.status), keys.map(() => 201));
     assert.equal(new Set(answers.map((a) => a.body.pid)).size, 1);
     for (const k of [...keys, quick]) assert.equal(await ordersOf(k), 1);
+  });
+
+test('the depth a connection takes falls from DEPTH to MIN_DEPTH as more calls are in flight',
+  () => {
+    for (let n = 1; n <= DEPTH; n++) assert.equal(depthFor(n), DEPTH);
+    for (let n = 2; n <= 4 * DEPTH; n++) assert.ok(depthFor(n) <= depthFor(n - 1));
+    assert.ok(depthFor(DEPTH + 1) < DEPTH);
+    assert.equal(depthFor(2 * DEPTH), MIN_DEPTH);
+    assert.equal(depthFor(100 * DEPTH), MIN_DEPTH);
+  });
+
+test('with 2 * DEPTH calls in flight, those after the first DEPTH go MIN_DEPTH a connection',
+  async () => {
+    const keys = Array.from({ length: 2 * DEPTH }, () => randomUUID());
+    const answers = await gated(keys.map((k) => [k, undefined, '/orders']), async () => {}, 3);
+    assert.deepEqual(answers.map((a) => a.status), keys.map(() => 201));
+    const perBackend = new Map();
+    for (const a of answers) perBackend.set(a.body.pid, (perBackend.get(a.body.pid) ?? 0) + 1);
+    assert.deepEqual([...perBackend.values()].sort((x, y) => x - y),
+      [MIN_DEPTH, MIN_DEPTH, DEPTH]);
+    for (const k of keys) assert.equal(await ordersOf(k), 1);
   });
 
 test("an error in one call stays with it: the calls around it commit", async () => {
