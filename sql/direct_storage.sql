@@ -87,33 +87,6 @@ WHERE l.pid = pg_backend_pid() AND c.relnamespace = 'idempotency'::regnamespace
   AND c.relname = 'keys' ORDER BY 1, 2;
 ROLLBACK;
 
--- A key is looked for in the newest live partition first: a retry comes soon after its first
--- request, so its row is in the newest partition holding rows, and an older partition's index
--- is read only for a key it did not find. Two partitions far ahead, a key in each.
-CREATE TABLE idempotency.direct_older PARTITION OF idempotency.keys
-    FOR VALUES FROM ('2100-01-01 00:00+00') TO ('2100-02-01 00:00+00');
-CREATE TABLE idempotency.direct_newer PARTITION OF idempotency.keys
-    FOR VALUES FROM ('2100-02-01 00:00+00') TO ('2100-03-01 00:00+00');
-ALTER TABLE idempotency.direct_older ADD PRIMARY KEY (key, scope, expires_at);
-ALTER TABLE idempotency.direct_newer ADD PRIMARY KEY (key, scope, expires_at);
-INSERT INTO idempotency.keys (scope, key, state, attempt, status_code, response, first_seen_at,
-                              completed_at, expires_at)
-VALUES ('direct-order', 'older', 'completed', 1, 201, '{"in": "older"}', now(), now(), '2100-01-15 00:00+00'),
-       ('direct-order', 'newer', 'completed', 1, 201, '{"in": "newer"}', now(), now(), '2100-02-15 00:00+00');
--- The newer partition's key: found there, the older partition not even opened.
-BEGIN;
-SELECT outcome, response FROM idempotency.reserve('direct-order', 'newer');
-SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-WHERE l.pid = pg_backend_pid() AND c.relname IN ('direct_older', 'direct_newer') ORDER BY 1;
-ROLLBACK;
--- The older partition's key: found there, after the newer one.
-BEGIN;
-SELECT outcome, response FROM idempotency.reserve('direct-order', 'older');
-SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-WHERE l.pid = pg_backend_pid() AND c.relname IN ('direct_older', 'direct_newer') ORDER BY 1;
-ROLLBACK;
-DROP TABLE idempotency.direct_older, idempotency.direct_newer;
-
 -- The extension dropped and recreated in this session: reserve answers with the new type's
 -- labels.
 DROP EXTENSION idempotency;

@@ -300,17 +300,12 @@ Direct find_live_key_direct(Oid table, LOCKMODE lock, Datum scope, Datum key, Ti
         table_close(parent, NoLock);
         return Direct::kUnsupported;
     }
-    // Leaves whose upper bound lies after now (the others hold expired rows only), newest
-    // first, then the default partition; copied, as opening a leaf may rebuild the descriptor.
-    // Newest first: a retry comes soon after its first request, so its key expires about a
-    // retention from now, in the newest partition holding rows (premade ones are empty and
-    // cost one cached metapage read each); an older partition's index is probed only for keys
-    // first requested long ago. A key has one live row, so the order changes no answer.
+    // Leaves whose upper bound lies after now (the others hold expired rows only), then the
+    // default partition; copied, as opening a leaf may rebuild the descriptor.
     PartitionBoundInfo bounds = desc->boundinfo;
     int n = 0;
     Oid *leaves = static_cast<Oid *>(palloc(sizeof(Oid) * (desc->nparts + 1)));
-    int first_live = bound_offset(parent, bounds, now) + 1;
-    for (int i = bounds->nindexes - 1; i >= first_live; i--) {
+    for (int i = bound_offset(parent, bounds, now) + 1; i < bounds->nindexes; i++) {
         int part = bounds->indexes[i];
         if (part < 0) continue;
         if (!desc->is_leaf[part]) n = -1;
