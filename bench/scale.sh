@@ -52,13 +52,17 @@ WIDTH_S=$(width_s "$PARTITION_WIDTH")
 # and retention needs (keys beyond the premade ones would land in the default partition).
 PREMAKE=$(((RETENTION_S + 86400) / WIDTH_S + 1))
 
-rm -rf "$OUT"
+# REUSE=1: the cluster a run left (stopped) with LARGEST keys loaded, STEPS run again on it
+# into the same folder (say "autovacuum timeline" after a run that stopped before them).
+REUSE=${REUSE:-0}
+STEPS=${STEPS:-throughput autovacuum timeline}
+[[ $REUSE == 1 ]] || rm -rf "$OUT"
 mkdir -p "$OUT/logs"
 [[ ${BENCH_BUILD:-1} == 1 ]] && IDEM_WERROR=1 build_and_install >&2
 cluster_setup bench-scale 54468
 cleanup() { cluster_stop "$CLUSTER_DATA" || true; }
 trap cleanup EXIT
-cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
+[[ $REUSE == 1 ]] || cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
   "shared_buffers = '$SHARED_BUFFERS'" "wal_level = replica" "max_wal_size = '4GB'" \
   "checkpoint_timeout = '15min'" "synchronous_commit = off" "maintenance_work_mem = '1GB'" \
   "max_connections = 120" "autovacuum_naptime = '10s'" "log_autovacuum_min_duration = 0" \
@@ -72,10 +76,11 @@ now_s() { date +%s.%N; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
 # Tab-separated results, turned into scale.md at the end.
-printf 'size\tround\tclients\tworkload\ttps\ttxns\tp50_ms\tp99_ms\twal_bytes\twal_fpi\tload\n' >"$OUT/runs.tsv"
-printf 'size\ttable\trows\theap\ttoast\tprimary_key\tother_indexes\tnew_key_partition_index\n' >"$OUT/sizes.tsv"
-printf 'size\ttable\tnew_keys\tgrowth_bytes\n' >"$OUT/growth.tsv"
-printf 'size\ttable\tseconds\ttxns\tautovacuum_runs\tautovacuum_s\tautoanalyze_runs\tdead_rows_after\tupdates\thot_updates\n' >"$OUT/autovacuum.tsv"
+[[ $REUSE == 1 ]] && q -c "ALTER EXTENSION idempotency UPDATE"
+[[ $REUSE == 1 ]] || printf 'size\tround\tclients\tworkload\ttps\ttxns\tp50_ms\tp99_ms\twal_bytes\twal_fpi\tload\n' >"$OUT/runs.tsv"
+[[ $REUSE == 1 ]] || printf 'size\ttable\trows\theap\ttoast\tprimary_key\tother_indexes\tnew_key_partition_index\n' >"$OUT/sizes.tsv"
+[[ $REUSE == 1 ]] || printf 'size\ttable\tnew_keys\tgrowth_bytes\n' >"$OUT/growth.tsv"
+[[ $REUSE == 1 ]] || printf 'size\ttable\tseconds\ttxns\tautovacuum_runs\tautovacuum_s\tautoanalyze_runs\tdead_rows_after\tupdates\thot_updates\n' >"$OUT/autovacuum.tsv"
 
 # Total bytes of a table's relations of one kind: heap, toast, primary key, other indexes.
 sizes_of() {
@@ -91,7 +96,7 @@ sizes_of() {
 }
 EXT_RELS="SELECT inhrelid AS oid FROM pg_inherits WHERE inhparent = 'idempotency.keys'::regclass"
 HW_RELS="SELECT 'bench.hw_keys'::regclass::oid AS oid"
-total_bytes() { sizes_of "$1" | awk -F'\t' '{ print $1 + $2 + $3 + $4 }'; }
+total_bytes() { sizes_of "$1" | awk -F'\t' '{ printf "%.0f\n", $1 + $2 + $3 + $4 }'; }
 
 # The partition a key first requested now goes to, and its index's size.
 NEW_KEY_PARTITION="(SELECT c.oid FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -151,7 +156,7 @@ check_keys() {
 
 wal() { q -F ' ' -c "SELECT wal_bytes, wal_fpi FROM pg_stat_wal"; }
 
-RUN=0
+RUN=$((REUSE * 500))
 # pgbench_run TAG SCRIPT CLIENTS KEYS [length args]: runs it with transaction logs; sets RESULT
 # to "tps txns p50_ms p99_ms". (Not in a subshell: RUN numbers each run's new keys.)
 pgbench_run() {
@@ -307,7 +312,7 @@ timeline() {
       if (t_end > last) last = t_end
       b10 = (t_end - a) * 10; bucket = (b10 < 0 && b10 != int(b10)) ? int(b10) - 1 : int(b10); if (!(bucket in bmax) || lat > bmax[bucket]) bmax[bucket] = lat; bn[bucket]++ }
     END {
-      printf "maintain_ms\t%.1f\ncalls\t%d\ncalls_during\t%d\nmax_ms_during\t%.2f\nover_50ms\t%d\nmax_ms_other\t%.2f\nrun_from_s\t%.1f\nrun_to_s\t%.1f\ndropped_rows\t%d\ndropped_bytes\t%d\ncreated\t%d\n",
+      printf "maintain_ms\t%.1f\ncalls\t%d\ncalls_during\t%d\nmax_ms_during\t%.2f\nover_50ms\t%d\nmax_ms_other\t%.2f\nrun_from_s\t%.1f\nrun_to_s\t%.1f\ndropped_rows\t%d\ndropped_bytes\t%.0f\ncreated\t%d\n",
         (b - a) * 1000, n, over, omax, slow + 0, rmax, first - a, last - a, dropped_rows, dropped_bytes, created
       for (k in bmax) printf "bucket\t%.1f\t%d\t%.2f\n", k / 10, bn[k], bmax[k] > (out ".buckets")
     }' >"$OUT/timeline.tsv"
@@ -318,11 +323,16 @@ timeline() {
 LENGTH="$DURATION s"
 [[ -n $TXNS ]] && LENGTH="$TXNS transactions per client"
 log "bench/scale: sizes $SIZES, clients $CLIENTS, $ROUNDS rounds of $LENGTH, partition width $PARTITION_WIDTH (premake $PREMAKE), shared_buffers $SHARED_BUFFERS"
+wanted_step() { [[ " $STEPS " == *" $1 "* ]]; }
 for size in $(tr ' ' '\n' <<<"$SIZES" | sort -n); do
-  load "$size"
-  measure_size "$size"
-  autovacuum_run "$size"
-  [[ $size == "$LARGEST" ]] && timeline "$size"
+  if [[ $REUSE == 1 ]]; then
+    [[ $size == "$LARGEST" ]] || continue
+  else
+    load "$size"
+  fi
+  if wanted_step throughput; then measure_size "$size"; fi
+  if wanted_step autovacuum; then autovacuum_run "$size"; fi
+  if wanted_step timeline && [[ $size == "$LARGEST" ]]; then timeline "$size"; fi
 done
 
 {

@@ -60,13 +60,13 @@ for size in sizes:
     for c in clients:
         for w, label in WORKLOADS:
             e, h = med(size, c, "ext_" + w, "tps"), med(size, c, "hw_" + w, "tps")
-            loads = [r["load"].split()[0] for r in runs
+            loads = [float(r["load"].split()[0]) for r in runs
                      if int(r["size"]) == size and int(r["clients"]) == c
                      and r["workload"] in ("ext_" + w, "hw_" + w)]
             print(f"| {size:,} | {c} | {label} | {fmt(e)} | {fmt(med(size, c, 'ext_' + w, 'p50_ms'), 3)} "
                   f"| {fmt(med(size, c, 'ext_' + w, 'p99_ms'), 3)} | {fmt(h)} "
                   f"| {fmt(med(size, c, 'hw_' + w, 'p50_ms'), 3)} | {fmt(med(size, c, 'hw_' + w, 'p99_ms'), 3)} "
-                  f"| {ratio(e, h)} | {min(loads, default='-')} to {max(loads, default='-')} |")
+                  f"| {ratio(e, h)} | {min(loads, default=0):.1f} to {max(loads, default=0):.1f} |")
 print()
 
 if len(sizes) > 1:
