@@ -306,13 +306,16 @@ run_clients_node() {
 }
 
 # go: the Go client (clients/go) and its example service (examples/http-go) under go vet and
-# go test, against the test cluster. Built offline in GOPATH mode against the Go sources of
-# Debian's packages (/usr/share/gocode: pgx v4, lib/pq), which it installs when missing; no
-# module proxy is asked. The restart test restarts the test cluster (IDEM_GO_RESTART). Counts:
-# go test -v's top-level "--- PASS" / "--- FAIL" lines; a vet or build failure fails the suite.
+# go test, in module mode and offline: the client's module (the standard library only) as a
+# user's build sees it, then the modules that need drivers (clients/go/drivertest: the tests
+# against the test cluster on pgx v4 and lib/pq; the pgxv4 adapter; examples/http-go) with
+# -mod=vendor over vendor folders that scripts/go_vendor.py links to the Go sources of Debian's
+# packages (/usr/share/gocode), which it installs when missing; no module proxy is asked. The
+# restart test restarts the test cluster (IDEM_GO_RESTART). Counts: go test -v's top-level
+# "--- PASS" / "--- FAIL" lines; a vet or build failure fails the suite.
 run_go() {
-  local log=$LOGS/go.log rc=0 gopath=$IDEM_ROOT/build/gopath passed failed skipped missing
-  local pkgs=(idempotency idempotency/pgxv4 idempotency-example-http-go) restart
+  local log=$LOGS/go.log rc=0 passed failed skipped missing restart dir
+  local go=$IDEM_ROOT/clients/go example=$IDEM_ROOT/examples/http-go
   log "go: the Go client (go vet, go test)"
   # shellcheck disable=SC2086 # word splitting of the list is intended
   missing=$(missing_packages $GO_PACKAGES | tr '\n' ' ')
@@ -320,21 +323,28 @@ run_go() {
     record go 0 1 "could not install $missing (log ${LOGS#"$IDEM_ROOT"/}/go-apt.log)"
     return
   fi
-  mkdir -p "$gopath/src"
-  ln -sfn "$IDEM_ROOT/clients/go" "$gopath/src/idempotency"
-  ln -sfn "$IDEM_ROOT/examples/http-go" "$gopath/src/idempotency-example-http-go"
   restart="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m fast -w restart"
   if is_root; then restart="cd / && runuser -u postgres -- $restart"; fi
   (
-    export GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" GOFLAGS= GOPROXY=off \
-      GOCACHE=$IDEM_ROOT/build/go-cache
-    gofmt -l "$IDEM_ROOT/clients/go" "$IDEM_ROOT/examples/http-go" | sed 's/^/not gofmt-formatted: /' |
-      grep . && exit 1
-    go vet "${pkgs[@]}" &&
-      PGDATABASE=postgres IDEM_GO_RESTART=$restart timeout -k 10 "$TIMEOUT" \
-        go test -count=1 -p 1 -v -timeout "${TIMEOUT}s" "${pkgs[@]}"
+    export GO111MODULE=on GOFLAGS= GOPROXY=off GOCACHE=$IDEM_ROOT/build/go-cache \
+      GOPATH=$IDEM_ROOT/build/gopath
+    git -C "$IDEM_ROOT" ls-files -z -- clients/go examples/http-go | grep -z '\.go$' |
+      (cd "$IDEM_ROOT" && xargs -0 gofmt -l) | sed 's/^/not gofmt-formatted: /' | grep . && exit 1
+    for dir in "$go/drivertest" "$go/pgxv4" "$example"; do
+      /usr/bin/python3 "$IDEM_ROOT/scripts/go_vendor.py" "$dir" || exit 1
+    done
+    (cd "$go" && go vet ./... && go test -count=1 -v ./...) || exit 1
+    export GOFLAGS=-mod=vendor PGDATABASE=postgres IDEM_GO_RESTART=$restart
+    (cd "$go/pgxv4" && go vet ./...) || exit 1
+    (cd "$example" && go vet ./...) || exit 1
+    (cd "$go/drivertest" && go vet ./...) || exit 1
+    for dir in "$go/drivertest" "$example"; do
+      (cd "$dir" && timeout -k 10 "$TIMEOUT" go test -count=1 -p 1 -v -timeout "${TIMEOUT}s" ./...) ||
+        rc=1
+    done
+    exit $rc
   ) >"$log" 2>&1 </dev/null || rc=$?
-  grep -E '^(--- FAIL|FAIL|ok|not gofmt)|^(# |vet: )' "$log" | tail -n 20
+  grep -E '^(--- FAIL|FAIL|ok|not gofmt)|^(# |vet: )|go_vendor' "$log" | tail -n 20
   passed=$(count '^--- PASS' "$log")
   failed=$(count '^--- FAIL' "$log")
   skipped=$(count '^--- SKIP' "$log")

@@ -362,3 +362,10 @@ var ErrTransactionOpen
 var ErrUndefinedFunction
 var ErrUndefinedObject
 `
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
