@@ -138,8 +138,8 @@ for dir in clients/go clients/go/pgxv4; do
     "github.com/pgidempotency/idempotency/$dir" "v$VERSION" "$ROOT/$dir"
 done
 
-(cd "$OUT" && sha256sum -- *.deb *.zip *.whl *.tar.gz *.tgz goproxy/*/*/*/*/@v/*.zip \
-  goproxy/*/*/*/*/*/@v/*.zip >SHA256SUMS)
+(cd "$OUT" && find goproxy -name '*.zip' -print0 | sort -z |
+  xargs -0 sha256sum -- *.deb *.zip *.whl *.tar.gz *.tgz >SHA256SUMS)
 echo "release.sh: $VERSION written to $OUT:"
 sed 's/^/  /' "$OUT/SHA256SUMS"
 # A Go module in a subfolder is published by a tag named after the folder.
