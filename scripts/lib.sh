@@ -41,7 +41,7 @@ JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java 
 # shellcheck disable=SC2034
 BROWSER_PACKAGES="chromium"
 # shellcheck disable=SC2034
-PACKAGING_PACKAGES="postgresql-server-dev-all debhelper lintian pgxnclient python3-build unzip
+PACKAGING_PACKAGES="postgresql-server-dev-all debhelper lintian pgxnclient python3-build
   python3-venv python3-setuptools python3-wheel unzip autopkgtest"
 
 # shellcheck source=scripts/majors.sh
