@@ -3,7 +3,7 @@ module github.com/pgidempotency/idempotency/clients/go/pgxv4
 go 1.19
 
 require (
-	github.com/pgidempotency/idempotency/clients/go v0.3.0
+	github.com/pgidempotency/idempotency/clients/go v0.4.0
 	github.com/jackc/pgconn v1.11.0
 	github.com/jackc/pgx/v4 v4.15.0
 )
