@@ -82,12 +82,23 @@ final class Connections {
     }
   }
 
-  /** The error e (a client's own, a driver's or any other) as an unchecked one. */
+  /**
+   * The error e as the caller sees it: a JDBC error as the typed error of its SQLSTATE, a
+   * RuntimeException as it is, and anything else (an Error, a checked exception of the work)
+   * thrown on unchanged.
+   */
   static RuntimeException translate(Throwable e) {
     if (e instanceof IdempotencyException i) return i;
     if (e instanceof SQLException s) return IdempotencyException.from(s);
     if (e instanceof RuntimeException r) return r;
-    return new RuntimeException(e);
+    // An Error of the JVM (OutOfMemoryError, AssertionError, ...) or a checked exception of
+    // the caller's work goes on unchanged, not wrapped: thrown from here, unchecked.
+    throw Connections.<RuntimeException>rethrow(e);
+  }
+
+  @SuppressWarnings("unchecked")
+  private static <T extends Throwable> T rethrow(Throwable e) throws T {
+    throw (T) e;
   }
 
   static void bind(PreparedStatement ps, Object... args) throws SQLException {

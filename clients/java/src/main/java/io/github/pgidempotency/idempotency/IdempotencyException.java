@@ -65,6 +65,10 @@ public class IdempotencyException extends RuntimeException {
     public InvalidJson(String sqlState, String message) {
       super(sqlState, message);
     }
+
+    InvalidJson(String sqlState, String message, Throwable cause) {
+      super(sqlState, message, cause);
+    }
   }
 
   /** Nesting over 1000 levels, a number over 1000 digits (54000). */
@@ -73,6 +77,10 @@ public class IdempotencyException extends RuntimeException {
 
     public ProgramLimitExceeded(String message) {
       super(PROGRAM_LIMIT_EXCEEDED, message);
+    }
+
+    ProgramLimitExceeded(String message, Throwable cause) {
+      super(PROGRAM_LIMIT_EXCEEDED, message, cause);
     }
   }
 
@@ -165,7 +173,10 @@ public class IdempotencyException extends RuntimeException {
     return false;
   }
 
-  /** A JDBC error as the typed error of its SQLSTATE. */
+  /**
+   * A JDBC error as the typed error of its SQLSTATE: the same class as the client's own check
+   * of the same fault (54000 ProgramLimitExceeded, 22P02 and 22P05 InvalidJson).
+   */
   public static IdempotencyException from(SQLException e) {
     if (isConnectionLost(e)) {
       return new ConnectionLost("the connection to the server was lost: " + e.getMessage(), e);
@@ -177,7 +188,9 @@ public class IdempotencyException extends RuntimeException {
       case RESULT_CONFLICT -> new ResultConflict(m, e);
       case KEY_IN_PROGRESS -> new KeyInProgress(m, null, e);
       case KEY_TOO_OLD -> new KeyTooOld(m, e);
-      case PROGRAM_LIMIT_EXCEEDED -> new IdempotencyException(c, m, e);
+      // the server's refusals of a body: the classes the client's own checks throw
+      case PROGRAM_LIMIT_EXCEEDED -> new ProgramLimitExceeded(m, e);
+      case INVALID_JSON, UNTRANSLATABLE_CHARACTER -> new InvalidJson(c, m, e);
       default -> new IdempotencyException(c, m, e);
     };
   }

@@ -181,9 +181,12 @@ final class Transactions {
           stored.statusCode(), stored.response(), false, r.attempt());
     } catch (Throwable e) {
       Connections.rollback(c);
-      RuntimeException t = Connections.translate(e);
-      if (!(t instanceof IdempotencyException.StaleAttempt)) release(ds, req, r.attempt(), e);
-      throw t;
+      boolean stale =
+          e instanceof SQLException s
+              ? IdempotencyException.from(s) instanceof IdempotencyException.StaleAttempt
+              : e instanceof IdempotencyException.StaleAttempt;
+      if (!stale) release(ds, req, r.attempt(), e);
+      throw Connections.translate(e);
     } finally {
       Connections.close(c);
     }
