@@ -209,7 +209,7 @@ final class Answers {
 
   static void replayOrRefuse(HttpServletResponse res, Reservation r, String sc, String k)
       throws IOException {
-    if (Reservation.REPLAY.equals(r.outcome())) {
+    if (r.outcome() == Outcome.REPLAY) {
       writeStored(res, r, true);
       return;
     }
@@ -222,7 +222,7 @@ final class Answers {
    */
   static void statementAnswer(HttpServletResponse res, Reservation r, String sc, String k)
       throws IOException {
-    if (Reservation.NEW.equals(r.outcome())) {
+    if (r.outcome() == Outcome.NEW) {
       writeStored(res, r, false);
     } else {
       replayOrRefuse(res, r, sc, k);

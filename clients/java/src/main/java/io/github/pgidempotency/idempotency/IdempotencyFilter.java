@@ -529,7 +529,7 @@ public final class IdempotencyFilter implements Filter {
         if (!Answers.answerFor(Connections.translate(e), res)) Answers.internal(res);
         return;
       }
-      if (!Reservation.NEW.equals(r.outcome())) {
+      if (r.outcome() != Outcome.NEW) {
         t.undo(); // nothing was written
         Answers.replayOrRefuse(res, r, sc, k);
         return;

@@ -66,7 +66,7 @@ final class Keys {
 
   static Reservation reservation(ResultSet rs) throws SQLException {
     return new Reservation(
-        rs.getString(1),
+        Outcome.of(rs.getString(1)),
         rs.getInt(2),
         rs.getString(3),
         rs.getInt(4),

@@ -8,7 +8,7 @@ import java.time.OffsetDateTime;
  * (fencing token), the last checkpoint of an attempt that was taken over, and the key's times.
  */
 public record Reservation(
-    String outcome,
+    Outcome outcome,
     int statusCode,
     String response,
     int attempt,
@@ -16,12 +16,6 @@ public record Reservation(
     OffsetDateTime firstSeenAt,
     OffsetDateTime lockedUntil,
     OffsetDateTime expiresAt) {
-  public static final String NEW = "new";
-  public static final String REPLAY = "replay";
-  public static final String IN_PROGRESS = "in_progress";
-  public static final String MISMATCH = "mismatch";
-  public static final String TOO_OLD = "too_old";
-
   /** The error for an outcome other than new and replay (null for those two). */
   public IdempotencyException error(String scope, String key) {
     String which = "key " + Json.quote(key) + " of scope " + Json.quote(scope);

@@ -50,7 +50,7 @@ final class Transactions {
         try {
           Reservation r = Keys.reserveBegin(c, scope, key, hash, o);
           // the server opened the transaction: JDBC's view follows it (pgjdbc sends nothing)
-          if (Reservation.NEW.equals(r.outcome())) c.setAutoCommit(false);
+          if (r.outcome() == Outcome.NEW) c.setAutoCommit(false);
           return r;
         } catch (IdempotencyException e) {
           if (!Keys.reserveBeginRefused(e)) throw e;
@@ -85,9 +85,9 @@ final class Transactions {
     Connection c = Connections.connect(ds);
     try {
       Reservation r = claim(ds, c, req.scope(), req.key(), hash, req.options(), features);
-      if (!Reservation.NEW.equals(r.outcome())) {
+      if (r.outcome() != Outcome.NEW) {
         Connections.rollback(c); // BEGIN + reserve opened one; reserve_begin did not
-        if (Reservation.REPLAY.equals(r.outcome())) {
+        if (r.outcome() == Outcome.REPLAY) {
           return new IdempotencyClient.Result(r.statusCode(), r.response(), true, r.attempt());
         }
         throw r.error(req.scope(), req.key());
@@ -122,10 +122,10 @@ final class Transactions {
     try {
       Reservation r = Keys.reserve(tx, req.scope(), req.key(), hash, req.options());
       IdempotencyClient.Result res;
-      if (Reservation.REPLAY.equals(r.outcome())) {
+      if (r.outcome() == Outcome.REPLAY) {
         tx.rollback(sp);
         res = new IdempotencyClient.Result(r.statusCode(), r.response(), true, r.attempt());
-      } else if (!Reservation.NEW.equals(r.outcome())) {
+      } else if (r.outcome() != Outcome.NEW) {
         throw r.error(req.scope(), req.key());
       } else {
         IdempotencyClient.Answer a = work.run(tx, r);
@@ -160,10 +160,10 @@ final class Transactions {
     } finally {
       Connections.close(c);
     }
-    if (Reservation.REPLAY.equals(r.outcome())) {
+    if (r.outcome() == Outcome.REPLAY) {
       return new IdempotencyClient.Result(r.statusCode(), r.response(), true, r.attempt());
     }
-    if (!Reservation.NEW.equals(r.outcome())) throw r.error(req.scope(), req.key());
+    if (r.outcome() != Outcome.NEW) throw r.error(req.scope(), req.key());
     IdempotencyClient.Attempt attempt = client.new Attempt(req, r);
     IdempotencyClient.Answer a;
     try {
@@ -302,9 +302,9 @@ final class Transactions {
   /** The result of execute_once's outcome: new or replay, or the outcome's error. */
   private static IdempotencyClient.Result statementResult(
       Reservation r, IdempotencyClient.Request req) {
-    if (Reservation.NEW.equals(r.outcome()) || Reservation.REPLAY.equals(r.outcome())) {
+    if (r.outcome() == Outcome.NEW || r.outcome() == Outcome.REPLAY) {
       return new IdempotencyClient.Result(
-          r.statusCode(), r.response(), Reservation.REPLAY.equals(r.outcome()), r.attempt());
+          r.statusCode(), r.response(), r.outcome() == Outcome.REPLAY, r.attempt());
     }
     throw r.error(req.scope(), req.key());
   }

@@ -23,18 +23,18 @@ class CallsTest {
     byte[] hash = Fingerprint.of("{\"amount\": 10}");
     try (Connection c = TestDb.db().getConnection()) {
       Reservation r = Idempotency.reserve(c, scope, key, hash, null);
-      assertEquals(Reservation.NEW, r.outcome());
+      assertEquals(Outcome.NEW, r.outcome());
       assertEquals(1, r.attempt());
       assertNotNull(r.lockedUntil());
       Idempotency.complete(c, scope, key, 201, "{\"id\": 7}", r.attempt());
 
       Reservation again = Idempotency.reserve(c, scope, key, Fingerprint.of("{\"amount\":10.0}"), null);
-      assertEquals(Reservation.REPLAY, again.outcome());
+      assertEquals(Outcome.REPLAY, again.outcome());
       assertEquals(201, again.statusCode());
       assertEquals("{\"id\":7}", Json.compact(again.response()));
 
       Reservation other = Idempotency.reserve(c, scope, key, Fingerprint.of("{\"amount\":11}"), null);
-      assertEquals(Reservation.MISMATCH, other.outcome());
+      assertEquals(Outcome.MISMATCH, other.outcome());
       assertTrue(other.error(scope, key) instanceof IdempotencyException.KeyMismatch);
 
       KeyRecord rec = Idempotency.lookup(c, scope, key);
@@ -52,9 +52,9 @@ class CallsTest {
     try (Connection holder = TestDb.db().getConnection();
         Connection other = TestDb.db().getConnection()) {
       Reservation r = Idempotency.reserve(holder, scope, key, null, null); // committed: a lease
-      assertEquals(Reservation.NEW, r.outcome());
+      assertEquals(Outcome.NEW, r.outcome());
       Reservation busy = Idempotency.reserve(other, scope, key, null, null);
-      assertEquals(Reservation.IN_PROGRESS, busy.outcome());
+      assertEquals(Outcome.IN_PROGRESS, busy.outcome());
       IdempotencyException e = busy.error(scope, key);
       assertTrue(e instanceof IdempotencyException.KeyInProgress);
       assertEquals(409, e.httpStatus());
@@ -66,7 +66,7 @@ class CallsTest {
       assertNotNull(rec.lastError());
 
       Reservation second = Idempotency.reserve(other, scope, key, null, null);
-      assertEquals(Reservation.NEW, second.outcome());
+      assertEquals(Outcome.NEW, second.outcome());
       assertEquals(2, second.attempt());
       assertEquals("charged", second.recoveryPoint());
       // the first holder's attempt is stale now

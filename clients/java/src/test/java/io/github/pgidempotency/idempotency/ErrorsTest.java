@@ -18,4 +18,11 @@ class ErrorsTest {
     assertEquals(0, new IdempotencyException.StaleAttempt("m", null).httpStatus());
     assertEquals(0, new IdempotencyException("22023", "m").httpStatus());
   }
+
+  @Test
+  void outcomesAreTheServersWords() {
+    for (Outcome o : Outcome.values()) assertEquals(o, Outcome.of(o.wire()));
+    assertEquals(Outcome.IN_PROGRESS, Outcome.of("in_progress"));
+    assertThrows(IllegalArgumentException.class, () -> Outcome.of("pending"));
+  }
 }

@@ -116,7 +116,7 @@ class ExecuteOnceTest {
               params,
               200,
               null);
-      assertEquals("new", r.outcome());
+      assertEquals(Outcome.NEW, r.outcome());
       assertEquals(200, r.statusCode());
       assertEquals(
           // the keys in jsonb's order (shorter first)

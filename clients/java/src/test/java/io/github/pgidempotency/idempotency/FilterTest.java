@@ -139,7 +139,7 @@ class FilterTest {
     try (Connection holder = TestDb.db().getConnection()) {
       holder.setAutoCommit(false);
       assertEquals(
-          Reservation.NEW, Idempotency.reserve(holder, "acct-1", key, Fingerprint.of("{}"), null).outcome());
+          Outcome.NEW, Idempotency.reserve(holder, "acct-1", key, Fingerprint.of("{}"), null).outcome());
       HttpResponse<String> busy = server.post("/orders", key, "{}");
       assertEquals(409, busy.statusCode());
       assertEquals("1", busy.headers().firstValue("Retry-After").orElse(""));

@@ -136,7 +136,7 @@ class HelpersTest {
                         // another holder takes over (as after the lease lapsed)
                         Idempotency.fail(c, scope, key, null, a.attempt());
                         assertEquals(
-                            Reservation.NEW, Idempotency.reserve(c, scope, key, null, null).outcome());
+                            Outcome.NEW, Idempotency.reserve(c, scope, key, null, null).outcome());
                       }
                       return new Answer(201, null);
                     }));
