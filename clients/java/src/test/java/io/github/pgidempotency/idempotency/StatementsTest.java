@@ -46,7 +46,8 @@ class StatementsTest {
     List<String> found = new ArrayList<>();
     try (Stream<Path> files = Files.walk(Path.of("src/main/java"))) {
       for (Path f : files.filter(p -> p.toString().endsWith(".java")).toList()) {
-        if (f.getFileName().toString().equals("Statements.java")) continue;
+        String name = f.getFileName().toString();
+        if (name.equals("Statements.java") || name.equals("SpecStatements.java")) continue;
         List<String> lines = Files.readAllLines(f);
         for (int i = 0; i < lines.size(); i++) {
           String code = lines.get(i).split("//", 2)[0];
