@@ -38,6 +38,7 @@ CHECKPOINT = "SELECT idempotency.checkpoint(%s, %s, %s, %s::integer)"
 LOOKUP = ("SELECT state::text, status_code, response::text, request_hash, attempt, "
           "recovery_point, last_error::text, first_seen_at, completed_at, locked_until, "
           "expires_at FROM idempotency.lookup(%s, %s)")
+FORGET = "SELECT idempotency.forget(%s, %s)"
 
 # ---- consumers and streams ----
 
@@ -77,6 +78,7 @@ LISTED = {
     "fail_stamped": FAIL_STAMPED,
     "checkpoint": CHECKPOINT,
     "lookup": LOOKUP,
+    "forget": FORGET,
     "claim_once": CLAIM_ONCE,
     "accept_bigint": ACCEPT_BIGINT,
     "accept_uuid": ACCEPT_UUID,

@@ -143,6 +143,19 @@ def test_run_external_commits_the_claim_first(conn, conn2, orders):
     assert count_orders(conn, key) == 1
 
 
+def test_forget_deletes_the_record_and_the_key_is_new_again(conn):
+    key = new_key()
+    assert pi.reserve(conn, "acct", key).outcome == "new"
+    pi.complete(conn, "acct", key, 201, {"id": 1})
+    conn.commit()
+    assert pi.forget(conn, "acct", key) is True
+    conn.commit()
+    assert pi.lookup(conn, "acct", key) is None
+    assert pi.forget(conn, "acct", key) is False
+    assert pi.reserve(conn, "acct", key).outcome == "new"
+    conn.rollback()
+
+
 def test_run_external_fail_and_recovery_point(conn):
     key = new_key()
 
