@@ -10,7 +10,7 @@ from psycopg.types.json import Jsonb
 
 from . import statements
 from .connection import (autocommit_to_restore, begin_needed, check_encodable, cursor_of,
-                         reserve_begin_usable)
+                         pipelined, pipelined_async, reserve_begin_usable)
 from .errors import translate
 from .flow import Flow
 from .keys import reservation_of
@@ -167,8 +167,9 @@ class PsycopgSession:
             pass
 
     def complete_commit(self, params):
-        """complete and COMMIT in one simple query (a client-side cursor): one round trip."""
-        cursor = psycopg.AsyncClientCursor if self.asynchronous else psycopg.ClientCursor
+        """complete and COMMIT in one round trip, the values bound (pipelined)."""
         scope, key, status, stored, attempt = params
-        yield (cursor(self.conn).execute, statements.COMPLETE_COMMIT,
-               (scope, key, status, Jsonb(stored), attempt))
+        run = pipelined_async if self.asynchronous else pipelined
+        yield (run, self.conn, ((statements.COMPLETE, (scope, key, status, Jsonb(stored),
+                                                       attempt)),
+                                (statements.COMMIT, None)))

@@ -456,8 +456,8 @@ def test_consume_once_and_apply_once_on_an_autocommit_connection(dsn, conn2, ord
     with pytest.raises(pi.PositionBelowWatermark):
         pi.apply_once(ac, "c", part, 5, lambda c: None, strict=True)
     assert ac.info.transaction_status == idle and pi.watermark(ac, "c", part) == 7
-    # values are escaped by libpq into that query: quotes, backslashes, placeholders and
-    # non-ASCII text arrive as they are; a text with a NUL is refused before anything is sent
+    # values are bound in that round trip: quotes, backslashes, placeholders and non-ASCII
+    # text arrive as they are; a text with a NUL is refused before anything is sent
     for odd in ["it's", "back\\slash\\", "%s %(x)s $1", "clé-ключ-鍵", "E'x'--"]:
         key = odd + new_key()
         assert pi.consume_once(ac, "queue", key, lambda c: None) is True
