@@ -37,7 +37,9 @@ IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
 # shellcheck disable=SC2034 # used by the scripts that source this file
 GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
 # shellcheck disable=SC2034
-JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
+JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5
+  maven libsurefire-java libmaven-compiler-plugin-java libmaven-jar-plugin-java
+  libmaven-install-plugin-java libmaven-resources-plugin-java"
 # shellcheck disable=SC2034
 BROWSER_PACKAGES="chromium"
 # shellcheck disable=SC2034
