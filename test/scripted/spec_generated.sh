@@ -12,7 +12,8 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/scripts" "$work/test/vectors"
 cp "$root/scripts/gen_spec.py" "$work/scripts/"
 cp "$root/test/vectors/statements.json" "$work/test/vectors/"
-(cd "$work" && mkdir -p clients/go clients/java/src/main/java/io/github/pgidempotency/idempotency &&
+(cd "$work" && mkdir -p clients/go clients/java/src/main/java/io/github/pgidempotency/idempotency \
+  clients/node/lib clients/python/pg_idempotency &&
   python3 scripts/gen_spec.py >/dev/null)
 sed -i 's/idempotency.forget(/idempotency.forgot(/' "$work/clients/go/statements_gen.go"
 if out=$(python3 "$work/scripts/gen_spec.py" --check 2>&1); then
