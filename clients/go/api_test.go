@@ -305,6 +305,7 @@ func StatementParams
 func StoredAnswer
 func TxFrom
 func Watermark
+func WithPipeliner
 func WriteAnswer
 method Attempt.Checkpoint
 method Client.ApplyOnce
@@ -349,6 +350,7 @@ type KeyMalformedError
 type Logger
 type MiddlewareOptions
 type OneStatement
+type Option
 type Outcome
 type OutcomeError
 type Pipeliner
