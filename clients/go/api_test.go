@@ -155,10 +155,13 @@ const OutcomeMismatch
 const OutcomeNew
 const OutcomeReplay
 const OutcomeTooOld
+const ProblemTypeBase
 const StoredMark
 field Answer.Body
 field Answer.Headers
 field Answer.Status
+field AnswerOptions.Documentation
+field AnswerOptions.Legacy
 field Attempt.Attempt
 field Attempt.RecoveryPoint
 field Attempt.Reservation
@@ -187,6 +190,7 @@ field KeyHeaderError.Code
 field KeyHeaderError.Message
 field KeyMalformedError.Bytes
 field KeyMalformedError.What
+field MiddlewareOptions.Answers
 field MiddlewareOptions.Exclude
 field MiddlewareOptions.KeepHeaders
 field MiddlewareOptions.Key
@@ -283,6 +287,7 @@ func StoredAnswer
 func TxFrom
 func Watermark
 func WriteAnswer
+method Answer.Write
 method Attempt.Checkpoint
 method Client.ApplyOnce
 method Client.ConsumeOnce
@@ -310,6 +315,7 @@ method OutcomeError.RetryAfter
 method Position.String
 method PositionBelowWatermarkError.Error
 type Answer
+type AnswerOptions
 type Attempt
 type Claim
 type ClaimOnceOptions
@@ -361,4 +367,5 @@ var ErrTransactionAborted
 var ErrTransactionOpen
 var ErrUndefinedFunction
 var ErrUndefinedObject
+var ProblemTitles
 `
