@@ -316,13 +316,16 @@ run_clients_node() {
 }
 
 # go: the Go client (clients/go) and its example service (examples/http-go) under go vet and
-# go test, against the test cluster. Built offline in GOPATH mode against the Go sources of
-# Debian's packages (/usr/share/gocode: pgx v4, lib/pq), which it installs when missing; no
+# go test, against the test cluster, with the gin and echo adapters and the routers' tests
+# (clients/go/frameworks: gin, echo, chi). Built offline in GOPATH mode against the Go sources
+# of Debian's packages (/usr/share/gocode: pgx v4, lib/pq, gin, echo, chi), which it installs
+# when missing; no
 # module proxy is asked. The restart test restarts the test cluster (IDEM_GO_RESTART). Counts:
 # go test -v's top-level "--- PASS" / "--- FAIL" lines; a vet or build failure fails the suite.
 run_go() {
   local log=$LOGS/go.log rc=0 gopath=$IDEM_ROOT/build/gopath passed failed skipped missing
-  local pkgs=(idempotency idempotency/pgxv4 idempotency-example-http-go) restart
+  local pkgs=(idempotency idempotency/pgxv4 idempotency/idemgin idempotency/idemecho
+    idempotency/frameworks idempotency-example-http-go) restart
   log "go: the Go client (go vet, go test)"
   # shellcheck disable=SC2086 # word splitting of the list is intended
   missing=$(missing_packages $GO_PACKAGES | tr '\n' ' ')
