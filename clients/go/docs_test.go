@@ -68,6 +68,9 @@ func TestDocsExamplesCompile(t *testing.T) {
 	dir, err := os.MkdirTemp(src, "idempotency-docs-")
 	must(t, err)
 	defer os.RemoveAll(dir)
+	// GOPATH mode resolves a major-version import path (github.com/labstack/echo/v4) only from
+	// code under a go.mod ("minimal module compatibility")
+	must(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module idempotency-docs\n"), 0o644))
 	var pkgs []string
 	for i, b := range blocks {
 		if !strings.HasPrefix(b, "package ") {
