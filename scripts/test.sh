@@ -319,13 +319,13 @@ run_clients_node() {
 # go test, against the test cluster, with the gin and echo adapters and the routers' tests
 # (clients/go/frameworks: gin, echo, chi). Built offline in GOPATH mode against the Go sources
 # of Debian's packages (/usr/share/gocode: pgx v4, lib/pq, gin, echo, chi), which it installs
-# when missing; no
-# module proxy is asked. The restart test restarts the test cluster (IDEM_GO_RESTART). Counts:
-# go test -v's top-level "--- PASS" / "--- FAIL" lines; a vet or build failure fails the suite.
+# when missing; no module proxy is asked. The restart tests restart the test cluster
+# (IDEM_GO_RESTART: -m fast; IDEM_GO_CRASH: -m immediate). Counts: go test -v's top-level
+# "--- PASS" / "--- FAIL" lines; a vet or build failure fails the suite.
 run_go() {
   local log=$LOGS/go.log rc=0 gopath=$IDEM_ROOT/build/gopath passed failed skipped missing
   local pkgs=(idempotency idempotency/pgxv4 idempotency/idemgin idempotency/idemecho
-    idempotency/frameworks idempotency-example-http-go) restart
+    idempotency/frameworks idempotency-example-http-go) restart crash
   log "go: the Go client (go vet, go test)"
   # shellcheck disable=SC2086 # word splitting of the list is intended
   missing=$(missing_packages $GO_PACKAGES | tr '\n' ' ')
@@ -337,14 +337,18 @@ run_go() {
   ln -sfn "$IDEM_ROOT/clients/go" "$gopath/src/idempotency"
   ln -sfn "$IDEM_ROOT/examples/http-go" "$gopath/src/idempotency-example-http-go"
   restart="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m fast -w restart"
-  if is_root; then restart="cd / && runuser -u postgres -- $restart"; fi
+  crash="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m immediate -w restart"
+  if is_root; then
+    restart="cd / && runuser -u postgres -- $restart"
+    crash="cd / && runuser -u postgres -- $crash"
+  fi
   (
     export GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" GOFLAGS= GOPROXY=off \
       GOCACHE=$IDEM_ROOT/build/go-cache
     gofmt -l "$IDEM_ROOT/clients/go" "$IDEM_ROOT/examples/http-go" | sed 's/^/not gofmt-formatted: /' |
       grep . && exit 1
     go vet "${pkgs[@]}" &&
-      PGDATABASE=postgres IDEM_GO_RESTART=$restart timeout -k 10 "$TIMEOUT" \
+      PGDATABASE=postgres IDEM_GO_RESTART=$restart IDEM_GO_CRASH=$crash timeout -k 10 "$TIMEOUT" \
         go test -count=1 -p 1 -v -timeout "${TIMEOUT}s" "${pkgs[@]}"
   ) >"$log" 2>&1 </dev/null || rc=$?
   grep -E '^(--- FAIL|FAIL|ok|not gofmt)|^(# |vet: )' "$log" | tail -n 20

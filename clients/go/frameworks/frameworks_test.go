@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,8 @@ type order struct {
 	runs atomic.Int64
 }
 
+// A body with "terminate" has its backend killed after the insert, in the middle of the
+// request.
 func (o *order) insert(r *http.Request) (int64, string, error) {
 	o.runs.Add(1)
 	claim := idempotency.ClaimFrom(r.Context())
@@ -89,6 +92,9 @@ func (o *order) insert(r *http.Request) (int64, string, error) {
 	var id int64
 	err := claim.Tx.QueryRowContext(r.Context(),
 		"INSERT INTO orders (scope, key, item) VALUES ($1, $2, $3) RETURNING id", claim.Scope, claim.Key, string(body)).Scan(&id)
+	if err == nil && strings.Contains(string(body), "terminate") {
+		_, err = claim.Tx.ExecContext(r.Context(), "SELECT pg_terminate_backend(pg_backend_pid())")
+	}
 	return id, string(body), err
 }
 
@@ -243,6 +249,15 @@ func TestRouters(t *testing.T) {
 				orders(t, db, acct, "k-fail") != 0 {
 				t.Errorf("fail again: %+v, runs %d, orders %d", a, o.runs.Load()-runs, orders(t, db, acct, "k-fail"))
 			}
+			// the backend killed mid-request: 503, nothing committed, the service keeps serving
+			problem(t, post(t, srv.URL, acct, "k-terminate", `{"item": "terminate"}`), 503, "database_unavailable")
+			if n := orders(t, db, acct, "k-terminate"); n != 0 {
+				t.Errorf("terminated: %d orders", n)
+			}
+			if a := post(t, srv.URL, acct, "k-after-terminate", `{"item": "widget"}`); a.status != 201 {
+				t.Errorf("after the terminated backend: %+v", a)
+			}
+
 			// the router's own 4xx answer is stored with the insert, and replayed
 			refused := post(t, srv.URL, acct, "k-refuse", `{"item": "refuse"}`)
 			replayed := post(t, srv.URL, acct, "k-refuse", `{"item": "refuse"}`)
@@ -276,6 +291,47 @@ func TestRouters(t *testing.T) {
 			}
 			if created != 1 || orders(t, db, acct, "k-burst") != 1 {
 				t.Errorf("burst: %d created, %d orders", created, orders(t, db, acct, "k-burst"))
+			}
+		})
+	}
+}
+
+// PostgreSQL stops with -m immediate (a crash) and starts again (IDEM_GO_CRASH, from
+// scripts/test.sh) under each router's service: the service survives, its first request after
+// is answered (201, or 503 problem details when it met a connection of before), and a key
+// retried until its answer makes one order.
+func TestRoutersSurviveACrash(t *testing.T) {
+	crash := os.Getenv("IDEM_GO_CRASH")
+	if crash == "" {
+		t.Skip("IDEM_GO_CRASH is not set (scripts/test.sh sets it to crash and restart its cluster)")
+	}
+	db, err := sql.Open("pgx", "dbname="+testDB+" sslmode=disable")
+	must(t, err)
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxIdleConns(4)
+	client := idempotency.New(db)
+	for _, rt := range routers {
+		rt := rt
+		t.Run(rt.name, func(t *testing.T) {
+			srv := httptest.NewServer(rt.new(client, &order{}))
+			t.Cleanup(srv.Close)
+			acct := "acct_crash_" + rt.name
+			if a := post(t, srv.URL, acct, "before", `{"item": "widget"}`); a.status != 201 {
+				t.Fatalf("before the crash: %+v", a)
+			}
+			if out, err := exec.Command("bash", "-c", crash).CombinedOutput(); err != nil {
+				t.Fatalf("crash: %v %s", err, out)
+			}
+			first := post(t, srv.URL, acct, "after", `{"item": "widget"}`)
+			if first.status != 201 {
+				problem(t, first, 503, "database_unavailable")
+			}
+			final := first
+			for tries := 0; final.status == 503 && tries < 50; tries++ {
+				final = post(t, srv.URL, acct, "after", `{"item": "widget"}`)
+			}
+			if final.status != 201 || orders(t, db, acct, "after") != 1 {
+				t.Errorf("after the crash: %+v, %d orders", final, orders(t, db, acct, "after"))
 			}
 		})
 	}
