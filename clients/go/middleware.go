@@ -29,7 +29,8 @@ import (
 	"unicode/utf8"
 )
 
-// KeyHeaderError is a missing or malformed Idempotency-Key header: 400 with {"error": Code}.
+// KeyHeaderError is a missing or malformed Idempotency-Key header (or a missing scope): 400
+// with Code as the answer's "error".
 type KeyHeaderError struct {
 	Code    string // idempotency_key_missing or idempotency_key_malformed
 	Message string

@@ -257,7 +257,7 @@ public final class IdempotencyFilter implements Filter {
     }
   }
 
-  /** A missing or malformed Idempotency-Key header: 400 with {"error": code}. */
+  /** A missing or malformed Idempotency-Key header: 400 with code as the answer's "error". */
   public static final class KeyHeaderException extends IdempotencyException {
     private static final long serialVersionUID = 1L;
     final String code;
