@@ -320,13 +320,14 @@ build_citus() {
 }
 
 # ensure_citus: 0 when citus.so is (or now is) installed; otherwise prints why not on stdout
-# and returns 1.
+# and returns 2 when this PostgreSQL major is not one Citus supports, 1 when the build or
+# install failed.
 ensure_citus() {
   local major libdir cache
   major=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
   if [[ $major -lt 14 || $major -gt 16 ]]; then
     echo "Citus $CITUS_VERSION supports PostgreSQL 14 to 16, this is PostgreSQL $major"
-    return 1
+    return 2
   fi
   libdir=$("$PG_CONFIG" --pkglibdir)
   [[ -f $libdir/citus.so ]] && return 0

@@ -146,6 +146,28 @@ const CodeUndefinedObject
 const CodeUntranslatableCharacter
 const EditionExtension
 const EditionManaged
+const ErrConnectionLost
+const ErrDuplicateObject
+const ErrFeatureNotSupported
+const ErrInvalidJSON
+const ErrInvalidParameterValue
+const ErrKeyInProgress
+const ErrKeyMismatch
+const ErrKeyTooOld
+const ErrLockNotAvailable
+const ErrNullValueNotAllowed
+const ErrObjectNotInPrerequisiteState
+const ErrProgramLimitExceeded
+const ErrQueryCanceled
+const ErrReadOnlySQLTransaction
+const ErrResultConflict
+const ErrSequenceGeneratorLimit
+const ErrSerializationFailure
+const ErrStaleAttempt
+const ErrTransactionAborted
+const ErrTransactionOpen
+const ErrUndefinedFunction
+const ErrUndefinedObject
 const InstalledAsExtension
 const InstalledAsScript
 const MaxDepth
@@ -195,6 +217,7 @@ field MiddlewareOptions.Exclude
 field MiddlewareOptions.KeepHeaders
 field MiddlewareOptions.Key
 field MiddlewareOptions.Limit
+field MiddlewareOptions.Logger
 field MiddlewareOptions.ReplayHeaders
 field MiddlewareOptions.Request
 field MiddlewareOptions.ReserveOptions
@@ -297,6 +320,7 @@ method Client.RefreshEdition
 method Client.RunExternal
 method Client.RunOnce
 method Client.RunOnceStatement
+method Code.Error
 method Edition.Offers
 method Error.Error
 method Error.HTTPStatus
@@ -320,6 +344,7 @@ type Attempt
 type Claim
 type ClaimOnceOptions
 type Client
+type Code
 type Edition
 type Error
 type ExecuteOptions
@@ -327,8 +352,10 @@ type ExternalOptions
 type Features
 type KeyHeaderError
 type KeyMalformedError
+type Logger
 type MiddlewareOptions
 type OneStatement
+type Outcome
 type OutcomeError
 type Pipeliner
 type Position
@@ -344,28 +371,13 @@ type Statement
 type StatementOptions
 type StatementResult
 type Work
-var ErrConnectionLost
-var ErrDuplicateObject
-var ErrFeatureNotSupported
-var ErrInvalidJSON
-var ErrInvalidParameterValue
-var ErrKeyInProgress
-var ErrKeyMismatch
-var ErrKeyTooOld
-var ErrLockNotAvailable
-var ErrNullValueNotAllowed
-var ErrObjectNotInPrerequisiteState
-var ErrProgramLimitExceeded
-var ErrQueryCanceled
-var ErrReadOnlySQLTransaction
-var ErrResultConflict
 var ErrScopeMissing
-var ErrSequenceGeneratorLimit
-var ErrSerializationFailure
-var ErrStaleAttempt
-var ErrTransactionAborted
-var ErrTransactionOpen
-var ErrUndefinedFunction
-var ErrUndefinedObject
 var ProblemTitles
 `
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"idempotency"
+	idempotency "github.com/pgidempotency/idempotency/clients/go"
 )
 
 // The Idempotency-Key header, against test/vectors/idempotency_key.json, which every client's

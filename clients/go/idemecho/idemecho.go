@@ -16,7 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"idempotency"
+	idempotency "github.com/pgidempotency/idempotency/clients/go"
 )
 
 // Middleware is c.Middleware(o) as echo middleware. The handler runs only for a new key

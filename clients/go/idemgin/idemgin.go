@@ -18,7 +18,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"idempotency"
+	idempotency "github.com/pgidempotency/idempotency/clients/go"
 )
 
 // Middleware is c.Middleware(o) as a gin handler. The handlers after it run only for a new

@@ -25,9 +25,9 @@ import (
 	_ "github.com/jackc/pgx/v4/stdlib"
 	"github.com/labstack/echo/v4"
 
-	"idempotency"
-	"idempotency/idemecho"
-	"idempotency/idemgin"
+	idempotency "github.com/pgidempotency/idempotency/clients/go"
+	"github.com/pgidempotency/idempotency/clients/go/idemecho"
+	"github.com/pgidempotency/idempotency/clients/go/idemgin"
 )
 
 const testDB = "goframeworks"
