@@ -38,7 +38,9 @@ IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
 GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev
   golang-github-gin-gonic-gin-dev golang-github-labstack-echo-dev golang-github-go-chi-chi-dev"
 # shellcheck disable=SC2034
-JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
+JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5
+  maven libsurefire-java libmaven-compiler-plugin-java libmaven-jar-plugin-java
+  libmaven-install-plugin-java libmaven-resources-plugin-java"
 # shellcheck disable=SC2034
 BROWSER_PACKAGES="chromium"
 # shellcheck disable=SC2034

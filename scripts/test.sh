@@ -362,13 +362,14 @@ run_go() {
 
 # java: the Java client (clients/java: JDBC over Debian's pgjdbc, the Jakarta servlet filter in
 # an embedded Tomcat 10.1) under JUnit 5, against the test cluster over its Unix socket; the
-# restart test restarts the test cluster (IDEM_JAVA_RESTART). Built
-# offline with javac against /usr/share/java (clients/java/build.sh); installs its Debian
-# packages when missing. Counts: the console launcher's "tests successful" / "tests failed"
-# summary; a build failure fails the suite.
+# restart test restarts the test cluster (IDEM_JAVA_RESTART). Built and tested by Maven
+# (clients/java/pom.xml, mvn test) offline: clients/java/maven-settings.xml sends every
+# repository to Debian's /usr/share/maven-repo, the local repository is build/m2; installs its
+# Debian packages when missing. Counts: Surefire's "Tests run: N, Failures: F, Errors: E,
+# Skipped: S" summary; a build failure fails the suite.
 run_java() {
-  local log=$LOGS/java.log rc=0 passed failed skipped missing restart
-  log "java: the Java client (javac, JUnit 5)"
+  local log=$LOGS/java.log rc=0 line total failures errors skipped passed failed missing restart
+  log "java: the Java client (mvn test, JUnit 5)"
   # shellcheck disable=SC2086 # word splitting of the list is intended
   missing=$(missing_packages $JAVA_PACKAGES | tr '\n' ' ')
   if [[ -n ${missing// /} ]] && ! apt_install $missing >"$LOGS/java-apt.log" 2>&1; then
@@ -377,13 +378,16 @@ run_java() {
   fi
   restart="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m fast -w restart"
   if is_root; then restart="cd / && runuser -u postgres -- $restart"; fi
-  PGDATABASE=postgres IDEM_JAVA_RESTART=$restart timeout -k 10 "$TIMEOUT" \
-    bash "$IDEM_ROOT/clients/java/build.sh" test >"$log" 2>&1 </dev/null || rc=$?
-  grep -E '\[X\]|tests (successful|failed)|error:' "$log" | tail -n 20
-  passed=$(sed -nE 's/^\[ *([0-9]+) tests successful *\]$/\1/p' "$log" | tail -n1)
-  failed=$(sed -nE 's/^\[ *([0-9]+) tests failed *\]$/\1/p' "$log" | tail -n1)
-  skipped=$(sed -nE 's/^\[ *([0-9]+) tests skipped *\]$/\1/p' "$log" | tail -n1)
-  passed=${passed:-0} failed=${failed:-0} skipped=${skipped:-0}
+  # (no maven-clean-plugin in Debian 12: target/ is removed by hand)
+  (cd "$IDEM_ROOT/clients/java" && rm -rf target && PGDATABASE=postgres IDEM_JAVA_RESTART=$restart \
+    timeout -k 10 "$TIMEOUT" mvn -B -s maven-settings.xml -Dmaven.repo.local="$IDEM_ROOT/build/m2" \
+      test) >"$log" 2>&1 </dev/null || rc=$?
+  grep -E '<<< (FAILURE|ERROR)|Tests run:.*Fail|COMPILATION ERROR|BUILD (SUCCESS|FAILURE)' "$log" | tail -n 20
+  # the last summary: "[INFO] Tests run: 120, Failures: 0, Errors: 0, Skipped: 0"
+  line=$(grep -E '^\[[A-Z]+\] Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+, Skipped: [0-9]+$' "$log" | tail -n1)
+  read -r total failures errors skipped < <(sed -E 's/.*Tests run: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+), Skipped: ([0-9]+)/\1 \2 \3 \4/' <<<"${line:-Tests run: 0, Failures: 0, Errors: 0, Skipped: 0}")
+  failed=$((failures + errors))
+  passed=$((total - failed - skipped))
   if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
   record java "$passed" "$failed" "$( ((skipped == 0)) || echo "$skipped skipped, ")log ${log#"$IDEM_ROOT"/}"
 }
