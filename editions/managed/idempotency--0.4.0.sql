@@ -1,3 +1,5 @@
+-- Assembled by editions/managed/build.sh from editions/managed/src/*.sql: edit those.
+-- ---- src/base.sql
 -- idempotency 0.4.0, managed edition: the key API of the extension in SQL and PL/pgSQL only,
 -- for a managed PostgreSQL that loads no custom library. Installed either by pg_tle
 -- (pgtle.install_extension, then CREATE EXTENSION idempotency) or as a plain script
@@ -28,31 +30,6 @@ CREATE TYPE idempotency.reservation AS (
     locked_until timestamptz,
     expires_at timestamptz
 );
-
--- The key table has the extension's shape exactly (a dump moves between the editions): one
--- row per live (scope, key), partitioned by expires_at; (scope, key) is unique among live
--- rows because every write happens under the key's advisory lock.
-CREATE TABLE idempotency.keys (
-    scope text NOT NULL,
-    key text NOT NULL,
-    state text NOT NULL CHECK (state IN ('processing', 'completed', 'failed')),
-    attempt integer NOT NULL CHECK (attempt > 0),
-    request_hash bytea,
-    status_code integer CHECK (status_code BETWEEN 100 AND 599),
-    response jsonb,
-    recovery_point text,
-    last_error jsonb,
-    first_seen_at timestamptz NOT NULL,
-    completed_at timestamptz,
-    locked_until timestamptz,
-    expires_at timestamptz NOT NULL
-) PARTITION BY RANGE (expires_at);
-ALTER TABLE idempotency.keys REPLICA IDENTITY FULL;
-
-CREATE TABLE idempotency.keys_default PARTITION OF idempotency.keys
-    (PRIMARY KEY (key, scope, expires_at)) DEFAULT;
-
-REVOKE ALL ON idempotency.keys, idempotency.keys_default FROM PUBLIC;
 
 -- === internal helpers (argument checks shared by the calls) ===
 -- The checks are SQL functions of one expression, which the planner inlines into the calling
@@ -225,6 +202,7 @@ AS $$
         ELSE true END
 $$;
 
+-- ---- src/fingerprint.sql
 -- === fingerprints and keys ===
 
 -- The 64-bit hash (scope, key)'s advisory lock is taken on: FNV-1a 64 over the scope's
@@ -486,6 +464,31 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_catalog.sha256(body) $$;
 
+-- ---- src/keys.sql
+-- The key table has the extension's shape exactly (a dump moves between the editions): one
+-- row per live (scope, key), partitioned by expires_at; (scope, key) is unique among live
+-- rows because every write happens under the key's advisory lock.
+CREATE TABLE idempotency.keys (
+    scope text NOT NULL,
+    key text NOT NULL,
+    state text NOT NULL CHECK (state IN ('processing', 'completed', 'failed')),
+    attempt integer NOT NULL CHECK (attempt > 0),
+    request_hash bytea,
+    status_code integer CHECK (status_code BETWEEN 100 AND 599),
+    response jsonb,
+    recovery_point text,
+    last_error jsonb,
+    first_seen_at timestamptz NOT NULL,
+    completed_at timestamptz,
+    locked_until timestamptz,
+    expires_at timestamptz NOT NULL
+) PARTITION BY RANGE (expires_at);
+ALTER TABLE idempotency.keys REPLICA IDENTITY FULL;
+
+CREATE TABLE idempotency.keys_default PARTITION OF idempotency.keys
+    (PRIMARY KEY (key, scope, expires_at)) DEFAULT;
+
+REVOKE ALL ON idempotency.keys, idempotency.keys_default FROM PUBLIC;
 -- === key lifecycle ===
 
 -- The live record of (scope, key) at `now`, as this transaction sees it (all NULL: none).
@@ -984,6 +987,7 @@ FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idempotency._canonical(jsonb, text[]),
     idempotency._check_name(text, text) TO PUBLIC;
 
+-- ---- src/execute_once.sql
 -- === the work inside the claim: one statement ===
 -- execute_once claims the key through reserve; on the outcome 'new' it runs `statement` (one
 -- SELECT, INSERT, UPDATE, DELETE or MERGE) with `params` bound to $1, $2, ... in the caller's
@@ -1381,6 +1385,7 @@ REVOKE ALL ON FUNCTION
 FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idempotency._statement_prepare(text, text, text[]) TO PUBLIC;
 
+-- ---- src/streams.sql
 -- === monotonic keys and consumer watermarks ===
 
 -- The extension's tables, shape for shape. A stream's keys come from a sequence of its own
@@ -1746,6 +1751,7 @@ REVOKE ALL ON FUNCTION
     idempotency._set_watermark(text, text, uuid)
 FROM PUBLIC;
 
+-- ---- src/views.sql
 -- === storage, maintenance and operator views ===
 
 CREATE FUNCTION idempotency.partition_bounds(part oid,
@@ -1839,6 +1845,7 @@ CREATE VIEW idempotency.failed_keys AS
 REVOKE ALL ON idempotency.partitions, idempotency.in_flight, idempotency.abandoned,
     idempotency.failed_keys, idempotency.key_locks FROM PUBLIC;
 
+-- ---- src/maintenance.sql
 -- One row per run of maintain(), the last 100 kept; each server's own (keep_local_rows).
 CREATE TABLE idempotency.maintenance_log (
     run bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
