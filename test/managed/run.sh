@@ -24,7 +24,7 @@ cd "$IDEM_ROOT" || exit 1
 REGRESS_FILES="lifecycle lifecycle_edges claim_once execute_once fingerprint fingerprint_vectors bad_input
   errors watermarks roles views partitions failed_keys expiry"
 # The edition's own tests, of what only it has (editions/managed/sql).
-REGRESS_FILES+=" managed_streams managed_strings managed_execute_once"
+REGRESS_FILES+=" managed_streams managed_strings managed_execute_once managed_any_language"
 ISOLATION_SPECS="reserve_wait takeover rollback_no_trace claim_once_wait accept_concurrent
   repeatable_read maintain_lock takeover_maintain execute_once_race"
 
@@ -269,6 +269,47 @@ for t in $REGRESS_FILES; do
   fi
   mpsql -d postgres -q -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1
 done
+
+# --- any server language ---------------------------------------------------------------------
+# No behaviour of the edition reads the wording of a server message (it follows lc_messages):
+# the sources use SQLERRM only to report it. managed_any_language.sql (execute_once's statement
+# count and parameter typing, whose output holds SQLSTATEs and the edition's own messages
+# only) gives the same output on a server speaking German and Japanese, which it is seen to
+# do (a division by zero is reported in that language).
+message_text_read() { grep -nE 'SQLERRM|MESSAGE_TEXT' editions/managed/src/*.sql | grep -vE 'detail := SQLERRM;'; }
+check "the edition's sources read no server message (SQLERRM, MESSAGE_TEXT) but to report it" \
+  eval '! message_text_read'
+if ensure_locale de_DE.UTF-8 ja_JP.UTF-8 >"$OUT/locales.log" 2>&1; then
+  for lang in de_DE.UTF-8:"Division durch Null" ja_JP.UTF-8:"による除算"; do
+    locale=${lang%%:*} proof=${lang#*:} db=conf_lang_${lang:0:2}
+    mkdir -p "$OUT/$db"
+    if ! { new_db "$db" && conformance_db "$db" &&
+      mpsql -d "$db" -q -c "ALTER DATABASE \"$db\" SET lc_messages TO '$locale'" && install_tle "$db"; } \
+      >"$OUT/$db.install.log" 2>&1; then
+      fail "lc_messages $locale: the edition did not install"
+      sed 's/^/    /' "$OUT/$db.install.log"
+      continue
+    fi
+    spoken=$(mpsql -d "$db" -c "SELECT 1 / 0" 2>&1)
+    if [[ $spoken == *"$proof"* ]]; then
+      pass "lc_messages $locale: the server reports errors in that language ($spoken)"
+    else
+      fail "lc_messages $locale: the server does not speak it: $spoken"
+    fi
+    conformance_run "$db" managed_any_language "$OUT/$db"
+    expected=$(conformance_expected managed_any_language)
+    if conformance_diff "$expected" "$OUT/$db/managed_any_language.out" >"$OUT/$db.diff"; then
+      pass "lc_messages $locale: conformance managed_any_language (${expected#"$IDEM_ROOT"/})"
+    else
+      fail "lc_messages $locale: conformance managed_any_language, diff:"
+      sed 's/^/    /' "$OUT/$db.diff" | head -n 40
+    fi
+    mpsql -d postgres -q -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1
+  done
+else
+  fail "the locales de_DE.UTF-8 and ja_JP.UTF-8 (ensure_locale)"
+  sed 's/^/    /' "$OUT/locales.log"
+fi
 
 # The isolation specs race two sessions on one key; the edition is installed with psql -f
 # here. pg_isolation_regress's own verdict compares with the extension's expected output
