@@ -335,6 +335,79 @@ else
   fail "conformance isolation: the edition did not install"
 fi
 
+# --- the first hour: docs/managed.md's walk ---------------------------------------------------
+# The blocks of docs/managed.md marked "the managed walk, as ROLE", in page order, in a
+# database of the admin role with the edition installed by psql -f: as the admin role
+# (idem_dbadmin) where the page says admin, as the role it names otherwise. Then: the key the
+# service stored went to a dated partition (maintain() ran at the install), the service's role
+# owns nothing and may not run maintain(), and examples/http-node, started as that role,
+# answers an order and its retry with one order row, running no DDL.
+walk_blocks() { # walk_blocks DIR: DIR/NN-ROLE.sql, one a block
+  awk -v dir="$1" '
+    /^<!-- fragment: the managed walk, as [a-z_]+ / { role = $7; want = 1; next }
+    want && /^```/ {
+      if (open) { open = 0; want = 0; close(file) }
+      else { n++; open = 1; file = sprintf("%s/%02d-%s.sql", dir, n, role) }
+      next
+    }
+    open { print > file }' docs/managed.md
+}
+WALK=$OUT/walk
+mkdir -p "$WALK"
+if { new_db app && install_plain app; } >"$OUT/walk-install.log" 2>&1; then
+  walk_blocks "$WALK"
+  check "docs/managed.md's walk has its blocks (5 or more)" [ "$(find "$WALK" -name '*.sql' | wc -l)" -ge 5 ]
+  for f in "$WALK"/*.sql; do
+    role=${f##*/[0-9][0-9]-}
+    role=${role%.sql}
+    [[ $role == admin ]] && role=idem_dbadmin
+    check "docs/managed.md's walk: block ${f##*/} as $role" \
+      mpsql -U "$role" -d app -q -v ON_ERROR_STOP=1 -f "$f"
+  done
+  in_dated_partition() {
+    [[ $(mpsql -d app -At -c "SELECT tableoid::regclass FROM idempotency.keys WHERE key = 'first-hour-1'") == idempotency.keys_p* ]]
+  }
+  check "the walk: the service's key is in a dated partition, not keys_default" in_dated_partition
+  owns_nothing() {
+    [[ $(mpsql -d app -At -c "SELECT count(*) FROM pg_class WHERE relowner = 'orders_app'::regrole") == 0 ]] &&
+      ! mpsql -U orders_app -d app -q -c "SELECT idempotency.maintain()" 2>/dev/null &&
+      ! mpsql -U orders_app -d app -q -c "CREATE TABLE owned_by_app (a int)" 2>/dev/null
+  }
+  check "the walk: orders_app owns nothing, may not run maintain() nor create a table" owns_nothing
+  example_as_app() {
+    local log=$OUT/walk-example.log url="" pid status
+    scripts/npm_ci.sh examples/http-node >"$OUT/walk-npm.log" 2>&1 || return 1
+    (cd examples/http-node && PGHOST=$MSOCK PGPORT=$MPORT PGUSER=orders_app PGDATABASE=app \
+      HOST=127.0.0.1 PORT=0 exec node src/server.js) >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+      url=$(sed -n 's/^listening on \(http:[^ ]*\).*/\1/p' "$log")
+      [[ -n $url ]] && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    status=1
+    if [[ -n $url ]]; then
+      for _ in 1 2; do
+        curl -sS -o /dev/null -w '%{http_code}\n' -X POST "$url/orders" -H 'Authorization: Bearer alice-token' \
+          -H 'Idempotency-Key: first-hour-http' -H 'Content-Type: application/json' \
+          -d '{"item": "widget", "quantity": 3}'
+      done >"$OUT/walk-codes.txt"
+      [[ $(tr '\n' ' ' <"$OUT/walk-codes.txt") == "201 201 " ]] &&
+        [[ $(mpsql -d app -At -c "SELECT count(*) FROM orders WHERE idempotency_key = 'first-hour-http'") == 1 ]] &&
+        status=0
+    fi
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    [[ $status == 0 ]] || { cat "$log" "$OUT/walk-codes.txt"; }
+    return $status
+  }
+  check "the walk: examples/http-node as orders_app answers an order and its retry, one order row" example_as_app
+else
+  fail "docs/managed.md's walk: the edition did not install"
+  sed 's/^/    /' "$OUT/walk-install.log"
+fi
+
 # --- moving between editions ---------------------------------------------------------------
 if [[ -x test/managed/move.sh ]]; then
   if MPGBIN=$MPGBIN MPORT=$MPORT MSOCK=$MSOCK bash test/managed/move.sh >"$OUT/move.log" 2>&1; then
