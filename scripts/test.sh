@@ -307,15 +307,19 @@ run_clients_node() {
 
 # go: the Go client (clients/go) and its example service (examples/http-go) under go vet and
 # go test, in module mode and offline: the client's module (the standard library only) as a
-# user's build sees it, then the modules that need drivers (clients/go/drivertest: the tests
-# against the test cluster on pgx v4 and lib/pq; the pgxv4 adapter; examples/http-go) with
-# -mod=vendor over vendor folders that scripts/go_vendor.py links to the Go sources of Debian's
-# packages (/usr/share/gocode), which it installs when missing; no module proxy is asked. The
-# restart test restarts the test cluster (IDEM_GO_RESTART). Counts: go test -v's top-level
-# "--- PASS" / "--- FAIL" lines; a vet or build failure fails the suite.
+# user's build sees it, then the modules that need drivers or routers (clients/go/drivertest:
+# the tests against the test cluster on pgx v4 and lib/pq, and drivertest/frameworks: the gin
+# and echo adapters and chi as routers; the pgxv4 adapter; examples/http-go) with -mod=vendor
+# over vendor folders that scripts/go_vendor.py links to the Go sources of Debian's packages
+# (/usr/share/gocode), which it installs when missing; no module proxy is asked. The restart
+# tests restart the test cluster (IDEM_GO_RESTART: -m fast; IDEM_GO_CRASH: -m immediate).
+# Counts: go test -v's top-level "--- PASS" / "--- FAIL" lines; a vet or build failure fails
+# the suite.
 run_go() {
-  local log=$LOGS/go.log rc=0 passed failed skipped missing restart dir
+  local log=$LOGS/go.log rc=0 passed failed skipped missing restart crash dir
   local go=$IDEM_ROOT/clients/go example=$IDEM_ROOT/examples/http-go
+  local adapters=(github.com/pgidempotency/idempotency/clients/go/idemgin
+    github.com/pgidempotency/idempotency/clients/go/idemecho)
   log "go: the Go client (go vet, go test)"
   # shellcheck disable=SC2086 # word splitting of the list is intended
   missing=$(missing_packages $GO_PACKAGES | tr '\n' ' ')
@@ -324,7 +328,11 @@ run_go() {
     return
   fi
   restart="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m fast -w restart"
-  if is_root; then restart="cd / && runuser -u postgres -- $restart"; fi
+  crash="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m immediate -w restart"
+  if is_root; then
+    restart="cd / && runuser -u postgres -- $restart"
+    crash="cd / && runuser -u postgres -- $crash"
+  fi
   (
     export GO111MODULE=on GOFLAGS= GOPROXY=off GOCACHE=$IDEM_ROOT/build/go-cache \
       GOPATH=$IDEM_ROOT/build/gopath
@@ -334,10 +342,10 @@ run_go() {
       /usr/bin/python3 "$IDEM_ROOT/scripts/go_vendor.py" "$dir" || exit 1
     done
     (cd "$go" && go vet ./... && go test -count=1 -v ./...) || exit 1
-    export GOFLAGS=-mod=vendor PGDATABASE=postgres IDEM_GO_RESTART=$restart
+    export GOFLAGS=-mod=vendor PGDATABASE=postgres IDEM_GO_RESTART=$restart IDEM_GO_CRASH=$crash
     (cd "$go/pgxv4" && go vet ./...) || exit 1
     (cd "$example" && go vet ./...) || exit 1
-    (cd "$go/drivertest" && go vet ./...) || exit 1
+    (cd "$go/drivertest" && go vet ./... "${adapters[@]}") || exit 1
     for dir in "$go/drivertest" "$example"; do
       (cd "$dir" && timeout -k 10 "$TIMEOUT" go test -count=1 -p 1 -v -timeout "${TIMEOUT}s" ./...) ||
         rc=1

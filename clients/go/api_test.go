@@ -177,10 +177,13 @@ const OutcomeMismatch
 const OutcomeNew
 const OutcomeReplay
 const OutcomeTooOld
+const ProblemTypeBase
 const StoredMark
 field Answer.Body
 field Answer.Headers
 field Answer.Status
+field AnswerOptions.Documentation
+field AnswerOptions.Legacy
 field Attempt.Attempt
 field Attempt.RecoveryPoint
 field Attempt.Reservation
@@ -209,6 +212,7 @@ field KeyHeaderError.Code
 field KeyHeaderError.Message
 field KeyMalformedError.Bytes
 field KeyMalformedError.What
+field MiddlewareOptions.Answers
 field MiddlewareOptions.Exclude
 field MiddlewareOptions.KeepHeaders
 field MiddlewareOptions.Key
@@ -307,6 +311,7 @@ func TxFrom
 func Watermark
 func WithPipeliner
 func WriteAnswer
+method Answer.Write
 method Attempt.Checkpoint
 method Client.ApplyOnce
 method Client.ConsumeOnce
@@ -335,6 +340,7 @@ method OutcomeError.RetryAfter
 method Position.String
 method PositionBelowWatermarkError.Error
 type Answer
+type AnswerOptions
 type Attempt
 type Claim
 type ClaimOnceOptions
@@ -368,6 +374,7 @@ type StatementOptions
 type StatementResult
 type Work
 var ErrScopeMissing
+var ProblemTitles
 `
 
 func must(t testing.TB, err error) {

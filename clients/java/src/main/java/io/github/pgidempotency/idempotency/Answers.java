@@ -22,28 +22,76 @@ import java.util.regex.Pattern;
  * Python and Go middlewares), the replay of a stored answer, and the stored form of an answer.
  */
 final class Answers {
-  private Answers() {}
+  /**
+   * Where the problem types are documented: an answer's "type" is this followed by its code
+   * (docs/http.md, one section a code).
+   */
+  static final String PROBLEM_TYPE_BASE =
+      "https://github.com/pgidempotency/idempotency/blob/main/docs/http.md#";
 
-  static void answer(
+  /** The title of each code's problem details, those of every client (http_answers.json). */
+  static final Map<String, String> PROBLEM_TITLES =
+      Map.ofEntries(
+          Map.entry("idempotency_key_missing", "Idempotency-Key is missing"),
+          Map.entry("idempotency_key_malformed", "Idempotency-Key is malformed"),
+          Map.entry("idempotency_scope_missing", "Idempotency scope is missing"),
+          Map.entry("idempotency_scope_malformed", "Idempotency scope is malformed"),
+          Map.entry("invalid_json", "Request body is not JSON"),
+          Map.entry("invalid_request", "Request is invalid"),
+          Map.entry("body_unreadable", "Request body could not be read"),
+          Map.entry("body_too_large", "Request body is too large"),
+          Map.entry("unauthorized", "Request is not authorized"),
+          Map.entry("idempotency_key_in_use", "A request is outstanding for this Idempotency-Key"),
+          Map.entry("idempotency_key_reused", "Idempotency-Key is already used"),
+          Map.entry("idempotency_key_too_old", "Idempotency-Key is too old"),
+          Map.entry("idempotency_key_conflict", "Idempotency-Key conflict"),
+          Map.entry("database_unavailable", "Database is unavailable"),
+          Map.entry("internal_error", "Request failed"));
+
+  private final String documentation;
+  private final boolean legacy;
+
+  /**
+   * Answers as problem details (legacy: the old {"error", "message"} body), with Link:
+   * &lt;documentation&gt;; rel="describedby" when documentation is not null.
+   */
+  Answers(String documentation, boolean legacy) {
+    this.documentation = documentation;
+    this.legacy = legacy;
+  }
+
+  void answer(
       HttpServletResponse res, int status, String code, String message, Map<String, String> h)
       throws IOException {
-    String body = "{\"error\":" + Json.quote(code) + ",\"message\":" + Json.quote(message) + "}";
+    String body;
+    if (legacy) {
+      body = "{\"error\":" + Json.quote(code) + ",\"message\":" + Json.quote(message) + "}";
+    } else {
+      String title = PROBLEM_TITLES.getOrDefault(code, "Request failed");
+      body =
+          "{\"type\":" + Json.quote(PROBLEM_TYPE_BASE + code)
+              + ",\"title\":" + Json.quote(title)
+              + ",\"status\":" + status
+              + ",\"detail\":" + Json.quote(message)
+              + ",\"error\":" + Json.quote(code) + "}";
+    }
     write(res, status, body.getBytes(StandardCharsets.UTF_8), h);
   }
 
-  private static void write(HttpServletResponse res, int status, byte[] body, Map<String, String> h)
+  private void write(HttpServletResponse res, int status, byte[] body, Map<String, String> h)
       throws IOException {
     if (!res.isCommitted()) res.reset();
     res.setStatus(status);
-    res.setContentType("application/json");
+    res.setContentType(legacy ? "application/json" : "application/problem+json");
     res.setContentLength(body.length);
+    if (documentation != null) res.setHeader("Link", "<" + documentation + ">; rel=\"describedby\"");
     if (h != null) h.forEach(res::setHeader);
     res.getOutputStream().write(body);
     res.flushBuffer();
   }
 
   /** 503 database_unavailable, Retry-After: 1: no connection to the database. */
-  static void unavailable(HttpServletResponse res) throws IOException {
+  void unavailable(HttpServletResponse res) throws IOException {
     answer(res, 503, "database_unavailable", UNAVAILABLE, Map.of("Retry-After", "1"));
   }
 
@@ -134,7 +182,7 @@ final class Answers {
   }
 
   /** The answer of an error that has one (key header, outcomes, lost connection). */
-  static boolean answerFor(Throwable e, HttpServletResponse res) throws IOException {
+  boolean answerFor(Throwable e, HttpServletResponse res) throws IOException {
     IdempotencyException ie = lost(e);
     if (ie == null && e instanceof IdempotencyException i) ie = i;
     if (ie instanceof IdempotencyFilter.KeyHeaderException k) {
@@ -185,7 +233,7 @@ final class Answers {
   }
 
   /** Answers 400 idempotency_{what}_malformed for a name that is not 1 to 255 bytes. */
-  static boolean malformedName(HttpServletResponse res, String what, String name)
+  boolean malformedName(HttpServletResponse res, String what, String name)
       throws IOException {
     int n = name == null ? 0 : name.getBytes(StandardCharsets.UTF_8).length;
     if (n > 0 && n <= 255) return false;
@@ -203,11 +251,11 @@ final class Answers {
     return JSON_TYPE_RE.matcher(t).matches();
   }
 
-  static void internal(HttpServletResponse res) throws IOException {
+  void internal(HttpServletResponse res) throws IOException {
     answer(res, 500, "internal_error", "the request failed; retry with the same Idempotency-Key", null);
   }
 
-  static void replayOrRefuse(HttpServletResponse res, Reservation r, String sc, String k)
+  void replayOrRefuse(HttpServletResponse res, Reservation r, String sc, String k)
       throws IOException {
     if (r.outcome() == Outcome.REPLAY) {
       writeStored(res, r, true);
@@ -220,7 +268,7 @@ final class Answers {
    * The answer of execute_once's reservation: new, the answer it stored just now (as its
    * replays send it, without Idempotent-Replayed); replay; or the outcome's refusal.
    */
-  static void statementAnswer(HttpServletResponse res, Reservation r, String sc, String k)
+  void statementAnswer(HttpServletResponse res, Reservation r, String sc, String k)
       throws IOException {
     if (r.outcome() == Outcome.NEW) {
       writeStored(res, r, false);

@@ -106,6 +106,7 @@ public final class IdempotencyFilter implements Filter {
   private final List<String> keepHeaders;
   private final Idempotency.ReserveOptions options;
   private final Features features = new Features();
+  private final Answers answers;
 
   private IdempotencyFilter(Builder b) {
     this.dataSource = b.dataSource;
@@ -123,6 +124,7 @@ public final class IdempotencyFilter implements Filter {
     this.statementSql = b.statementSql;
     this.statementParams = b.statementParams;
     this.statementStatus = b.statementStatus;
+    this.answers = new Answers(b.documentation, b.legacyAnswers);
     if (statementSql != null && dataSource == null) {
       throw new IllegalArgumentException("the filter's statement needs a DataSource");
     }
@@ -146,6 +148,8 @@ public final class IdempotencyFilter implements Filter {
     private String statementSql;
     private StatementParams statementParams;
     private int statementStatus;
+    private String documentation;
+    private boolean legacyAnswers;
 
     /** Where the filter takes a connection per request (a pool). */
     public Builder dataSource(DataSource ds) {
@@ -225,6 +229,24 @@ public final class IdempotencyFilter implements Filter {
       return this;
     }
 
+    /**
+     * The address of the service's idempotency documentation: every answer of the filter then
+     * carries Link: &lt;address&gt;; rel="describedby", as the IETF draft suggests.
+     */
+    public Builder documentation(String address) {
+      this.documentation = address;
+      return this;
+    }
+
+    /**
+     * The filter's own answers with the body of releases before 0.4.0, {"error": code,
+     * "message": ...} as application/json, instead of RFC 9457 problem details.
+     */
+    public Builder legacyAnswers(boolean legacy) {
+      this.legacyAnswers = legacy;
+      return this;
+    }
+
     public Builder reserveOptions(Idempotency.ReserveOptions o) {
       this.options = o;
       return this;
@@ -235,7 +257,7 @@ public final class IdempotencyFilter implements Filter {
     }
   }
 
-  /** A missing or malformed Idempotency-Key header: 400 with {"error": code}. */
+  /** A missing or malformed Idempotency-Key header: 400 with code as the answer's "error". */
   public static final class KeyHeaderException extends IdempotencyException {
     private static final long serialVersionUID = 1L;
     final String code;
@@ -247,26 +269,56 @@ public final class IdempotencyFilter implements Filter {
   }
 
   /**
-   * A key header as the key: a UUID (lower-cased) or a token of 1 to 255 visible ASCII
-   * characters; the quoted form of the IETF draft ("...") is accepted too.
+   * The key of an Idempotency-Key header: the IETF draft's sf-string (RFC 8941: "..." with \"
+   * and \\ the only escapes; a parameter, a list or anything else after the closing quote is
+   * refused) or the unquoted token Stripe-style clients send, the two spellings of one key
+   * being the same key. The key is a UUID (lower-cased) or 1 to 255 visible ASCII characters
+   * (test/vectors/idempotency_key.json).
    */
   public static String parseKey(String raw) {
     if (raw == null || raw.isEmpty()) {
       throw new KeyHeaderException(
           "idempotency_key_missing", "the Idempotency-Key header is required");
     }
-    String k = raw.strip();
-    if (k.length() >= 2 && k.startsWith("\"") && k.endsWith("\"")) {
-      k = k.substring(1, k.length() - 1);
-    }
-    if (UUID_RE.matcher(k).matches()) return k.toLowerCase(Locale.ROOT);
-    if (!TOKEN_RE.matcher(k).matches()) {
+    String k = stripOws(raw);
+    if (k.startsWith("\"")) k = parseSfString(k);
+    if (k != null && UUID_RE.matcher(k).matches()) return k.toLowerCase(Locale.ROOT);
+    if (k == null || !TOKEN_RE.matcher(k).matches()) {
       throw new KeyHeaderException(
           "idempotency_key_malformed",
           "the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters");
     }
     return k;
   }
+
+  /** text without the spaces and tabs around it (HTTP's OWS). */
+  private static String stripOws(String text) {
+    int start = 0, end = text.length();
+    while (start < end && (text.charAt(start) == ' ' || text.charAt(start) == '\t')) start++;
+    while (end > start && (text.charAt(end - 1) == ' ' || text.charAt(end - 1) == '\t')) end--;
+    return text.substring(start, end);
+  }
+
+  /** The value of an RFC 8941 sf-string that is all of text, or null. */
+  private static String parseSfString(String text) {
+    StringBuilder b = new StringBuilder();
+    for (int i = 1; i < text.length(); i++) {
+      char c = text.charAt(i);
+      if (c == '\\') {
+        i++;
+        if (i == text.length() || (text.charAt(i) != '"' && text.charAt(i) != '\\')) return null;
+        b.append(text.charAt(i));
+      } else if (c == '"') {
+        return i == text.length() - 1 ? b.toString() : null;
+      } else if (c < 0x20 || c > 0x7e) {
+        return null;
+      } else {
+        b.append(c);
+      }
+    }
+    return null; // not closed
+  }
+
   /** The member that marks a stored answer of the middlewares. */
   public static final String STORED_MARK = "idempotency_http";
 
@@ -305,27 +357,27 @@ public final class IdempotencyFilter implements Filter {
     try {
       sc = scope.apply(req);
       if (sc == null) {
-        Answers.answer(res, 400, "idempotency_scope_missing", Answers.SCOPE_MISSING, null);
+        answers.answer(res, 400, "idempotency_scope_missing", Answers.SCOPE_MISSING, null);
         return;
       }
     } catch (Refused r) {
-      Answers.answer(res, r.status, r.code, r.getMessage(), null);
+      answers.answer(res, r.status, r.code, r.getMessage(), null);
       return;
     } catch (Exception e) {
-      if (!Answers.answerFor(e, res)) Answers.answer(res, 401, "unauthorized", String.valueOf(e.getMessage()), null);
+      if (!answers.answerFor(e, res)) answers.answer(res, 401, "unauthorized", String.valueOf(e.getMessage()), null);
       return;
     }
     try {
       k = key.apply(req);
-      if (Answers.malformedName(res, "scope", sc) || Answers.malformedName(res, "key", k)) return;
+      if (answers.malformedName(res, "scope", sc) || answers.malformedName(res, "key", k)) return;
       Idempotency.checkNames(sc, k);
     } catch (Exception e) {
-      if (!Answers.answerFor(e, res)) Answers.answer(res, 400, "idempotency_key_malformed", e.getMessage(), null);
+      if (!answers.answerFor(e, res)) answers.answer(res, 400, "idempotency_key_malformed", e.getMessage(), null);
       return;
     }
     byte[] body = readBody(req);
     if (body == null) {
-      Answers.answer(
+      answers.answer(
           res,
           413,
           "body_too_large",
@@ -337,7 +389,7 @@ public final class IdempotencyFilter implements Filter {
     try {
       hash = Answers.isJsonType(req.getContentType()) ? Fingerprint.of(body, exclude) : Fingerprint.sha256(body);
     } catch (IdempotencyException e) {
-      Answers.answer(res, 400, "invalid_json", Answers.INVALID_JSON, null);
+      answers.answer(res, 400, "invalid_json", Answers.INVALID_JSON, null);
       return;
     }
     HttpServletRequest bodyRequest = new BufferedRequest(req, body);
@@ -359,7 +411,7 @@ public final class IdempotencyFilter implements Filter {
     try {
       params = statementParams.apply(req, body);
     } catch (Exception e) {
-      Answers.answer(res, 400, "invalid_request", String.valueOf(e.getMessage()), null);
+      answers.answer(res, 400, "invalid_request", String.valueOf(e.getMessage()), null);
       return;
     }
     Reservation r;
@@ -367,7 +419,7 @@ public final class IdempotencyFilter implements Filter {
     try {
       c = Connections.connect(dataSource);
     } catch (IdempotencyException e) {
-      Answers.unavailable(res);
+      answers.unavailable(res);
       return;
     }
     try {
@@ -375,15 +427,15 @@ public final class IdempotencyFilter implements Filter {
       r = Transactions.executeOnce(c, sc, k, hash, statementSql, params, statementStatus, options);
     } catch (SQLException | RuntimeException e) {
       RuntimeException x = Connections.translate(e);
-      if (!(x instanceof IdempotencyException.ConnectionLost && Answers.answerFor(x, res))) {
+      if (!(x instanceof IdempotencyException.ConnectionLost && answers.answerFor(x, res))) {
         LOG.log(Level.WARNING, "the statement of key " + Json.quote(k) + " failed", x);
-        Answers.internal(res);
+        answers.internal(res);
       }
       return;
     } finally {
       Connections.close(c);
     }
-    Answers.statementAnswer(res, r, sc, k);
+    answers.statementAnswer(res, r, sc, k);
   }
 
   private byte[] readBody(HttpServletRequest req) throws IOException {
@@ -440,7 +492,7 @@ public final class IdempotencyFilter implements Filter {
     try {
       conn = Connections.connect(dataSource);
     } catch (IdempotencyException e) {
-      Answers.unavailable(res);
+      answers.unavailable(res);
       return;
     }
     serve(req, res, chain, sc, k, hash, new Claimer(conn, true) {
@@ -482,7 +534,7 @@ public final class IdempotencyFilter implements Filter {
       conn = join.apply(req);
       sp = conn.setSavepoint();
     } catch (Exception e) {
-      if (!Answers.answerFor(e, res)) Answers.unavailable(res);
+      if (!answers.answerFor(e, res)) answers.unavailable(res);
       return;
     }
     serve(req, res, chain, sc, k, hash, new Claimer(conn, false) {
@@ -526,12 +578,12 @@ public final class IdempotencyFilter implements Filter {
         r = t.claim(sc, k, hash);
       } catch (SQLException | IdempotencyException e) {
         t.undo();
-        if (!Answers.answerFor(Connections.translate(e), res)) Answers.internal(res);
+        if (!answers.answerFor(Connections.translate(e), res)) answers.internal(res);
         return;
       }
       if (r.outcome() != Outcome.NEW) {
         t.undo(); // nothing was written
-        Answers.replayOrRefuse(res, r, sc, k);
+        answers.replayOrRefuse(res, r, sc, k);
         return;
       }
       HeldResponse held = new HeldResponse(res);
@@ -541,7 +593,7 @@ public final class IdempotencyFilter implements Filter {
       } catch (Throwable e) {
         t.undo();
         LOG.log(Level.WARNING, "the handler of key " + Json.quote(k) + " failed", e);
-        if (!(Answers.lost(e) != null && Answers.answerFor(e, res))) Answers.internal(res);
+        if (!(Answers.lost(e) != null && answers.answerFor(e, res))) answers.internal(res);
         return;
       } finally {
         req.removeAttribute(CLAIM_ATTRIBUTE);
@@ -559,8 +611,8 @@ public final class IdempotencyFilter implements Filter {
         LOG.log(Level.WARNING, "the answer to key " + Json.quote(k) + " was not stored", e);
         RuntimeException x = Connections.translate(e);
         // a COMMIT that broke may have committed: the retry replays or runs afresh
-        if (!(x instanceof IdempotencyException.ConnectionLost && Answers.answerFor(x, res))) {
-          Answers.internal(res);
+        if (!(x instanceof IdempotencyException.ConnectionLost && answers.answerFor(x, res))) {
+          answers.internal(res);
         }
         return;
       }

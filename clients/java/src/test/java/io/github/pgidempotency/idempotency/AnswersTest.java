@@ -65,9 +65,27 @@ class AnswersTest {
     return value == null ? null : value.replace("; ", ";").toLowerCase(Locale.ROOT);
   }
 
-  static void expect(Map<String, Object> v, String name, HttpResponse<String> res) {
-    Map<String, Object> want = map(map(v.get("answers")).get(name));
+  /** How the filter under test answers: its documentation address (or null), legacy bodies. */
+  record Style(String documentation, boolean legacy) {}
+
+  static final List<Style> STYLES =
+      List.of(
+          new Style(null, false),
+          new Style("https://api.example.com/docs/idempotency", false),
+          new Style(null, true));
+
+  /** The answer name of the vectors: problem details, or with style.legacy the old body. */
+  static void expect(Map<String, Object> v, Style style, String name, HttpResponse<String> res) {
+    Map<String, Object> want = map(map(v.get(style.legacy() ? "answers" : "problems")).get(name));
     assertNotNull(want, name);
+    assertEquals(
+        style.legacy() ? "application/json" : "application/problem+json",
+        res.headers().firstValue("Content-Type").orElse(null),
+        name);
+    assertEquals(
+        style.documentation() == null ? null : "<" + style.documentation() + ">; rel=\"describedby\"",
+        res.headers().firstValue("Link").orElse(null),
+        name);
     assertEquals(((Json.Num) want.get("status")).canonical(), "" + res.statusCode(), name);
     assertEquals(want.get("body"), Json.parse(res.body()), name);
     strings(want.get("headers"))
@@ -96,6 +114,16 @@ class AnswersTest {
 
   @Test
   void answers() throws Exception {
+    for (Style style : STYLES) answers(style);
+  }
+
+  @Test
+  void titles() throws Exception {
+    Map<String, Object> want = map(vectors().get("titles"));
+    assertEquals(want, new LinkedHashMap<String, Object>(Answers.PROBLEM_TITLES));
+  }
+
+  private void answers(Style style) throws Exception {
     Map<String, Object> v = vectors();
     IdempotencyFilter f =
         IdempotencyFilter.builder()
@@ -114,37 +142,43 @@ class AnswersTest {
                   return "none".equals(a) ? null : "empty".equals(a) ? "" : a;
                 })
             .limit(64)
+            .documentation(style.documentation())
+            .legacyAnswers(style.legacy())
             .build();
     try (Server s = new Server(new NotRun(), f)) {
       String item = "{\"item\": \"widget\"}";
-      expect(v, "idempotency_key_missing", send(s, Map.of("X-Account", "acct_1"), item));
+      expect(v, style, "idempotency_key_missing", send(s, Map.of("X-Account", "acct_1"), item));
       Map<String, String> key = Map.of("Idempotency-Key", "k-1", "X-Account", "acct_1");
       expect(
           v,
+          style,
           "idempotency_key_malformed",
           send(s, Map.of("Idempotency-Key", "has space", "X-Account", "acct_1"), item));
       expect(
           v,
+          style,
           "idempotency_scope_missing",
           send(s, Map.of("Idempotency-Key", "k-1", "X-Account", "none"), item));
       expect(
           v,
+          style,
           "idempotency_scope_empty",
           send(s, Map.of("Idempotency-Key", "k-1", "X-Account", "empty"), item));
       expect(
           v,
+          style,
           "idempotency_scope_too_long",
           send(s, Map.of("Idempotency-Key", "k-1", "X-Account", "a".repeat(256)), item));
-      expect(v, "invalid_json", send(s, key, "{\"item\": "));
-      expect(v, "body_too_large", send(s, key, "{\"item\": \"" + "x".repeat(100) + "\"}"));
-      expect(v, "database_unavailable", send(s, key, item));
+      expect(v, style, "invalid_json", send(s, key, "{\"item\": "));
+      expect(v, style, "body_too_large", send(s, key, "{\"item\": \"" + "x".repeat(100) + "\"}"));
+      expect(v, style, "database_unavailable", send(s, key, item));
       for (String[] o :
           new String[][] {
             {"in_progress", "idempotency_key_in_use"},
             {"mismatch", "idempotency_key_reused"},
             {"too_old", "idempotency_key_too_old"}
           }) {
-        expect(v, o[1], send(s, Map.of("Idempotency-Key", "k-1", "X-Outcome", o[0]), item));
+        expect(v, style, o[1], send(s, Map.of("Idempotency-Key", "k-1", "X-Outcome", o[0]), item));
       }
     }
   }
