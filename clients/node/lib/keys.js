@@ -178,8 +178,10 @@ export async function executeOnceOf(client, values, prepare = true) {
   const pipelined = client.pipeline === true;
   if (prepare && !unnamed.has(client) && transactionStatus(client) === 'I') {
     try {
-      if (pipelined)
-        return reservationOfFields((await sharedStatement(client, { ...PREPARED_EXECUTE_ONCE, values }))[0], client);
+      if (pipelined) {
+        const rows = await sharedStatement(client, { ...PREPARED_EXECUTE_ONCE, values });
+        return reservationOfFields(rows[0], client);
+      }
       if (writesProtocol(client)) {
         const [rows] = await queryStatements(client, [{ ...PREPARED_EXECUTE_ONCE, values }]);
         return reservationOfFields(rows[0], client);
