@@ -146,6 +146,28 @@ const CodeUndefinedObject
 const CodeUntranslatableCharacter
 const EditionExtension
 const EditionManaged
+const ErrConnectionLost
+const ErrDuplicateObject
+const ErrFeatureNotSupported
+const ErrInvalidJSON
+const ErrInvalidParameterValue
+const ErrKeyInProgress
+const ErrKeyMismatch
+const ErrKeyTooOld
+const ErrLockNotAvailable
+const ErrNullValueNotAllowed
+const ErrObjectNotInPrerequisiteState
+const ErrProgramLimitExceeded
+const ErrQueryCanceled
+const ErrReadOnlySQLTransaction
+const ErrResultConflict
+const ErrSequenceGeneratorLimit
+const ErrSerializationFailure
+const ErrStaleAttempt
+const ErrTransactionAborted
+const ErrTransactionOpen
+const ErrUndefinedFunction
+const ErrUndefinedObject
 const InstalledAsExtension
 const InstalledAsScript
 const MaxDepth
@@ -155,10 +177,13 @@ const OutcomeMismatch
 const OutcomeNew
 const OutcomeReplay
 const OutcomeTooOld
+const ProblemTypeBase
 const StoredMark
 field Answer.Body
 field Answer.Headers
 field Answer.Status
+field AnswerOptions.Documentation
+field AnswerOptions.Legacy
 field Attempt.Attempt
 field Attempt.RecoveryPoint
 field Attempt.Reservation
@@ -187,10 +212,12 @@ field KeyHeaderError.Code
 field KeyHeaderError.Message
 field KeyMalformedError.Bytes
 field KeyMalformedError.What
+field MiddlewareOptions.Answers
 field MiddlewareOptions.Exclude
 field MiddlewareOptions.KeepHeaders
 field MiddlewareOptions.Key
 field MiddlewareOptions.Limit
+field MiddlewareOptions.Logger
 field MiddlewareOptions.ReplayHeaders
 field MiddlewareOptions.Request
 field MiddlewareOptions.ReserveOptions
@@ -282,7 +309,9 @@ func StatementParams
 func StoredAnswer
 func TxFrom
 func Watermark
+func WithPipeliner
 func WriteAnswer
+method Answer.Write
 method Attempt.Checkpoint
 method Client.ApplyOnce
 method Client.ConsumeOnce
@@ -292,6 +321,7 @@ method Client.RefreshEdition
 method Client.RunExternal
 method Client.RunOnce
 method Client.RunOnceStatement
+method Code.Error
 method Edition.Offers
 method Error.Error
 method Error.HTTPStatus
@@ -310,10 +340,12 @@ method OutcomeError.RetryAfter
 method Position.String
 method PositionBelowWatermarkError.Error
 type Answer
+type AnswerOptions
 type Attempt
 type Claim
 type ClaimOnceOptions
 type Client
+type Code
 type Edition
 type Error
 type ExecuteOptions
@@ -321,8 +353,11 @@ type ExternalOptions
 type Features
 type KeyHeaderError
 type KeyMalformedError
+type Logger
 type MiddlewareOptions
 type OneStatement
+type Option
+type Outcome
 type OutcomeError
 type Pipeliner
 type Position
@@ -338,27 +373,13 @@ type Statement
 type StatementOptions
 type StatementResult
 type Work
-var ErrConnectionLost
-var ErrDuplicateObject
-var ErrFeatureNotSupported
-var ErrInvalidJSON
-var ErrInvalidParameterValue
-var ErrKeyInProgress
-var ErrKeyMismatch
-var ErrKeyTooOld
-var ErrLockNotAvailable
-var ErrNullValueNotAllowed
-var ErrObjectNotInPrerequisiteState
-var ErrProgramLimitExceeded
-var ErrQueryCanceled
-var ErrReadOnlySQLTransaction
-var ErrResultConflict
 var ErrScopeMissing
-var ErrSequenceGeneratorLimit
-var ErrSerializationFailure
-var ErrStaleAttempt
-var ErrTransactionAborted
-var ErrTransactionOpen
-var ErrUndefinedFunction
-var ErrUndefinedObject
+var ProblemTitles
 `
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

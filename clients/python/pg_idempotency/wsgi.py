@@ -21,8 +21,10 @@ from __future__ import annotations
 import io
 from http import HTTPStatus
 
-from .middleware import BodyTooLarge, Outgoing, PsycopgFlow, outgoing, run
-from .web import BODY_TOO_LARGE, Context, RequestInfo
+from .answers import BODY_TOO_LARGE, Outgoing, outgoing
+from .flow import BodyTooLarge, run
+from .psycopg_session import PsycopgFlow
+from .web import Context, RequestInfo
 
 
 def _status_line(status: int) -> str:
@@ -32,8 +34,8 @@ def _status_line(status: int) -> str:
         return f"{status} Unknown"
 
 
-def _send(start_response, answer):
-    out = outgoing(answer)
+def _send(start_response, answer, opts):
+    out = outgoing(answer, opts)
     # the application's own status line as it was; ours from the status code
     start_response(out.native or _status_line(out.status), list(out.headers))
     return [out.body]
@@ -76,7 +78,7 @@ class IdempotencyMiddleware(PsycopgFlow):
         try:
             body = _read_body(environ, self)
         except BodyTooLarge:
-            return _send(start_response, BODY_TOO_LARGE)
+            return _send(start_response, BODY_TOO_LARGE, self.options)
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
 
@@ -100,7 +102,8 @@ class IdempotencyMiddleware(PsycopgFlow):
                         held["status"])
 
         req = RequestInfo(method, path, _headers_of(environ), body, environ)
-        return _send(start_response, run(self.handle(req, self.session(), run_app)))
+        return _send(start_response, run(self.handle(req, self.session(), run_app)),
+                     self.options)
 
 
 __all__ = ["IdempotencyMiddleware", "Context", "RequestInfo"]
