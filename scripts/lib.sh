@@ -35,7 +35,8 @@ IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
 # Debian packages of the suites that install them when they run (scripts/test.sh's go, java
 # and browser suites, test/packaging/run.sh); .ci/run installs them all at once beforehand.
 # shellcheck disable=SC2034 # used by the scripts that source this file
-GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
+GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev
+  golang-github-prometheus-client-golang-dev"
 # shellcheck disable=SC2034
 JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
 # shellcheck disable=SC2034
