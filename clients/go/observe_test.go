@@ -31,11 +31,7 @@ func TestClaimObserver(t *testing.T) {
 		other.Request = []byte(`{"item": "sofa"}`)
 		_, mismatch := c.RunOnce(ctx, other, work)
 		held := newKey("held")
-		tx, err := db.BeginTx(ctx, nil)
-		must(t, err)
-		defer tx.Rollback()
-		_, err = idempotency.Reserve(ctx, tx, scope, held, nil, idempotency.ReserveOptions{})
-		must(t, err)
+		defer holdKey(t, ctx, db, scope, held).Rollback()
 		c.ObserveKeys = true
 		_, inProgress := c.RunOnceStatement(ctx, idempotency.Request{Scope: scope, Key: held},
 			idempotency.OneStatement{SQL: "SELECT 1"})
