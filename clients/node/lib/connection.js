@@ -26,6 +26,7 @@
 import { ClientEncodingError, ConnectionLostError, IdempotencyError, typedError,
   TransactionAbortedError } from './errors.js';
 // Registers the translation of a missing function or schema of the extension (lib/versions.js).
+import { noteRoundTrip } from './telemetry.js';
 import './versions.js';
 
 // The node-postgres versions this module is tested with (package.json's peerDependencies.pg,
@@ -144,6 +145,7 @@ export const firstValue = ({ rows }) => Object.values(rows[0])[0];
 // its holder watches it); pg errors come out as the typed errors of errors.js.
 export async function guarded(client, send, watch = true) {
   checkUsable(client);
+  noteRoundTrip();
   const unwatch = watch ? watchConnection(client) : () => null;
   let failure = null;
   try {
