@@ -81,7 +81,7 @@ done
 # (without its CREATE EXTENSION), run by that role too.
 q -d postgres -c "DROP ROLE IF EXISTS $MANAGED_ROLE" -c "CREATE ROLE $MANAGED_ROLE LOGIN NOSUPERUSER" \
   -c "ALTER DATABASE $MANAGED_DB OWNER TO $MANAGED_ROLE"
-q -U "$MANAGED_ROLE" -d $MANAGED_DB -1 -f "$IDEM_ROOT/editions/managed/idempotency--0.3.0.sql"
+q -U "$MANAGED_ROLE" -d $MANAGED_DB -1 -f "$IDEM_ROOT/editions/managed/idempotency--0.4.0.sql"
 log "setup (schema bench, $W3_KEYS completed keys for W3 and M3, in both databases)"
 q -d $EXT_DB -c "CREATE EXTENSION idempotency"
 # the time partitions, made ahead as the background worker (extension) or pg_cron (edition) does

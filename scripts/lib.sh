@@ -23,14 +23,14 @@ export IDEM_ROOT
 
 # Debian packages the build, the demo and the test suites need. libkrb5-dev: Debian's
 # libpq-be.h (server headers of 15) includes gssapi.h, and postgresql-server-dev-15 does not
-# pull it in.
+# pull it in. flex: the managed suite builds pg_tle, whose GUC file parser is generated.
 IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
   postgresql-15-partman postgresql-15-wal2json postgresql-15-cron python3-yaml libssl-dev
   libgtest-dev cmake g++ make pkg-config clang libclang-rt-14-dev gnuplot-nox libipc-run-perl
   pgbouncer postgresql-15-auto-failover pg-auto-failover-cli python3-psycopg python3-pytest
   python3-setuptools python3-pip libkrb5-dev python3-venv python3-wheel curl
   python3-psycopg-pool python3-starlette python3-fastapi python3-httpx python3-flask
-  python3-django python3-psycopg2"
+  python3-django python3-psycopg2 flex"
 
 # Debian packages of the suites that install them when they run (scripts/test.sh's go, java
 # and browser suites, test/packaging/run.sh); .ci/run installs them all at once beforehand.

@@ -33,7 +33,7 @@ func TestEditionDetectedOnceAndCached(t *testing.T) {
 		if len(first) != 1 {
 			t.Fatalf("first question: %q", first)
 		}
-		if e.Name != testEdition() || e.Version != "0.3.0" || e.InstalledAs != idempotency.InstalledAsExtension {
+		if e.Name != testEdition() || e.Version != "0.4.0" || e.InstalledAs != idempotency.InstalledAsExtension {
 			t.Fatalf("edition %+v", e)
 		}
 		if !e.Offers("reserve") || !e.Offers("claim_once") || e.Offers("no_such_function") ||
@@ -67,7 +67,7 @@ func TestEditionOfOtherDatabases(t *testing.T) {
 	admin, err := sql.Open("pgx", "dbname=postgres sslmode=disable")
 	must(t, err)
 	defer admin.Close()
-	script, err := os.ReadFile("../../editions/managed/idempotency--0.3.0.sql")
+	script, err := os.ReadFile("../../editions/managed/idempotency--0.4.0.sql")
 	must(t, err)
 	for _, name := range []string{"none", "script"} {
 		db := testDB + "_edition_" + name
@@ -91,7 +91,7 @@ func TestEditionOfOtherDatabases(t *testing.T) {
 				t.Fatalf("none: %+v", e)
 			}
 		case "script":
-			if e.Name != idempotency.EditionManaged || e.Version != "0.3.0" ||
+			if e.Name != idempotency.EditionManaged || e.Version != "0.4.0" ||
 				e.InstalledAs != idempotency.InstalledAsScript || !e.Offers("reserve") || e.Offers("reserve_begin") {
 				t.Fatalf("script: %+v", e)
 			}

@@ -5,9 +5,9 @@
 --   psql -d DB -c 'CREATE EXTENSION idempotency'
 -- psql reads the script on the client side (\set with backquotes) and sends it as a bound
 -- value of the call.
-\set ext `cat idempotency--0.3.0.sql`
+\set ext `cat idempotency--0.4.0.sql`
 SELECT pgtle.install_extension(
     'idempotency',
-    '0.3.0',
+    '0.4.0',
     'Exactly-once processing: idempotency keys, stored responses and watermarks (managed edition)',
     :'ext');

@@ -70,7 +70,7 @@ expect() { # expect WHAT WANT SQL
   got=$(new -At -c "$3")
   if [[ $got == "$2" ]]; then echo "ok   $1"; else echo "FAIL $1: got '$got', want '$2'"; fails=$((fails + 1)); fi
 }
-expect "the extension, not the edition" "0.3.0|c" \
+expect "the extension, not the edition" "0.4.0|c" \
   "SELECT e.extversion, (SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
     WHERE p.oid = 'idempotency.reserve'::regproc) FROM pg_extension e WHERE e.extname = 'idempotency'"
 expect "the application's rows" "1|a" "SELECT id, item FROM orders"

@@ -76,7 +76,7 @@ install_tle() {
   (cd editions/managed && mpsql_admin -d "$1" -q -f install_pg_tle.sql >/dev/null) &&
     mpsql_admin -d "$1" -q -c "CREATE EXTENSION idempotency"
 }
-install_plain() { mpsql_admin -d "$1" -q -1 -f editions/managed/idempotency--0.3.0.sql; }
+install_plain() { mpsql_admin -d "$1" -q -1 -f editions/managed/idempotency--0.4.0.sql; }
 
 # --- the two installs ---------------------------------------------------------------------
 
@@ -105,7 +105,7 @@ new_db managed_tle && check "pg_tle: install_extension + CREATE EXTENSION as a n
 extension_version() { # extension_version DB WANT
   [[ $(mpsql -d "$1" -At -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'") == "$2" ]]
 }
-check "pg_tle: the extension is idempotency 0.3.0" extension_version managed_tle 0.3.0
+check "pg_tle: the extension is idempotency 0.4.0" extension_version managed_tle 0.4.0
 check "pg_tle: every object installed by the admin role, not a superuser" installed_by_non_superuser managed_tle
 no_library() { ! compgen -G "$MANAGED_ROOT$("$PG_CONFIG" --pkglibdir)/idempotency*" >/dev/null; }
 check "pg_tle: no idempotency library exists on this server" no_library
@@ -125,23 +125,23 @@ edition_is() { # edition_is DB WANT: edition|version|installed_as
   [[ $(mpsql_admin -d "$1" -At -c "SELECT edition, version, installed_as FROM ($EDITION_SQL) AS e") == "$2" ]] &&
     [[ $(mpsql_admin -d "$1" -At -c "SELECT functions FROM ($EDITION_SQL) AS e") != *reserve_begin* ]]
 }
-check "the edition statement: pg_tle's install is managed 0.3.0, created as an extension" \
-  edition_is managed_tle "managed|0.3.0|extension"
-check "the edition statement: the plain script is managed 0.3.0, run as a script" \
-  edition_is managed_plain "managed|0.3.0|script"
+check "the edition statement: pg_tle's install is managed 0.4.0, created as an extension" \
+  edition_is managed_tle "managed|0.4.0|extension"
+check "the edition statement: the plain script is managed 0.4.0, run as a script" \
+  edition_is managed_plain "managed|0.4.0|script"
 new_db managed_none >/dev/null
 check "the edition statement: a database without the edition says none, raising nothing" \
   edition_is managed_none "||"
 
 # An update path through pg_tle: a later version registered with install_update_path, then
-# ALTER EXTENSION UPDATE, as a release after 0.3.0 will ship (here a version that only
+# ALTER EXTENSION UPDATE, as a release after 0.4.0 will ship (here a version that only
 # comments the schema, the mechanism is what is tested).
 update_path() {
   mpsql_admin -d managed_tle -q \
-    -c "SELECT pgtle.install_update_path('idempotency', '0.3.0', '0.3.0-managed-test',
+    -c "SELECT pgtle.install_update_path('idempotency', '0.4.0', '0.4.0-managed-test',
           'COMMENT ON SCHEMA idempotency IS ''updated through pg_tle''')" \
-    -c "ALTER EXTENSION idempotency UPDATE TO '0.3.0-managed-test'" &&
-    extension_version managed_tle 0.3.0-managed-test &&
+    -c "ALTER EXTENSION idempotency UPDATE TO '0.4.0-managed-test'" &&
+    extension_version managed_tle 0.4.0-managed-test &&
     [[ $(mpsql -d managed_tle -At -c "SELECT obj_description('idempotency'::regnamespace)") == "updated through pg_tle" ]] &&
     mpsql_admin -d managed_tle -q -c "SELECT outcome FROM idempotency.reserve('upd', 'k')" >/dev/null
 }

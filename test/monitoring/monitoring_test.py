@@ -179,6 +179,15 @@ def connect(edition, **kw):
     return psycopg.connect(dbname=DATABASES[edition], user="postgres", autocommit=True, **kw)
 
 
+def managed_script():
+    """The managed edition's install script (editions/managed/idempotency--VERSION.sql)."""
+    scripts = [f for f in os.listdir(os.path.join(ROOT, "editions", "managed"))
+               if re.fullmatch(r"idempotency--[0-9.]+\.sql", f)]
+    if len(scripts) != 1:
+        raise ValueError(f"editions/managed has {len(scripts)} install scripts: {scripts}")
+    return os.path.join(ROOT, "editions", "managed", scripts[0])
+
+
 def setup_databases():
     with psycopg.connect(dbname="postgres", user="postgres", autocommit=True) as db:
         for name in DATABASES.values():
@@ -190,7 +199,7 @@ def setup_databases():
         db.execute(docs_sql_block("CREATE ROLE exporter LOGIN"))
     subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1", "-d",
                     DATABASES["managed"], "-U", "postgres", "-f",
-                    os.path.join(ROOT, "editions", "managed", "idempotency--0.3.0.sql")],
+                    managed_script()],
                    check=True, stdout=subprocess.DEVNULL)
     with connect("managed") as db:
         db.execute(docs_sql_block("-- the managed edition's database"))

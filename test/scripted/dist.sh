@@ -26,7 +26,7 @@ unzip -q "$zip" -d "$WORK/x"
 top=$WORK/x/idempotency-$version
 for f in LICENSE META.json README.md CHANGELOG.md Makefile idempotency.control \
   extension/idempotency--0.1.0.sql extension/idempotency--0.1.0--0.2.0.sql \
-  extension/idempotency--0.2.0--0.3.0.sql; do
+  extension/idempotency--0.2.0--0.3.0.sql extension/idempotency--0.3.0--0.4.0.sql; do
   [[ -f $top/$f ]] || fail "$f is missing from the zip"
 done
 # Every tracked file of HEAD but CI's is in it.

@@ -9,9 +9,9 @@
 # an error that names ALTER EXTENSION idempotency UPDATE, also in a session that asked before
 # another session updated; UPDATE TO a version that does not exist is PostgreSQL's own error.
 # The rows are written with plain SQL: the library installed here is the new one, which
-# refuses to run against 0.1.0's objects. Last, a database created at 0.2.0 (the last release)
-# and updated has exactly the objects of a new install: every member of the extension with
-# its definition, columns, indexes, constraints, triggers and privileges.
+# refuses to run against 0.1.0's objects. Last, a database created at 0.2.0 or at 0.3.0 (the
+# last release) and updated has exactly the objects of a new install: every member of the
+# extension with its definition, columns, indexes, constraints, triggers and privileges.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cluster_setup test-cluster/upgrade-chain 54474
@@ -278,16 +278,21 @@ SELECT pg_describe_object(m.classid, m.objid, 0) || ' | ' || coalesce(CASE
 FROM members m ORDER BY 1;
 SQL
 }
-q -d postgres -c "CREATE DATABASE at_020" -c "CREATE DATABASE at_new"
-q -d at_020 -c "CREATE EXTENSION idempotency VERSION '0.2.0'" -c "ALTER EXTENSION idempotency UPDATE"
+q -d postgres -c "CREATE DATABASE at_new"
 q -d at_new -c "CREATE EXTENSION idempotency"
-expect "0.2.0 updated to $CURRENT" \
-  "$(q -d at_020 -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" "$CURRENT"
-objects at_020 >"$WORK/objects-updated"
 objects at_new >"$WORK/objects-new"
 [[ $(wc -l <"$WORK/objects-new") -gt 20 ]] || fail "the object listing of a new install is too short"
-diff -u "$WORK/objects-new" "$WORK/objects-updated" || fail "a database updated from 0.2.0 differs from a new install"
-passed "a database updated from 0.2.0 has the objects of a new install ($(wc -l <"$WORK/objects-new") objects)"
+for from in 0.2.0 0.3.0; do
+  db=at_${from//./}
+  q -d postgres -c "CREATE DATABASE $db"
+  q -d "$db" -c "CREATE EXTENSION idempotency VERSION '$from'" -c "ALTER EXTENSION idempotency UPDATE"
+  expect "$from updated to $CURRENT" \
+    "$(q -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")" "$CURRENT"
+  objects "$db" >"$WORK/objects-updated-$from"
+  diff -u "$WORK/objects-new" "$WORK/objects-updated-$from" ||
+    fail "a database updated from $from differs from a new install"
+  passed "a database updated from $from has the objects of a new install ($(wc -l <"$WORK/objects-new") objects)"
+done
 
 # --- the regression suite in a database created at 0.1.0 and updated
 q -d postgres -c "CREATE DATABASE contrib_regression"

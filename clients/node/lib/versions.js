@@ -4,10 +4,10 @@
 import { IdempotencyError, setUnlistedTranslator } from './errors.js';
 import { EDITION, EXTENSION_VERSION } from './statements.js';
 
-export const CLIENT_VERSION = '0.3.0';
+export const CLIENT_VERSION = '0.4.0';
 // The oldest and the newest extension version this client is tested against. Before 0.3.0 the
 // helpers that need a newer function (below) are refused; everything else works.
-export const EXTENSION_VERSIONS = Object.freeze(['0.2.0', '0.3.0']);
+export const EXTENSION_VERSIONS = Object.freeze(['0.2.0', '0.4.0']);
 // Functions the client calls that came after the oldest version: the version that added each.
 export const FUNCTION_SINCE = Object.freeze({ claim_once: '0.3.0', execute_once: '0.3.0',
   reserve_begin: '0.3.0' });

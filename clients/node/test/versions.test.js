@@ -35,7 +35,7 @@ before(async () => {
   // the extension at its oldest supported version (the managed edition has no 0.2.0)
   if (!MANAGED) await on(OLD_DB, (c) => c.query("CREATE EXTENSION idempotency VERSION '0.2.0'"));
   // the managed edition as a plain script (psql -f), which runs on any server
-  const script = fs.readFileSync(new URL('../../../editions/managed/idempotency--0.3.0.sql',
+  const script = fs.readFileSync(new URL('../../../editions/managed/idempotency--0.4.0.sql',
     import.meta.url), 'utf8');
   await on(SCRIPT_DB, (c) => c.query(script));
 });
@@ -125,7 +125,7 @@ test('the edition of a database without either', () => on(NONE_DB, async (c) => 
 test('the managed edition run as a plain script: named by its schema comment', () =>
   on(SCRIPT_DB, async (c) => {
     const e = await serverEdition(c);
-    assert.deepEqual([e.name, e.version, e.installedAs], ['managed', '0.3.0', 'script']);
+    assert.deepEqual([e.name, e.version, e.installedAs], ['managed', CLIENT_VERSION, 'script']);
     assert.ok(e.offers('reserve') && e.offers('maintain'));
     assert.equal(e.offers('reserve_begin'), false);
     assert.equal(e.offers('emit'), false);

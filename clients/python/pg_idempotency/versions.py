@@ -13,10 +13,10 @@ import psycopg
 from . import statements
 from .errors import IdempotencyError
 
-CLIENT_VERSION = "0.3.0"
+CLIENT_VERSION = "0.4.0"
 # The oldest and the newest extension version this client is tested against. Before 0.3.0 the
 # helpers that need a newer function (below) are refused; everything else works.
-EXTENSION_VERSIONS = ("0.2.0", "0.3.0")
+EXTENSION_VERSIONS = ("0.2.0", "0.4.0")
 # Functions the client calls that came after the oldest version: the version that added each.
 FUNCTION_SINCE = {"claim_once": "0.3.0", "reserve_begin": "0.3.0", "execute_once": "0.3.0"}
 

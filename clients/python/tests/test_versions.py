@@ -30,7 +30,7 @@ def old_and_none():
     if not MANAGED:
         with psycopg.connect(conninfo(OLD_DB), autocommit=True) as c:
             c.execute("CREATE EXTENSION idempotency VERSION '0.2.0'")
-    script = (ROOT / "editions" / "managed" / "idempotency--0.3.0.sql").read_text("utf-8")
+    script = (ROOT / "editions" / "managed" / "idempotency--0.4.0.sql").read_text("utf-8")
     with psycopg.connect(conninfo(SCRIPT_DB), autocommit=True) as c:
         c.execute(script.encode())  # bytes: sent as it is, several statements, no parameters
     yield conninfo(OLD_DB), conninfo(NONE_DB), conninfo(SCRIPT_DB)
@@ -121,7 +121,8 @@ def test_edition_of_a_database_without_either(old_and_none):
 def test_edition_of_the_plain_script(old_and_none):
     with psycopg.connect(old_and_none[2], autocommit=True) as c:
         e = edition(c)
-        assert (e.name, e.version, e.installed_as) == ("managed", "0.3.0", "script")
+        assert (e.name, e.version, e.installed_as) == (
+            "managed", pg_idempotency.CLIENT_VERSION, "script")
         assert e.offers("reserve") and e.offers("maintain")
         assert not e.offers("reserve_begin") and not e.offers("emit")
 

@@ -24,7 +24,7 @@ class VersionsTest {
     DataSource ds = TestDb.db();
     Versions.Edition e = Versions.edition(ds);
     assertEquals(testEdition(), e.name());
-    assertEquals("0.3.0", e.version());
+    assertEquals("0.4.0", e.version());
     assertEquals(Versions.INSTALLED_AS_EXTENSION, e.installedAs());
     assertTrue(e.offers("reserve") && e.offers("claim_once"));
     assertFalse(e.offers("no_such_function"));
@@ -40,7 +40,7 @@ class VersionsTest {
 
   @Test
   void aDatabaseWithoutEitherAndOneWithThePlainScript() throws Exception {
-    String script = Files.readString(Path.of("../../editions/managed/idempotency--0.3.0.sql"));
+    String script = Files.readString(Path.of("../../editions/managed/idempotency--0.4.0.sql"));
     for (String name : new String[] {"none", "script"}) {
       String db = TestDb.DB + "_edition_" + name;
       try (Connection c = TestDb.dataSource("postgres").getConnection();
@@ -62,7 +62,7 @@ class VersionsTest {
           assertTrue(e.functions().isEmpty());
         } else {
           assertEquals(Versions.MANAGED, e.name());
-          assertEquals("0.3.0", e.version());
+          assertEquals("0.4.0", e.version());
           assertEquals(Versions.INSTALLED_AS_SCRIPT, e.installedAs());
           assertTrue(e.offers("reserve"));
           assertFalse(e.offers("reserve_begin"));

@@ -1,4 +1,4 @@
--- idempotency 0.3.0, managed edition: the key API of the extension in SQL and PL/pgSQL only,
+-- idempotency 0.4.0, managed edition: the key API of the extension in SQL and PL/pgSQL only,
 -- for a managed PostgreSQL that loads no custom library. Installed either by pg_tle
 -- (pgtle.install_extension, then CREATE EXTENSION idempotency) or as a plain script
 -- (psql -1 -f), both by a role that is not a superuser. Same schema, names, arguments,
@@ -14,7 +14,7 @@ CREATE SCHEMA idempotency;
 -- The edition and its version, which the clients' one detection statement reads (the
 -- "edition" statement of test/vectors/statements.json): a database where this script was run
 -- with psql -f has no pg_extension row to tell it. Each later version's script sets its own.
-COMMENT ON SCHEMA idempotency IS 'idempotency managed edition 0.3.0';
+COMMENT ON SCHEMA idempotency IS 'idempotency managed edition 0.4.0';
 
 CREATE TYPE idempotency.outcome AS ENUM ('new', 'replay', 'in_progress', 'mismatch', 'too_old');
 
