@@ -30,7 +30,7 @@ IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
   pgbouncer postgresql-15-auto-failover pg-auto-failover-cli python3-psycopg python3-pytest
   python3-setuptools python3-pip libkrb5-dev python3-venv python3-wheel curl
   python3-psycopg-pool python3-starlette python3-fastapi python3-httpx python3-flask
-  python3-django python3-psycopg2 flex"
+  python3-django python3-psycopg2 flex python3-prometheus-client"
 
 # Debian packages of the suites that install them when they run (scripts/test.sh's go, java
 # and browser suites, test/packaging/run.sh); .ci/run installs them all at once beforehand.
