@@ -100,15 +100,13 @@ mkdir -p "$OUT"
 counts=(--rounds "$ROUNDS" --requests "$REQUESTS" --requests-100k "$REQUESTS_100K")
 
 # The Go and Java programs, built offline as the go and java suites build the clients: Go in
-# GOPATH mode against Debian's Go sources, Java with javac against /usr/share/java.
+# module mode over a vendor folder of links to Debian's Go sources (scripts/go_vendor.py), Java
+# with javac against /usr/share/java.
 if [[ " $LANGS " == *" go "* ]]; then
-  gopath=$IDEM_ROOT/build/gopath
-  mkdir -p "$gopath/src"
-  ln -sfn "$IDEM_ROOT/clients/go" "$gopath/src/idempotency"
-  ln -sfn "$BENCH/clients/go_overhead" "$gopath/src/idempotency-bench-go-overhead"
   log "building bench/clients/go_overhead"
-  GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" GOFLAGS='' GOPROXY=off \
-    GOCACHE=$IDEM_ROOT/build/go-cache go build -o "$OUT/go_overhead" idempotency-bench-go-overhead
+  "$PYTHON" "$IDEM_ROOT/scripts/go_vendor.py" "$BENCH/clients/go_overhead"
+  (cd "$BENCH/clients/go_overhead" && GO111MODULE=on GOFLAGS=-mod=vendor GOPROXY=off \
+    GOCACHE=$IDEM_ROOT/build/go-cache go build -o "$OUT/go_overhead" .)
 fi
 if [[ " $LANGS " == *" java "* ]]; then
   log "building the Java client"

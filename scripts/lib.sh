@@ -35,8 +35,7 @@ IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
 # Debian packages of the suites that install them when they run (scripts/test.sh's go, java
 # and browser suites, test/packaging/run.sh); .ci/run installs them all at once beforehand.
 # shellcheck disable=SC2034 # used by the scripts that source this file
-GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev
-  golang-github-prometheus-client-golang-dev"
+GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
 # shellcheck disable=SC2034
 JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
 # shellcheck disable=SC2034
@@ -320,13 +319,14 @@ build_citus() {
 }
 
 # ensure_citus: 0 when citus.so is (or now is) installed; otherwise prints why not on stdout
-# and returns 1.
+# and returns 2 when this PostgreSQL major is not one Citus supports, 1 when the build or
+# install failed.
 ensure_citus() {
   local major libdir cache
   major=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
   if [[ $major -lt 14 || $major -gt 16 ]]; then
     echo "Citus $CITUS_VERSION supports PostgreSQL 14 to 16, this is PostgreSQL $major"
-    return 1
+    return 2
   fi
   libdir=$("$PG_CONFIG" --pkglibdir)
   [[ -f $libdir/citus.so ]] && return 0

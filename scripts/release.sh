@@ -8,11 +8,17 @@
 #   pg_idempotency-<version>-py3-none-any.whl, pg-idempotency-<version>.tar.gz
 #                                                  (python3 -m build --no-isolation)
 #   idempotency-client-<version>.tgz               (npm pack)
+#   goproxy/                                       (the Go modules clients/go and
+#                                                  clients/go/pgxv4 at v<version>, as a
+#                                                  GOPROXY=file:// tree)
 #   SHA256SUMS
+# and prints the git tags that publish the Go modules (clients/go/v<version>,
+# clients/go/pgxv4/v<version>); --tag creates them on HEAD.
 #
 #   bash scripts/release.sh            check, then build everything
 #   bash scripts/release.sh --check    only the check (exit 1 naming each file that disagrees)
 #   bash scripts/release.sh --out DIR  the artifacts into DIR
+#   bash scripts/release.sh --tag      also create the Go modules' tags
 # The version is idempotency.control's default_version; the packages are built from whatever
 # version the tree declares (an unreleased one included). The .deb, the wheel, the sdist and the
 # npm tarball are built from the files git knows in the working tree (tracked, or new and not
@@ -22,11 +28,13 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=$ROOT/build/dist
 CHECK_ONLY=0
+TAG=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --check) CHECK_ONLY=1 ;;
     --out) OUT=$2; shift ;;
-    *) echo "usage: release.sh [--check] [--out DIR]" >&2; exit 2 ;;
+    --tag) TAG=1 ;;
+    *) echo "usage: release.sh [--check] [--out DIR] [--tag]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -75,6 +83,9 @@ expect clients/node/lib/versions.js "CLIENT_VERSION" \
   "$(sed -nE "s/^export const CLIENT_VERSION = '(.*)';$/\1/p" "$ROOT/clients/node/lib/versions.js")"
 expect clients/node/lib/versions.js "the newest of EXTENSION_VERSIONS" \
   "$(sed -nE "s/^export const EXTENSION_VERSIONS = Object.freeze\(\['.*', '(.*)'\]\);$/\1/p" "$ROOT/clients/node/lib/versions.js")"
+GO_MODULE=github.com/pgidempotency/idempotency/clients/go
+expect clients/go/pgxv4/go.mod "the version of $GO_MODULE it requires" \
+  "$(sed -nE "s#^\t$GO_MODULE v([^ ]+)\$#\1#p" "$ROOT/clients/go/pgxv4/go.mod")"
 
 if [[ ${#PROBLEMS[@]} -gt 0 ]]; then
   echo "release.sh: the version markers disagree with idempotency.control's $VERSION:" >&2
@@ -88,6 +99,7 @@ echo "release.sh: every version marker says $VERSION"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 rm -f "$OUT"/*.deb "$OUT"/*.zip "$OUT"/*.whl "$OUT"/*.tar.gz "$OUT"/*.tgz "$OUT"/SHA256SUMS
+rm -rf "$OUT/goproxy"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idem-release.XXXXXX")
 # The package build's regression run starts a server as the postgres user: it reads the tree.
 chmod 755 "$WORK"
@@ -119,6 +131,22 @@ echo "==> the npm tarball (npm pack)"
 export_tree "$WORK/npm"
 (cd "$WORK/npm/clients/node" && npm pack --silent --pack-destination "$OUT" >/dev/null)
 
-(cd "$OUT" && sha256sum -- *.deb *.zip *.whl *.tar.gz *.tgz >SHA256SUMS)
+echo "==> the Go modules (a GOPROXY file tree)"
+export_tree "$WORK/go"
+for dir in clients/go clients/go/pgxv4; do
+  /usr/bin/python3 "$ROOT/scripts/go_module_zip.py" "$OUT/goproxy" \
+    "github.com/pgidempotency/idempotency/$dir" "v$VERSION" "$ROOT/$dir"
+done
+
+(cd "$OUT" && find goproxy -name '*.zip' -print0 | sort -z |
+  xargs -0 sha256sum -- *.deb *.zip *.whl *.tar.gz *.tgz >SHA256SUMS)
 echo "release.sh: $VERSION written to $OUT:"
 sed 's/^/  /' "$OUT/SHA256SUMS"
+# A Go module in a subfolder is published by a tag named after the folder.
+GO_TAGS=("clients/go/v$VERSION" "clients/go/pgxv4/v$VERSION")
+if [[ $TAG == 1 ]]; then
+  for t in "${GO_TAGS[@]}"; do git -C "$ROOT" tag "$t"; done
+  echo "release.sh: tagged HEAD ${GO_TAGS[*]}"
+else
+  echo "release.sh: the Go modules are published by: git tag ${GO_TAGS[0]} && git tag ${GO_TAGS[1]}"
+fi

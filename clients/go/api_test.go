@@ -146,6 +146,28 @@ const CodeUndefinedObject
 const CodeUntranslatableCharacter
 const EditionExtension
 const EditionManaged
+const ErrConnectionLost
+const ErrDuplicateObject
+const ErrFeatureNotSupported
+const ErrInvalidJSON
+const ErrInvalidParameterValue
+const ErrKeyInProgress
+const ErrKeyMismatch
+const ErrKeyTooOld
+const ErrLockNotAvailable
+const ErrNullValueNotAllowed
+const ErrObjectNotInPrerequisiteState
+const ErrProgramLimitExceeded
+const ErrQueryCanceled
+const ErrReadOnlySQLTransaction
+const ErrResultConflict
+const ErrSequenceGeneratorLimit
+const ErrSerializationFailure
+const ErrStaleAttempt
+const ErrTransactionAborted
+const ErrTransactionOpen
+const ErrUndefinedFunction
+const ErrUndefinedObject
 const InstalledAsExtension
 const InstalledAsScript
 const MaxDepth
@@ -200,6 +222,7 @@ field MiddlewareOptions.Exclude
 field MiddlewareOptions.KeepHeaders
 field MiddlewareOptions.Key
 field MiddlewareOptions.Limit
+field MiddlewareOptions.Logger
 field MiddlewareOptions.ReplayHeaders
 field MiddlewareOptions.Request
 field MiddlewareOptions.ReserveOptions
@@ -302,6 +325,7 @@ method Client.RefreshEdition
 method Client.RunExternal
 method Client.RunOnce
 method Client.RunOnceStatement
+method Code.Error
 method Edition.Offers
 method Error.Error
 method Error.HTTPStatus
@@ -327,6 +351,7 @@ type ClaimObserver
 type ClaimObserverFunc
 type ClaimOnceOptions
 type Client
+type Code
 type Edition
 type Error
 type ExecuteOptions
@@ -334,8 +359,10 @@ type ExternalOptions
 type Features
 type KeyHeaderError
 type KeyMalformedError
+type Logger
 type MiddlewareOptions
 type OneStatement
+type Outcome
 type OutcomeError
 type Pipeliner
 type Position
@@ -351,27 +378,12 @@ type Statement
 type StatementOptions
 type StatementResult
 type Work
-var ErrConnectionLost
-var ErrDuplicateObject
-var ErrFeatureNotSupported
-var ErrInvalidJSON
-var ErrInvalidParameterValue
-var ErrKeyInProgress
-var ErrKeyMismatch
-var ErrKeyTooOld
-var ErrLockNotAvailable
-var ErrNullValueNotAllowed
-var ErrObjectNotInPrerequisiteState
-var ErrProgramLimitExceeded
-var ErrQueryCanceled
-var ErrReadOnlySQLTransaction
-var ErrResultConflict
 var ErrScopeMissing
-var ErrSequenceGeneratorLimit
-var ErrSerializationFailure
-var ErrStaleAttempt
-var ErrTransactionAborted
-var ErrTransactionOpen
-var ErrUndefinedFunction
-var ErrUndefinedObject
 `
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -64,14 +64,11 @@ func (e *Error) Unwrap() error { return e.Err }
 // server's IK003 / IK004 as the outcomes in_progress / too_old).
 func (e *Error) Is(target error) bool {
 	switch t := target.(type) {
-	case *Error:
-		if t.Message != "" {
-			return e == t
-		}
-		return e.Code == t.Code || (t.Code == CodeInvalidJSON && e.Code == CodeUntranslatableCharacter)
-	case *outcomeSentinel:
-		return (t.outcome == OutcomeInProgress && e.Code == CodeKeyInProgress) ||
-			(t.outcome == OutcomeTooOld && e.Code == CodeKeyTooOld)
+	case Code:
+		return e.Code == string(t) || (t == CodeInvalidJSON && e.Code == CodeUntranslatableCharacter)
+	case outcomeSentinel:
+		return (Outcome(t) == OutcomeInProgress && e.Code == CodeKeyInProgress) ||
+			(Outcome(t) == OutcomeTooOld && e.Code == CodeKeyTooOld)
 	}
 	return false
 }
@@ -90,59 +87,69 @@ func (e *Error) HTTPStatus() int {
 	return 0
 }
 
+// Code is a SQLSTATE as an error: the sentinels below are constants of it, so nothing a
+// program does can change what errors.Is(err, ErrStaleAttempt) matches. An *Error matches the
+// sentinel of its Code (22P05 counts as invalid JSON).
+type Code string
+
+func (c Code) Error() string { return "idempotency: SQLSTATE " + string(c) }
+
 // Sentinels for errors.Is.
-var (
-	ErrNullValueNotAllowed          = &Error{Code: CodeNullValueNotAllowed}
-	ErrInvalidParameterValue        = &Error{Code: CodeInvalidParameterValue}
-	ErrProgramLimitExceeded         = &Error{Code: CodeProgramLimitExceeded}
-	ErrObjectNotInPrerequisiteState = &Error{Code: CodeObjectNotInPrerequisiteState}
-	ErrStaleAttempt                 = &Error{Code: CodeStaleAttempt}   // IK001: another holder took over
-	ErrResultConflict               = &Error{Code: CodeResultConflict} // IK002: completed with another result
-	ErrReadOnlySQLTransaction       = &Error{Code: CodeReadOnlySQLTransaction}
-	ErrSerializationFailure         = &Error{Code: CodeSerializationFailure}
-	ErrLockNotAvailable             = &Error{Code: CodeLockNotAvailable}
-	ErrQueryCanceled                = &Error{Code: CodeQueryCanceled}
-	ErrUndefinedObject              = &Error{Code: CodeUndefinedObject}
-	ErrDuplicateObject              = &Error{Code: CodeDuplicateObject}
-	ErrSequenceGeneratorLimit       = &Error{Code: CodeSequenceGeneratorLimit}
-	ErrFeatureNotSupported          = &Error{Code: CodeFeatureNotSupported}
-	ErrInvalidJSON                  = &Error{Code: CodeInvalidJSON}
-	ErrTransactionAborted           = &Error{Code: CodeTransactionAborted}
-	ErrTransactionOpen              = &Error{Code: CodeTransactionOpen}
-	ErrUndefinedFunction            = &Error{Code: CodeUndefinedFunction}
+const (
+	ErrNullValueNotAllowed          Code = CodeNullValueNotAllowed
+	ErrInvalidParameterValue        Code = CodeInvalidParameterValue
+	ErrProgramLimitExceeded         Code = CodeProgramLimitExceeded
+	ErrObjectNotInPrerequisiteState Code = CodeObjectNotInPrerequisiteState
+	ErrStaleAttempt                 Code = CodeStaleAttempt   // IK001: another holder took over
+	ErrResultConflict               Code = CodeResultConflict // IK002: completed with another result
+	ErrReadOnlySQLTransaction       Code = CodeReadOnlySQLTransaction
+	ErrSerializationFailure         Code = CodeSerializationFailure
+	ErrLockNotAvailable             Code = CodeLockNotAvailable
+	ErrQueryCanceled                Code = CodeQueryCanceled
+	ErrUndefinedObject              Code = CodeUndefinedObject
+	ErrDuplicateObject              Code = CodeDuplicateObject
+	ErrSequenceGeneratorLimit       Code = CodeSequenceGeneratorLimit
+	ErrFeatureNotSupported          Code = CodeFeatureNotSupported
+	ErrInvalidJSON                  Code = CodeInvalidJSON
+	ErrTransactionAborted           Code = CodeTransactionAborted
+	ErrTransactionOpen              Code = CodeTransactionOpen
+	ErrUndefinedFunction            Code = CodeUndefinedFunction
 	// ErrConnectionLost: the connection broke (the server restarted or was stopped, the
 	// backend was terminated, the network cut it, or no connection could be made). The
 	// transaction in flight was rolled back by the server, unless the break came during
 	// COMMIT: then a retry with the same key tells (it replays).
-	ErrConnectionLost = &Error{Code: CodeConnectionLost}
+	ErrConnectionLost Code = CodeConnectionLost
 )
+
+// Outcome is what reserve says of a key.
+type Outcome string
 
 // The outcomes of reserve.
 const (
-	OutcomeNew        = "new"
-	OutcomeReplay     = "replay"
-	OutcomeInProgress = "in_progress"
-	OutcomeMismatch   = "mismatch"
-	OutcomeTooOld     = "too_old"
+	OutcomeNew        Outcome = "new"
+	OutcomeReplay     Outcome = "replay"
+	OutcomeInProgress Outcome = "in_progress"
+	OutcomeMismatch   Outcome = "mismatch"
+	OutcomeTooOld     Outcome = "too_old"
 )
 
-type outcomeSentinel struct{ outcome string }
+type outcomeSentinel Outcome
 
-func (s *outcomeSentinel) Error() string { return "idempotency: outcome " + s.outcome }
+func (s outcomeSentinel) Error() string { return "idempotency: outcome " + string(s) }
 
 // Sentinels of the outcomes that did not give the caller the key (errors.Is matches an
-// *OutcomeError, and the server's IK003 / IK004 of claim_once).
-var (
-	ErrKeyInProgress error = &outcomeSentinel{OutcomeInProgress} // 409
-	ErrKeyMismatch   error = &outcomeSentinel{OutcomeMismatch}   // 422
-	ErrKeyTooOld     error = &outcomeSentinel{OutcomeTooOld}     // 422
+// *OutcomeError, and the server's IK003 / IK004 of claim_once); constants, as the Code ones.
+const (
+	ErrKeyInProgress = outcomeSentinel(OutcomeInProgress) // 409
+	ErrKeyMismatch   = outcomeSentinel(OutcomeMismatch)   // 422
+	ErrKeyTooOld     = outcomeSentinel(OutcomeTooOld)     // 422
 )
 
 // OutcomeError is a reserve that did not give the caller the key: in_progress (another
 // holder's claim is live: 409), mismatch (the key was used with another request: 422) or
 // too_old (the key embeds a creation time older than the retention window: 422).
 type OutcomeError struct {
-	Outcome     string
+	Outcome     Outcome
 	Scope, Key  string
 	Reservation *Reservation
 }
@@ -160,8 +167,8 @@ func (e *OutcomeError) Error() string {
 }
 
 func (e *OutcomeError) Is(target error) bool {
-	t, ok := target.(*outcomeSentinel)
-	return ok && t.outcome == e.Outcome
+	t, ok := target.(outcomeSentinel)
+	return ok && Outcome(t) == e.Outcome
 }
 
 // HTTPStatus: 409 for in_progress, 422 for mismatch and too_old.
@@ -209,14 +216,14 @@ func (e *KeyMalformedError) Error() string {
 }
 
 func (e *KeyMalformedError) Is(target error) bool {
-	t, ok := target.(*Error)
-	if !ok || t.Message != "" {
+	t, ok := target.(Code)
+	if !ok {
 		return false
 	}
 	if e.Bytes == 0 {
-		return t.Code == CodeInvalidParameterValue
+		return t == CodeInvalidParameterValue
 	}
-	return t.Code == CodeProgramLimitExceeded
+	return t == CodeProgramLimitExceeded
 }
 
 func (e *KeyMalformedError) HTTPStatus() int { return 400 }

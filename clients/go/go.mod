@@ -1,3 +1,3 @@
-module idempotency
+module github.com/pgidempotency/idempotency/clients/go
 
 go 1.19

@@ -16,7 +16,7 @@ import (
 
 // Reservation is reserve's row.
 type Reservation struct {
-	Outcome       string          // new, replay, in_progress, mismatch, too_old
+	Outcome       Outcome         // new, replay, in_progress, mismatch, too_old
 	StatusCode    int             // the stored status of a replay (0 if none)
 	Response      json.RawMessage // the stored response of a replay as JSON text (nil if none)
 	Attempt       int

@@ -188,6 +188,21 @@ type MiddlewareOptions struct {
 	// then never called, and may be nil): claim, statement and answer in one round trip
 	// (ExecuteOnce in autocommit). See StatementOptions.
 	Statement *StatementOptions
+	// Logger: where the middleware reports what it cannot answer with (an answer that could
+	// not be stored, a statement that failed); default log.Default(). A *log.Logger is one.
+	Logger Logger
+}
+
+// Logger is what the middleware logs to: a *log.Logger, or an adapter to another logger.
+type Logger interface {
+	Printf(format string, v ...interface{})
+}
+
+func (o *MiddlewareOptions) logger() Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return log.Default()
 }
 
 // StatementOptions: the statement of Middleware's Statement option (one SELECT, INSERT,
@@ -522,7 +537,7 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		endErr = &Error{Code: CodeConnectionLost, Message: "the connection to the server was lost before the rollback"}
 	}
 	if endErr != nil {
-		log.Printf("idempotency: the answer to key %q was not stored: %v", key, endErr)
+		o.logger().Printf("idempotency: the answer to key %q was not stored: %v", key, endErr)
 		if IsConnectionLost(endErr) {
 			fail(endErr, nil) // COMMIT may have happened: the retry replays or runs afresh
 		} else {
@@ -584,7 +599,7 @@ func (c *Client) serveStatement(w http.ResponseWriter, r *http.Request, o Middle
 			WriteAnswer(w, AnswerFor(err, time.Now()))
 			return
 		}
-		log.Printf("idempotency: the statement of key %q failed: %v", key, err)
+		o.logger().Printf("idempotency: the statement of key %q failed: %v", key, err)
 		WriteAnswer(w, problem(500, "internal_error", "the request failed; retry with the same Idempotency-Key", nil))
 		return
 	}

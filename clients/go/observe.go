@@ -16,7 +16,7 @@ type ClaimEvent struct {
 	Helper   string
 	Scope    string
 	Key      string
-	Outcome  string
+	Outcome  Outcome
 	Attempt  int
 	Duration time.Duration
 	Err      error

@@ -53,23 +53,30 @@ func DetectEdition(ctx context.Context, q Querier) (*Edition, error) {
 	return &Edition{Name: name.String, Version: version.String, InstalledAs: installedAs.String, Functions: fs}, nil
 }
 
-// editionCache holds a Client's edition once known.
+// editionCache holds a Client's edition once known. The lock guards the field only, never the
+// question to the server: a caller whose connection hangs holds up no other (callers that
+// find nothing cached yet each ask; the last answer stays).
 type editionCache struct {
 	mu      sync.Mutex
 	edition *Edition
 }
 
 func (c *editionCache) get(ctx context.Context, q Querier, refresh bool) (*Edition, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.edition != nil && !refresh {
-		return c.edition, nil
+	if !refresh {
+		c.mu.Lock()
+		e := c.edition
+		c.mu.Unlock()
+		if e != nil {
+			return e, nil
+		}
 	}
 	e, err := DetectEdition(ctx, q)
 	if err != nil {
 		return nil, err // not cached: asked again next time
 	}
+	c.mu.Lock()
 	c.edition = e
+	c.mu.Unlock()
 	return e, nil
 }
 

@@ -22,8 +22,8 @@ import (
 
 	_ "github.com/jackc/pgx/v4/stdlib" // the "pgx" driver of database/sql
 
-	"idempotency"
-	_ "idempotency/pgxv4" // complete and COMMIT in one round trip on pgx's connections
+	"github.com/pgidempotency/idempotency/clients/go"
+	_ "github.com/pgidempotency/idempotency/clients/go/pgxv4" // complete and COMMIT in one round trip on pgx's connections
 )
 
 // catalog: prices in cents.

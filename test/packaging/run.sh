@@ -8,7 +8,8 @@
 #    docs/development.md ("Packages");
 #  - with the checkout's own `make install` removed: the .deb installed by README's command, a
 #    cluster that loads only the package's files, CREATE EXTENSION, the regression suite, the
-#    Python client (from the wheel) and the Node client (from the tarball) against it, ALTER
+#    Python client (from the wheel), the Node client (from the tarball) and a Go sample on the
+#    release's Go modules (a burst of one key, one order) against it, ALTER
 #    EXTENSION UPDATE of a database made at 0.2.0 by the packaged scripts; the package's
 #    autopkgtest (debian/tests) as Debian runs it, `autopkgtest … -- null` against the .deb;
 #    apt-get remove --purge leaves none of the package's files;
@@ -44,6 +45,21 @@ check() {
 finish() {
   echo "packaging: $PASSED passed, $FAILED failed"
   exit 0
+}
+
+# go_sample DIST DIR: the sample of test/packaging/go-sample in DIR, outside the repository's
+# modules, on the Go modules of DIST/goproxy (unpacked, through replace directives) and pgx v4
+# from Debian's sources (scripts/go_vendor.py), built in module mode with no proxy; then run
+# against the PG* server.
+go_sample() {
+  local dist=$1 app=$2 v=v$VERSION m=github.com/pgidempotency/idempotency/clients/go
+  rm -rf "$app" && mkdir -p "$app/modules" && cp test/packaging/go-sample/main.go "$app/" &&
+    (cd "$app/modules" && unzip -q "$dist/goproxy/$m/@v/$v.zip" && unzip -q "$dist/goproxy/$m/pgxv4/@v/$v.zip") &&
+    sed "s#@MODULES@#$app/modules#g; s#@VERSION@#$v#g" test/packaging/go-sample/go.mod.in >"$app/go.mod" &&
+    install_missing $GO_PACKAGES &&
+    /usr/bin/python3 scripts/go_vendor.py "$app" &&
+    (cd "$app" && GO111MODULE=on GOFLAGS=-mod=vendor GOPROXY=off GOCACHE=$IDEM_ROOT/build/go-cache \
+      go build -o go-sample . && ./go-sample)
 }
 
 mkdir -p "$LOGS"
@@ -226,6 +242,10 @@ if check "README: $(readme_line 1 3) (the .deb release.sh built): the extension'
           IDEM_PG_MODULE=$IDEM_ROOT/clients/node/node_modules/pg/lib/index.js node smoke.mjs)
     }
     check "the Node client (the npm tarball) against the package: checkExtension, runOnce, replay" node_smoke
+    go_smoke() {
+      PGHOST=$PKG_SOCK PGPORT=$PKG_PORT PGUSER=postgres PGDATABASE=postgres go_sample "$DIST" "$WORK/go-sample"
+    }
+    check "the Go modules (release.sh's module zips) in a sample project, module mode, offline: a burst of one key makes one order" go_smoke
     update() {
       pq -d postgres -c 'CREATE DATABASE from_020' &&
         pq -d from_020 -c "CREATE EXTENSION idempotency VERSION '0.2.0'" &&

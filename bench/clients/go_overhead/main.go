@@ -36,8 +36,8 @@ import (
 	"github.com/jackc/pgconn"
 	"github.com/jackc/pgx/v4/stdlib"
 
-	"idempotency"
-	_ "idempotency/pgxv4" // complete and COMMIT in one round trip for the helper
+	"github.com/pgidempotency/idempotency/clients/go"
+	_ "github.com/pgidempotency/idempotency/clients/go/pgxv4" // complete and COMMIT in one round trip for the helper
 )
 
 const (

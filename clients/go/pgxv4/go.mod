@@ -1,11 +1,23 @@
-module idempotency/pgxv4
+module github.com/pgidempotency/idempotency/clients/go/pgxv4
 
 go 1.19
 
 require (
+	github.com/pgidempotency/idempotency/clients/go v0.4.0
 	github.com/jackc/pgconn v1.11.0
 	github.com/jackc/pgx/v4 v4.15.0
-	idempotency v0.0.0
 )
 
-replace idempotency => ../
+require (
+	github.com/jackc/chunkreader/v2 v2.0.1 // indirect
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgproto3/v2 v2.2.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20200714003250-2b9c44734f2b // indirect
+	github.com/jackc/pgtype v1.10.0 // indirect
+	golang.org/x/crypto v0.4.0 // indirect
+	golang.org/x/text v0.7.0 // indirect
+)
+
+// Within this repository the adapter builds against the core beside it.
+replace github.com/pgidempotency/idempotency/clients/go => ../

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgconn"
 	"github.com/jackc/pgx/v4/stdlib"
 
-	"idempotency"
+	"github.com/pgidempotency/idempotency/clients/go"
 )
 
 func init() { idempotency.RegisterPipeliner(Pipeline) }

@@ -1,4 +1,4 @@
-package idempotency_test
+package drivertest
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"errors"
 	"testing"
 
-	"idempotency"
+	"github.com/pgidempotency/idempotency/clients/go"
 )
 
 // The Observer sees each helper call's outcome and attempt: new, replay, mismatch (422) and
@@ -36,8 +36,10 @@ func TestClaimObserver(t *testing.T) {
 		_, inProgress := c.RunOnceStatement(ctx, idempotency.Request{Scope: scope, Key: held},
 			idempotency.OneStatement{SQL: "SELECT 1"})
 		want := []struct {
-			helper, outcome, key string
-			err                  error
+			helper  string
+			outcome idempotency.Outcome
+			key     string
+			err     error
 		}{
 			{"RunOnce", idempotency.OutcomeNew, "", nil},
 			{"RunOnce", idempotency.OutcomeReplay, "", nil},

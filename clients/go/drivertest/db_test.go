@@ -2,7 +2,7 @@
 // test.sh's test cluster), created afresh, and a *sql.DB per driver under test: pgx v4's
 // stdlib driver and lib/pq, each wrapped in a driver that counts the statements sent.
 
-package idempotency_test
+package drivertest
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v4/stdlib"
 	"github.com/lib/pq"
 
-	"idempotency"
-	"idempotency/pgxv4"
+	"github.com/pgidempotency/idempotency/clients/go"
+	"github.com/pgidempotency/idempotency/clients/go/pgxv4"
 )
 
 const testDB = "goclient"

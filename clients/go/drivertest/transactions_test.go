@@ -1,4 +1,4 @@
-package idempotency_test
+package drivertest
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"idempotency"
+	"github.com/pgidempotency/idempotency/clients/go"
 )
 
 // insertOrder is a work that inserts one order and answers 201 with its id.

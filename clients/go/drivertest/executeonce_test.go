@@ -1,4 +1,4 @@
-package idempotency_test
+package drivertest
 
 import (
 	"context"
@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"idempotency"
+	"github.com/pgidempotency/idempotency/clients/go"
 )
 
 const insertReturning = "INSERT INTO orders (scope, key, item) VALUES ($1, $2, $3) RETURNING id, item"
@@ -221,9 +224,13 @@ func TestExecuteOnceMissing(t *testing.T) {
 }
 
 // statementService: the middleware with the Statement option (no handler): an order from the
-// body's "item".
-func statementService(t testing.TB, db *sql.DB) *httptest.Server {
-	mw := idempotency.New(db).Middleware(idempotency.MiddlewareOptions{Scope: scopeFromHeader,
+// body's "item"; logging to logger when given.
+func statementService(t testing.TB, db *sql.DB, logger ...idempotency.Logger) *httptest.Server {
+	var l idempotency.Logger
+	if len(logger) > 0 {
+		l = logger[0]
+	}
+	mw := idempotency.New(db).Middleware(idempotency.MiddlewareOptions{Scope: scopeFromHeader, Logger: l,
 		Statement: &idempotency.StatementOptions{
 			// an empty item fails the statement (division by zero)
 			SQL: "INSERT INTO orders (scope, key, item) SELECT $1, $2, $3 WHERE 1 / length($3) >= 0 RETURNING id, item",
@@ -239,6 +246,41 @@ func statementService(t testing.TB, db *sql.DB) *httptest.Server {
 	srv := httptest.NewServer(mw(nil))
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// recordingLogger keeps what the middleware logs.
+type recordingLogger struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *recordingLogger) Printf(format string, v ...interface{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, v...))
+}
+
+// What the middleware cannot answer with goes to its Logger option, not to the log package.
+func TestMiddlewareLogger(t *testing.T) {
+	eachDriver(t, func(t *testing.T, db *sql.DB) {
+		var logged recordingLogger
+		var standard strings.Builder
+		log.SetOutput(&standard)
+		defer log.SetOutput(os.Stderr)
+		srv := statementService(t, db, &logged)
+		bad := newKey("logger")
+		if a := post(t, srv.URL, bad, "application/json", `{"item": ""}`); a.status != 500 {
+			t.Fatalf("statement error: %+v", a)
+		}
+		logged.mu.Lock()
+		defer logged.mu.Unlock()
+		if len(logged.lines) != 1 || !strings.Contains(logged.lines[0], fmt.Sprintf("the statement of key %q failed", bad)) {
+			t.Fatalf("logged %q", logged.lines)
+		}
+		if standard.Len() != 0 {
+			t.Fatalf("the log package got %q", standard.String())
+		}
+	})
 }
 
 // The middleware's Statement option: the statement's row as the 201 body, its replay, 422,

@@ -1,4 +1,4 @@
-package idempotency_test
+package drivertest
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"os"
 	"testing"
 
-	"idempotency"
+	"github.com/pgidempotency/idempotency/clients/go"
 )
 
 // testEdition: the edition the suite runs against (IDEM_EDITION=managed in the managed
@@ -67,7 +67,7 @@ func TestEditionOfOtherDatabases(t *testing.T) {
 	admin, err := sql.Open("pgx", "dbname=postgres sslmode=disable")
 	must(t, err)
 	defer admin.Close()
-	script, err := os.ReadFile("../../editions/managed/idempotency--0.4.0.sql")
+	script, err := os.ReadFile("../../../editions/managed/idempotency--0.4.0.sql")
 	must(t, err)
 	for _, name := range []string{"none", "script"} {
 		db := testDB + "_edition_" + name

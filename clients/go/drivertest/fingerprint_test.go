@@ -1,4 +1,4 @@
-package idempotency_test
+package drivertest
 
 import (
 	"bufio"
@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"idempotency"
+	"github.com/pgidempotency/idempotency/clients/go"
 )
 
 type vector struct {
@@ -26,7 +26,7 @@ type vector struct {
 }
 
 func loadVectors(t *testing.T) []vector {
-	f, err := os.Open("../../test/vectors/fingerprint.jsonl")
+	f, err := os.Open("../../../test/vectors/fingerprint.jsonl")
 	must(t, err)
 	defer f.Close()
 	var out []vector

@@ -3,7 +3,7 @@
 // restart while requests run is survived (clients that retry each key until answered end
 // with exactly one order per key); a burst of one key makes one order.
 
-package idempotency_test
+package drivertest
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"idempotency"
+	"github.com/pgidempotency/idempotency/clients/go"
 )
 
 func TestFaultBackendTerminatedDuringWork(t *testing.T) {

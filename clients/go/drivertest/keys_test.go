@@ -1,4 +1,4 @@
-package idempotency_test
+package drivertest
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"idempotency"
+	"github.com/pgidempotency/idempotency/clients/go"
 )
 
 var seq int

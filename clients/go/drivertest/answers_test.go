@@ -1,4 +1,4 @@
-package idempotency_test
+package drivertest
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"idempotency"
+	"github.com/pgidempotency/idempotency/clients/go"
 )
 
 // The middleware's answers and what it stores, against test/vectors/http_answers.json, which
@@ -57,7 +57,7 @@ type vectors struct {
 }
 
 func readVectors(t testing.TB) vectors {
-	text, err := os.ReadFile("../../test/vectors/http_answers.json")
+	text, err := os.ReadFile("../../../test/vectors/http_answers.json")
 	must(t, err)
 	var v vectors
 	must(t, json.Unmarshal(text, &v))

@@ -1,4 +1,4 @@
-package idempotency_test
+package drivertest
 
 import (
 	"fmt"
@@ -40,7 +40,7 @@ import (
 	"fmt"
 	"time"
 
-	"idempotency"
+	"github.com/pgidempotency/idempotency/clients/go"
 )
 
 var (
@@ -54,18 +54,15 @@ var (
 
 `
 
-// The Go examples of docs/clients-go.md compile and pass go vet against this package: a
+// The Go examples of docs/clients-go.md compile and pass go vet against the client: a
 // block that is a whole file as it is, a block of declarations with the imports they use.
 func TestDocsExamplesCompile(t *testing.T) {
-	if os.Getenv("GO111MODULE") != "off" || os.Getenv("GOPATH") == "" {
-		t.Skip("builds in GOPATH mode, as scripts/test.sh's go suite runs it")
-	}
-	blocks := goBlocks(t, "../../docs/clients-go.md")
+	blocks := goBlocks(t, "../../../docs/clients-go.md")
 	if len(blocks) < 3 {
 		t.Fatalf("only %d go blocks", len(blocks))
 	}
-	src := filepath.Join(filepath.SplitList(os.Getenv("GOPATH"))[0], "src")
-	dir, err := os.MkdirTemp(src, "idempotency-docs-")
+	// Packages of this module, in a folder of its own, built with this module's requirements.
+	dir, err := os.MkdirTemp(".", "docs-blocks-")
 	must(t, err)
 	defer os.RemoveAll(dir)
 	var pkgs []string
@@ -76,7 +73,7 @@ func TestDocsExamplesCompile(t *testing.T) {
 		pkg := filepath.Join(dir, fmt.Sprintf("block%d", i))
 		must(t, os.MkdirAll(pkg, 0o755))
 		must(t, os.WriteFile(filepath.Join(pkg, "main.go"), []byte(b), 0o644))
-		pkgs = append(pkgs, strings.TrimPrefix(pkg, src+"/"))
+		pkgs = append(pkgs, "./"+pkg)
 	}
 	out, err := exec.Command("go", append([]string{"vet"}, pkgs...)...).CombinedOutput()
 	if err != nil {

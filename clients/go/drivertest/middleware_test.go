@@ -1,4 +1,4 @@
-package idempotency_test
+package drivertest
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"idempotency"
+	"github.com/pgidempotency/idempotency/clients/go"
 )
 
 // orderHandler: an orders endpoint on the claim's transaction; ?status= picks the answer's

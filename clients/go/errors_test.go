@@ -1,0 +1,44 @@
+package idempotency_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	idempotency "github.com/pgidempotency/idempotency/clients/go"
+)
+
+// errors.Is matches on the SQLSTATE (or the outcome) alone: whatever the error's message,
+// however it is wrapped; the sentinels are constants, so no program can change what they
+// match.
+func TestSentinelsMatchOnTheCode(t *testing.T) {
+	stale := fmt.Errorf("saving: %w", &idempotency.Error{Code: idempotency.CodeStaleAttempt,
+		Message: "another holder took the key over"})
+	cases := []struct {
+		err    error
+		target error
+		want   bool
+	}{
+		{stale, idempotency.ErrStaleAttempt, true},
+		{stale, idempotency.ErrResultConflict, false},
+		{&idempotency.Error{Code: idempotency.CodeUntranslatableCharacter}, idempotency.ErrInvalidJSON, true},
+		{&idempotency.Error{Code: idempotency.CodeKeyInProgress, Message: "IK003"}, idempotency.ErrKeyInProgress, true},
+		{&idempotency.Error{Code: idempotency.CodeKeyTooOld}, idempotency.ErrKeyTooOld, true},
+		{&idempotency.OutcomeError{Outcome: idempotency.OutcomeMismatch, Key: "k"}, idempotency.ErrKeyMismatch, true},
+		{&idempotency.OutcomeError{Outcome: idempotency.OutcomeMismatch, Key: "k"}, idempotency.ErrKeyTooOld, false},
+		{&idempotency.KeyMalformedError{What: "key", Bytes: 300}, idempotency.ErrProgramLimitExceeded, true},
+		{&idempotency.KeyMalformedError{What: "key"}, idempotency.ErrInvalidParameterValue, true},
+	}
+	for i, c := range cases {
+		if got := errors.Is(c.err, c.target); got != c.want {
+			t.Errorf("case %d: errors.Is(%v, %v) = %v", i, c.err, c.target, got)
+		}
+	}
+	if idempotency.ErrStaleAttempt != idempotency.Code(idempotency.CodeStaleAttempt) {
+		t.Fatal("the sentinel is not its code")
+	}
+	var outcome idempotency.Outcome = idempotency.OutcomeReplay
+	if outcome != "replay" {
+		t.Fatalf("outcome %q", outcome)
+	}
+}
