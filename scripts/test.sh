@@ -571,12 +571,6 @@ run_packaging() {
     "$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$line")"
 }
 
-# managed: the managed edition (editions/managed, SQL and PL/pgSQL only) on a copy of the
-# server with pg_tle built from ../shared/vendor and no idempotency library, installed through
-# pg_tle and with psql -f by a role that is not a superuser; the extension's regression files
-# and isolation specs run against it (test/managed/run.sh), and a database moves from it to
-# the extension (test/managed/move.sh, on a cluster of its own with the build installed above).
-# The same whatever the major: run once, by the run against 15; another major's summary names it.
 # run_suite_script SUITE SCRIPT WHAT: a suite run by one script (ok/FAILED lines, then
 # "# passed N failed M"), in the IDEM_PG=15 run unless named in IDEM_SUITES.
 run_suite_script() {
@@ -599,6 +593,12 @@ run_suite_script() {
   record "$suite" "$passed" "$failed"
 }
 
+# managed: the managed edition (editions/managed, SQL and PL/pgSQL only) on a copy of the
+# server with pg_tle built from ../shared/vendor and no idempotency library, installed through
+# pg_tle and with psql -f by a role that is not a superuser; the extension's regression files
+# and isolation specs run against it (test/managed/run.sh), and a database moves from it to
+# the extension (test/managed/move.sh, on a cluster of its own with the build installed above).
+# The same whatever the major: run once, by the run against 15; another major's summary names it.
 run_managed() {
   run_suite_script managed test/managed/run.sh "the managed edition through pg_tle and psql -f"
 }
