@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .middleware import BodyTooLarge, Outgoing, PsycopgFlow, outgoing, run_async
-from .web import BODY_TOO_LARGE, Context, RequestInfo, encode_json
+from .answers import BODY_TOO_LARGE, Outgoing, encode_json, outgoing
+from .flow import BodyTooLarge, run_async
+from .psycopg_session import PsycopgFlow
+from .web import Context, RequestInfo
 
 
 class _ClientGone(Exception):

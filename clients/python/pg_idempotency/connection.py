@@ -2,18 +2,13 @@
 running a statement. It checks that a connection is usable and that a text can be sent in the
 session's encoding, runs statements with errors translated to the typed exceptions of
 errors.py (a broken connection as ConnectionLost), reads json texts in the session's encoding,
-and sends BEGIN and a first statement as one query through libpq itself.
+and sends a transaction's first or last two statements in one round trip, every value bound
+(psycopg's pipeline mode).
 
 Tested with Debian's python3-psycopg 3.1.7 (its pure-Python implementation over the system's
-libpq5). Besides psycopg's documented API (connections, cursors, conn.info, adapters) it uses:
-
-- conn.pgconn (the libpq connection): exec_ (PQexec: a simple query, several statements in one
-  message), pipeline_status, status (ConnStatus), parameter_status (PQparameterStatus);
-- psycopg.pq.Escaping(pgconn).escape_literal (PQescapeLiteral, on the bytes that are sent);
-- the PGresult of exec_: status (ExecStatus), get_value, error_message;
-- psycopg.errors.error_from_result (not part of psycopg's documented API): the typed psycopg
-  error of a failed PGresult, as psycopg raises it itself;
-- conn.lock (not documented either): the lock psycopg holds while it talks to the server.
+libpq5). Besides psycopg's documented API (connections, cursors, pipelines, conn.info,
+adapters) it uses conn.pgconn (the libpq connection): pipeline_status and parameter_status
+(PQparameterStatus).
 
 TESTED_PSYCOPG lists the versions; tests/test_connection.py fails, naming the internal, when
 the installed psycopg lacks one of them (missing_internals), and when it is not a version of
@@ -23,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import uuid
 from typing import Callable, Optional
 
 import psycopg
 from psycopg.adapt import Loader
-from psycopg.pq import ConnStatus, Escaping, ExecStatus, Format, TransactionStatus
+from psycopg.pq import Format, TransactionStatus
 
 from . import statements as sql
 from .errors import (KeyUntranslatable, TransactionAborted, UntranslatableCharacter,
@@ -41,17 +35,9 @@ def missing_internals(conn) -> list:
     """The names of what this module uses beyond psycopg's documented API that conn's psycopg
     does not have (empty when all is there)."""
     checks = (
-        ("psycopg.Connection.lock", lambda: conn.lock),
         ("psycopg.Connection.pgconn", lambda: conn.pgconn),
-        ("psycopg.pq.PGconn.exec_", lambda: conn.pgconn.exec_),
         ("psycopg.pq.PGconn.pipeline_status", lambda: conn.pgconn.pipeline_status),
-        ("psycopg.pq.PGconn.status", lambda: conn.pgconn.status),
         ("psycopg.pq.PGconn.parameter_status", lambda: conn.pgconn.parameter_status),
-        ("psycopg.pq.Escaping.escape_literal", lambda: Escaping(conn.pgconn).escape_literal),
-        ("psycopg.pq.PGresult.status", lambda: psycopg.pq.PGresult.status),
-        ("psycopg.pq.PGresult.get_value", lambda: psycopg.pq.PGresult.get_value),
-        ("psycopg.pq.PGresult.error_message", lambda: psycopg.pq.PGresult.error_message),
-        ("psycopg.errors.error_from_result", lambda: psycopg.errors.error_from_result),
     )
     missing = []
     for name, get in checks:
@@ -249,56 +235,41 @@ def check_work_left_usable(conn):
             hint="let the work's database error propagate, or roll back to a savepoint of its own")
 
 
-# ---- BEGIN and a first statement in one round trip ----
-
-def escaped(escaping, codec, value) -> Optional[bytes]:
-    """A str, int or UUID as an SQL literal escaped by libpq (PQescapeLiteral) on the bytes that
-    are sent, in the session's encoding; None for a value that cannot be sent in a query text
-    (a NUL, an unencodable text, libpq's refusal): psycopg's bound path then says what is
-    wrong with it."""
-    if isinstance(value, uuid.UUID):
-        return b"'%s'" % str(value).encode("ascii")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value).encode("ascii")
-    text = str(value)
-    if "\0" in text:
-        return None
-    try:
-        return escaping.escape_literal(text.encode(codec))
-    except (UnicodeError, psycopg.Error):
-        return None
-
+# ---- two statements of a transaction in one round trip ----
 
 def begin_with(conn, first_sql: str, params) -> Optional[bool]:
-    """Sends BEGIN and first_sql (one boolean) as one simple query through libpq itself and
-    returns the boolean, or None (nothing sent) if a value cannot be inlined. psycopg's own
-    path for that query costs the client about as much CPU as the server spends on it; a
-    consumer pays it per message. The values are escaped by libpq on the encoded bytes, for the
-    encoding it tracks for the session (check_encodable refused a text that encoding does not
-    carry as it is). libpq blocks here, for no longer than the statement runs (claim_once's
-    `wait` at most)."""
-    if conn.pgconn.pipeline_status:
+    """Sends BEGIN and first_sql (one boolean), its values bound, in one round trip through
+    psycopg's pipeline mode (libpq 14 or later: one Sync for both) and returns the boolean; None
+    (nothing sent) where pipeline mode is not to be had (an older libpq, a connection in
+    pipeline mode already), for the caller's two round trips. A failed first_sql leaves the
+    transaction failed, for the caller to roll back."""
+    if conn.pgconn.pipeline_status or not psycopg.Pipeline.is_supported():
         return None
-    codec = conn.info.encoding
-    escaping = Escaping(conn.pgconn)
-    literals = [escaped(escaping, codec, v) for v in params]
-    if None in literals:
-        return None
-    query = (sql.BEGIN + "; " + first_sql).encode("ascii") % tuple(literals)
-    with conn.lock:
-        result = conn.pgconn.exec_(query)  # OperationalError if it could not be sent
-    if result.status == ExecStatus.TUPLES_OK:
-        return result.get_value(0, 0) == b"t"
-    if conn.pgconn.status == ConnStatus.BAD:  # as psycopg reports it: OperationalError
-        message = result.error_message.decode(codec, "replace").strip()
-        raise psycopg.OperationalError(message or "the connection to the server was lost")
-    raise psycopg.errors.error_from_result(result, encoding=codec)
+    return pipelined(conn, ((sql.BEGIN, None), (first_sql, params))).fetchone()[0]
+
+
+def pipelined(conn, statements):
+    """Runs statements ([(sql, params)]) in one round trip, their values bound: psycopg's
+    pipeline mode sends them with one Sync, and the server skips those after a failed one (a
+    transaction is left failed, for the caller to roll back). Returns the last one's cursor."""
+    with conn.pipeline():
+        for query, params in statements:
+            cur = conn.execute(query, params)
+    return cur
+
+
+async def pipelined_async(conn, statements):
+    """pipelined on an AsyncConnection."""
+    async with conn.pipeline():
+        for query, params in statements:
+            cur = await conn.execute(query, params)
+    return cur
 
 
 def transaction_with(conn, first_sql: str, params, then: Callable):
     """One transaction whose first statement is first_sql (one boolean): returns then(value).
     On an autocommit connection with no transaction open, BEGIN and first_sql go to the server
-    as one query (one round trip instead of two, as a consumer pays per message: begin_with),
+    in one round trip (instead of two, as a consumer pays per message: begin_with),
     and COMMIT follows then(); otherwise conn.transaction() (a savepoint inside the caller's
     transaction). An exception rolls everything back; errors of the statements come out typed,
     a broken connection as ConnectionLost."""

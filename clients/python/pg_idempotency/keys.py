@@ -1,4 +1,4 @@
-"""The key calls (reserve, complete, fail, checkpoint, lookup) with typed results and typed
+"""The key calls (reserve, execute_once, complete, fail, checkpoint, lookup, forget) with typed results and typed
 errors, the Reservation, the checks of scopes and keys, and the request hash."""
 from __future__ import annotations
 
@@ -183,3 +183,10 @@ def lookup(conn, scope, key) -> Optional[dict]:
     for name in ("response", "last_error"):
         record[name] = load_json(cur, record[name])
     return record
+
+
+def forget(conn, scope, key) -> bool:
+    """Deletes the key's record, whatever its state: the next reserve of it is 'new'. True if
+    there was one. In the connection's current transaction, as the other calls."""
+    check_encodable(conn, names(scope, key))
+    return execute(conn, sql.FORGET, (scope, key)).fetchone()[0]

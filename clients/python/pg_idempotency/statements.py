@@ -26,10 +26,6 @@ EXECUTE_ONCE = ("SELECT r.outcome::text, r.status_code, r.response::text, r.atte
                 "FROM idempotency.execute_once(%s, %s, %s::bytea, %s, %s::text[], %s::integer, "
                 "%s::interval, %s::interval, %s::interval) AS r")
 COMPLETE = "SELECT idempotency.complete(%s, %s, %s::integer, %s::jsonb, %s::integer)"
-# complete and COMMIT in one simple query (sent through a psycopg.ClientCursor): one round
-# trip. A failed complete skips the COMMIT and leaves the transaction failed, for the caller to
-# roll back.
-COMPLETE_COMMIT = COMPLETE + "; COMMIT"
 FAIL = "SELECT idempotency.fail(%s, %s, %s::jsonb, %s::integer)"
 # fail with the time of the failure added to the error document (poison-message records).
 FAIL_STAMPED = ("SELECT idempotency.fail(%s, %s, %s::jsonb || pg_catalog.jsonb_build_object("
@@ -38,6 +34,7 @@ CHECKPOINT = "SELECT idempotency.checkpoint(%s, %s, %s, %s::integer)"
 LOOKUP = ("SELECT state::text, status_code, response::text, request_hash, attempt, "
           "recovery_point, last_error::text, first_seen_at, completed_at, locked_until, "
           "expires_at FROM idempotency.lookup(%s, %s)")
+FORGET = "SELECT idempotency.forget(%s, %s)"
 
 # ---- consumers and streams ----
 
@@ -77,6 +74,7 @@ LISTED = {
     "fail_stamped": FAIL_STAMPED,
     "checkpoint": CHECKPOINT,
     "lookup": LOOKUP,
+    "forget": FORGET,
     "claim_once": CLAIM_ONCE,
     "accept_bigint": ACCEPT_BIGINT,
     "accept_uuid": ACCEPT_UUID,
@@ -90,6 +88,7 @@ LISTED = {
 # ---- not the extension's: transaction control and the outbox consumer's slot functions ----
 
 BEGIN = "BEGIN"
+COMMIT = "COMMIT"
 ROLLBACK = "ROLLBACK"
 SLOT_EXISTS = "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s"
 CREATE_SLOT = "SELECT pg_create_logical_replication_slot(%s, 'idempotency')"

@@ -1,18 +1,17 @@
-"""What the HTTP middlewares (asgi.py, wsgi.py, django.py) share besides their flow
-(middleware.py): the Idempotency-Key header, the request's fingerprint, the options, the
-answers they send and the form an answer is stored in. The answers are those of the Node
-client's Express middleware."""
+"""What the HTTP middlewares (asgi.py, wsgi.py, django.py) read from a request: the
+Idempotency-Key header, the scope, the request's fingerprint, and their options; the Context
+the application gets. Their answers are answers.py's, their decision flow flow.py's."""
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
-import json
 import re
 from typing import Any, Callable, Mapping, Optional
 
-from .errors import (InvalidJson, KeyInProgress, KeyMalformed, KeyMismatch, KeyTooOld,
-                     OutcomeError, ProgramLimitExceeded)
+from .answers import SCOPE_MISSING, is_json_type
+# (documented under pg_idempotency.web before answers.py held them)
+from .answers import replay_of, stored_answer  # noqa: F401
+from .errors import KeyMalformed
 from .fingerprint import fingerprint
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
@@ -38,13 +37,6 @@ def parse_idempotency_key(raw: Optional[str]) -> str:
     return key
 
 
-def is_json_type(content_type: Optional[str]) -> bool:
-    """application/json, or any */*+json media type."""
-    media = (content_type or "").split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith(("application/", "text/"))
-                                           and media.endswith("+json"))
-
-
 def request_fingerprint(body: bytes, content_type: Optional[str], exclude=()) -> bytes:
     """A JSON body (by its Content-Type) is fingerprinted as JSON (so 1.10 and 1.1, or another
     member order, are the same request; InvalidJson / ProgramLimitExceeded when it is not
@@ -53,148 +45,6 @@ def request_fingerprint(body: bytes, content_type: Optional[str], exclude=()) ->
     if is_json_type(content_type):
         return fingerprint(body, exclude)
     return hashlib.sha256(body).digest()
-
-
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    """An HTTP answer: status, a JSON body, extra headers."""
-    status: int
-    body: Any
-    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-    def encoded(self) -> bytes:
-        return encode_json(self.body)
-
-
-def encode_json(value) -> bytes:
-    """JSON as JSON.stringify writes it (no spaces, UTF-8); None is an empty body."""
-    if value is None:
-        return b""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def _problem(status, error, message, headers=None) -> Answer:
-    return Answer(status, {"error": error, "message": message}, headers or {})
-
-
-def answer_for(err: BaseException) -> Optional[Answer]:
-    """The HTTP answer for an error of the helpers that has one (a malformed key or scope, the
-    reserve outcomes in_progress / mismatch / too_old, a request body the fingerprint refused),
-    or None."""
-    if isinstance(err, KeyMalformed):
-        return _problem(400, err.code, err.message)
-    if isinstance(err, KeyInProgress):
-        return _problem(409, "idempotency_key_in_use",
-                        "a request with this Idempotency-Key is still being processed; retry "
-                        "later", {"Retry-After": str(err.retry_after)})
-    if isinstance(err, KeyMismatch):
-        return _problem(422, "idempotency_key_reused",
-                        "this Idempotency-Key was already used with a different request body")
-    if isinstance(err, KeyTooOld):
-        return _problem(422, "idempotency_key_too_old",
-                        "this Idempotency-Key was created before the retention window, so the "
-                        "request cannot be told apart from a new one; check whether the first "
-                        "request took effect, then use a new key")
-    if isinstance(err, OutcomeError):
-        return _problem(err.http_status, "idempotency_key_conflict", err.message)
-    if isinstance(err, (InvalidJson, ProgramLimitExceeded)) and err.pgerror is None:
-        # the request's body, refused by the client-side fingerprint (the server's own 54000,
-        # say a response over 10 MB, is not the client's fault: no answer here)
-        return INVALID_JSON
-    return None
-
-
-# The bodies of these answers are those of the Node middleware, word for word
-# (test/vectors/http_answers.json, checked by both clients' tests).
-DATABASE_UNAVAILABLE = _problem(503, "database_unavailable",
-                                "the database could not be reached; retry with the same "
-                                "Idempotency-Key", {"Retry-After": "1"})
-INVALID_JSON = _problem(400, "invalid_json",
-                        "the request body is sent as JSON but is not JSON, or is over the "
-                        "limits of the fingerprint")
-SCOPE_MISSING = _problem(400, "idempotency_scope_missing",
-                         "the request does not say whose it is: the scope of its "
-                         "Idempotency-Key is missing")
-NOT_STORED = _problem(500, "internal_error",
-                      "the request failed; retry with the same Idempotency-Key")
-BODY_TOO_LARGE = _problem(413, "body_too_large",
-                          "the request body is over the limit of the idempotency middleware")
-
-
-# What complete() stores for an answer is {"idempotency_http": 1, "headers": {...}, and the
-# body as one of "body" (the JSON value of a JSON answer), "text" (any other UTF-8 text) or
-# "base64" (other bytes); none for an empty body}. The headers are those of the first answer
-# that a client reads (lower-case names): Content-Type, Location and the keep_headers option's.
-# A replay sends them, and the body, as they were (test/vectors/http_answers.json).
-STORED_MARK = "idempotency_http"
-KEPT_HEADERS = ("content-type", "location")
-
-
-def _refuse_constant(name):
-    raise ValueError(f"{name} is not JSON")
-
-
-def stored_answer(body: bytes, headers, keep=()) -> dict:
-    """What complete() stores for an answer: `headers` are its (name, value) pairs."""
-    wanted = {*KEPT_HEADERS, *(name.lower() for name in keep)}
-    kept: dict = {}
-    for name, value in headers:
-        name = name.decode("latin-1") if isinstance(name, bytes) else str(name)
-        value = value.decode("latin-1") if isinstance(value, bytes) else str(value)
-        if name.lower() in wanted and name.lower() not in kept:
-            kept[name.lower()] = value
-    stored: dict = {STORED_MARK: 1, "headers": kept}
-    if not body:
-        return stored
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        stored["base64"] = base64.b64encode(body).decode("ascii")
-        return stored
-    if is_json_type(kept.get("content-type")):
-        try:
-            stored["body"] = json.loads(text, parse_constant=_refuse_constant)
-            return stored
-        except ValueError:
-            pass                        # sent as JSON, but not JSON: kept as its text
-    stored["text"] = text
-    return stored
-
-
-@dataclasses.dataclass(frozen=True)
-class Replay:
-    """A stored answer as a replay sends it: headers (lower-case names), the body's bytes, and
-    `value` (the JSON value or the text; None for bytes or no body) for replay_headers."""
-    headers: Mapping[str, str]
-    body: bytes
-    value: Any
-
-
-def replay_of(response) -> Replay:
-    """The replay of what complete() stored; a value stored without the mark (before it
-    existed) is a JSON body, replayed as application/json."""
-    if isinstance(response, dict) and response.get(STORED_MARK) == 1:
-        headers = dict(response.get("headers") or {})
-        if "body" in response:
-            value = response["body"]
-            body = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-            return Replay(headers, body, value)
-        if "text" in response:
-            return Replay(headers, response["text"].encode("utf-8"), response["text"])
-        if "base64" in response:
-            return Replay(headers, base64.b64decode(response["base64"]), None)
-        return Replay(headers, b"", None)
-    return Replay({"content-type": "application/json"}, encode_json(response), response)
-
-
-def headers_of_replay(opts, status: int, replay: Replay) -> dict:
-    """The headers of a replay: the stored ones, Content-Length, Idempotent-Replayed: true and
-    those of the replay_headers option (which win)."""
-    headers = {**replay.headers, "content-length": str(len(replay.body)),
-               "idempotent-replayed": "true"}
-    for name, value in opts.replay_headers(status, replay.value).items():
-        headers[name.lower()] = str(value)
-    return headers
 
 
 def _scope_missing() -> KeyMalformed:

@@ -21,8 +21,10 @@ from __future__ import annotations
 import io
 from http import HTTPStatus
 
-from .middleware import BodyTooLarge, Outgoing, PsycopgFlow, outgoing, run
-from .web import BODY_TOO_LARGE, Context, RequestInfo
+from .answers import BODY_TOO_LARGE, Outgoing, outgoing
+from .flow import BodyTooLarge, run
+from .psycopg_session import PsycopgFlow
+from .web import Context, RequestInfo
 
 
 def _status_line(status: int) -> str:

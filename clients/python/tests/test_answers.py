@@ -10,7 +10,7 @@ import pathlib
 import pytest
 
 from pg_idempotency.errors import KeyInProgress, KeyMismatch, KeyTooOld
-from pg_idempotency.web import NOT_STORED, answer_for, replay_of, stored_answer
+from pg_idempotency.answers import NOT_STORED, answer_for, replay_of, stored_answer
 from pg_idempotency.wsgi import IdempotencyMiddleware
 
 VECTORS = json.loads((pathlib.Path(__file__).resolve().parents[3] / "test" / "vectors" /

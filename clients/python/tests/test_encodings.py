@@ -263,8 +263,8 @@ def test_a_codec_that_turns_a_character_into_a_backslash_is_refused(encoding_dat
 
 
 def test_set_client_encoding_is_followed(encoding_databases):
-    """A session that changes its client_encoding after connecting is escaped for the new one:
-    libpq follows the server's ParameterStatus."""
+    """A session that changes its client_encoding after connecting has its values encoded
+    for the new one: libpq follows the server's ParameterStatus."""
     with connect(encoding_databases["UTF8"], None, "on", "off", autocommit=True) as c:
         c.execute("SET client_encoding TO SJIS")
         assert c.info.encoding == "shift_jis"

@@ -80,7 +80,7 @@ def test_run_external_backend_terminated_during_the_external_call(orders):
 
 @pytest.mark.parametrize("autocommit", [False, True])
 def test_apply_once_and_execute_on_a_broken_connection(orders, autocommit):
-    # autocommit: BEGIN and accept go out as one query through libpq (client._begin_with)
+    # autocommit: BEGIN and accept go out in one round trip (connection.begin_with)
     conn = psycopg.connect(orders, autocommit=autocommit)
     terminate(orders, conn)
     with pytest.raises(ConnectionLost):

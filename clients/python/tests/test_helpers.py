@@ -143,6 +143,19 @@ def test_run_external_commits_the_claim_first(conn, conn2, orders):
     assert count_orders(conn, key) == 1
 
 
+def test_forget_deletes_the_record_and_the_key_is_new_again(conn):
+    key = new_key()
+    assert pi.reserve(conn, "acct", key).outcome == "new"
+    pi.complete(conn, "acct", key, 201, {"id": 1})
+    conn.commit()
+    assert pi.forget(conn, "acct", key) is True
+    conn.commit()
+    assert pi.lookup(conn, "acct", key) is None
+    assert pi.forget(conn, "acct", key) is False
+    assert pi.reserve(conn, "acct", key).outcome == "new"
+    conn.rollback()
+
+
 def test_run_external_fail_and_recovery_point(conn):
     key = new_key()
 
@@ -443,8 +456,8 @@ def test_consume_once_and_apply_once_on_an_autocommit_connection(dsn, conn2, ord
     with pytest.raises(pi.PositionBelowWatermark):
         pi.apply_once(ac, "c", part, 5, lambda c: None, strict=True)
     assert ac.info.transaction_status == idle and pi.watermark(ac, "c", part) == 7
-    # values are escaped by libpq into that query: quotes, backslashes, placeholders and
-    # non-ASCII text arrive as they are; a text with a NUL is refused before anything is sent
+    # values are bound in that round trip: quotes, backslashes, placeholders and non-ASCII
+    # text arrive as they are; a text with a NUL is refused before anything is sent
     for odd in ["it's", "back\\slash\\", "%s %(x)s $1", "clé-ключ-鍵", "E'x'--"]:
         key = odd + new_key()
         assert pi.consume_once(ac, "queue", key, lambda c: None) is True

@@ -1,6 +1,7 @@
 """What the WSGI and ASGI middlewares send, read off the wire with libpq's own trace: a replay
 is one round trip (reserve_begin) and a new key two besides the handler's statements
-(reserve_begin; complete + COMMIT), with no BEGIN of psycopg's own. The connection goes back
+(reserve_begin; complete + COMMIT, pipelined: one Sync), with no BEGIN of psycopg's own, and
+every value bound. The connection goes back
 with the autocommit setting it came with. A server that refuses reserve_begin (here: renamed
 away, as on a server before 0.3.0) gets BEGIN + reserve, and the refusal is met once. A
 connection with an isolation level of its own gets psycopg's BEGIN, which carries it."""
@@ -169,8 +170,8 @@ def test_new_key_and_replay_round_trips(framework, rt_table, client_of):
     assert round_trips == 3, statements
     assert "reserve_begin(" in statements[0]
     assert statements[1] == INSERT.replace("%s", "$1", 1).replace("%s", "$2", 1)
-    assert statements[2].startswith("SELECT idempotency.complete(") and \
-        statements[2].endswith("; COMMIT")
+    assert statements[2].startswith("SELECT idempotency.complete($1,") and \
+        statements[3] == "COMMIT" and len(statements) == 4, statements
     assert not any(s.strip().upper().startswith("BEGIN") for s in statements), statements
     assert seen[-1] == (False, psycopg.pq.TransactionStatus.IDLE)
 
@@ -197,7 +198,8 @@ def test_autocommit_connection_comes_back_autocommit(framework, rt_table, client
     statements, round_trips = wire.last()
     # reserve_begin opened the transaction that the INSERT and complete + COMMIT ran in
     assert round_trips == 3 and "reserve_begin(" in statements[0], statements
-    assert statements[2].endswith("; COMMIT")
+    assert statements[-2].startswith("SELECT idempotency.complete($1,") and \
+        statements[-1] == "COMMIT"
     assert post(key)[0] == 201
     assert wire.last()[1] == 1
     assert seen == [(True, psycopg.pq.TransactionStatus.IDLE)] * 2
@@ -239,7 +241,8 @@ def test_server_that_refuses_reserve_begin_gets_begin_and_reserve(framework, aut
             assert "reserve_begin(" in statements[0]        # refused: 42883
             # BEGIN: psycopg's, or the middleware's own on an autocommit connection
             assert statements[1] == "BEGIN" and "idempotency.reserve(" in statements[2]
-            assert statements[-1].endswith("; COMMIT")
+            assert statements[-2].startswith("SELECT idempotency.complete($1,") and \
+                statements[-1] == "COMMIT"
             assert seen[-1] == (autocommit, psycopg.pq.TransactionStatus.IDLE)
             status, again, _ = post(key)                   # the refusal is remembered
             assert status == 201 and again == body
@@ -283,7 +286,8 @@ def test_server_without_reserve_begin_is_asked_once_never_refused(framework, aut
         assert wire.editions_asked == 1
         assert statements[0] == "BEGIN" and "idempotency.reserve(" in statements[1], statements
         assert not any("reserve_begin" in s for s in statements), statements
-        assert statements[-1].endswith("; COMMIT")
+        assert statements[-2].startswith("SELECT idempotency.complete($1,") and \
+            statements[-1] == "COMMIT"
         assert seen[-1] == (autocommit, psycopg.pq.TransactionStatus.IDLE)
         status, again, _ = post(key)
         assert status == 201 and again == body

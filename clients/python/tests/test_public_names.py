@@ -23,7 +23,7 @@ PUBLIC = [
     "UndefinedObject", "UntranslatableCharacter", "accept", "answer_for", "apply_once",
     "canonical_json", "canonical_number", "check_extension", "check_names", "checkpoint",
     "claim", "claim_once", "complete", "consume_once", "edition", "edition_async", "emit",
-    "execute", "fail", "fingerprint",
+    "execute", "fail", "fingerprint", "forget",
     "idempotent", "lookup", "lsn_key", "lsn_key_parts", "next_key", "parse_idempotency_key",
     "position_key", "register_types", "request_fingerprint", "request_hash", "reserve",
     "run_external", "run_once", "translate", "watermark",
@@ -36,6 +36,8 @@ SUBMODULE_NAMES = {
     "pg_idempotency.wsgi": ["IdempotencyMiddleware"],
     "pg_idempotency.django": ["IdempotencyMiddleware"],
     "pg_idempotency.connection": ["cursor_of"],
+    "pg_idempotency.answers": ["replay_of", "stored_answer"],
+    "pg_idempotency.web": ["replay_of", "stored_answer"],
 }
 
 

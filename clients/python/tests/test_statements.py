@@ -40,10 +40,6 @@ def test_client_text_is_the_listed_one(name):
     assert statements.LISTED[name].count("%s") == len(LISTED[name]["params"])
 
 
-def test_complete_commit_is_complete_then_commit():
-    assert statements.COMPLETE_COMMIT == statements.LISTED["complete"] + "; COMMIT"
-
-
 # A string that starts like a statement (in statements.py, the texts not of the extension).
 _STATEMENT = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|"
                         r"RELEASE|SET|SHOW)\b")

@@ -1,0 +1,159 @@
+// The middleware's HTTP answers, built here and nowhere else: an answer is { status, headers
+// (lower-case names), body (a Buffer) }. The error answers' bodies are JSON { error, message },
+// word for word those of the other clients' middlewares (test/vectors/http_answers.json); the
+// stored form of an answer and its replay are the same in every client too.
+import { isConnectionLost } from './connection.js';
+import {
+  ConnectionLostError, InvalidJsonError, KeyEmptyError, KeyInProgressError, KeyMismatchError,
+  KeyTooLongError, KeyTooOldError, OutcomeError, ProgramLimitExceededError,
+} from './errors.js';
+import { BodyTooLargeError, IdempotencyKeyHeaderError, isJsonType } from './requests.js';
+
+// An answer of the middleware's own: a JSON body (none for undefined).
+export function jsonAnswer(status, body, headers = {}) {
+  const bytes = Buffer.from(body === undefined ? '' : JSON.stringify(body));
+  const lower = {};
+  for (const [name, value] of Object.entries(headers)) lower[name.toLowerCase()] = String(value);
+  return { status, headers: { 'content-type': 'application/json',
+    'content-length': String(bytes.length), ...lower }, body: bytes };
+}
+
+const problem = (status, error, message, headers = {}) =>
+  ({ status, body: { error, message }, headers });
+
+// The HTTP answer { status, body, headers } for an error of the helpers that has one (the
+// key header, the reserve outcomes), or null.
+export function answerFor(err) {
+  if (err instanceof IdempotencyKeyHeaderError) return problem(400, err.code, err.message);
+  if (err instanceof KeyTooLongError || err instanceof KeyEmptyError)
+    return problem(400, err.httpError, err.message);
+  if (err instanceof KeyInProgressError) {
+    return problem(409, 'idempotency_key_in_use',
+      'a request with this Idempotency-Key is still being processed; retry later',
+      { 'Retry-After': String(err.retryAfter) });
+  }
+  if (err instanceof KeyMismatchError) {
+    return problem(422, 'idempotency_key_reused',
+      'this Idempotency-Key was already used with a different request body');
+  }
+  if (err instanceof KeyTooOldError) {
+    return problem(422, 'idempotency_key_too_old',
+      'this Idempotency-Key was created before the retention window, so the request cannot be ' +
+      'told apart from a new one; check whether the first request took effect, then use a new key');
+  }
+  if (err instanceof OutcomeError) return problem(err.httpStatus, 'idempotency_key_conflict', err.message);
+  if (err instanceof ConnectionLostError || isConnectionLost(err)) {
+    return problem(503, 'database_unavailable',
+      'the database could not be reached; retry with the same Idempotency-Key',
+      { 'Retry-After': '1' });
+  }
+  return null;
+}
+
+// answerFor(err) as an answer to send, or null.
+export function errorAnswer(err) {
+  const answer = answerFor(err);
+  return answer === null ? null : jsonAnswer(answer.status, answer.body, answer.headers);
+}
+
+// The answer to a request whose key, scope or body was refused before anything was sent
+// (answerFor's, 400 invalid_json, 413 body_too_large), or null for an error that has none.
+export function requestRefusedAnswer(err) {
+  const answer = errorAnswer(err);
+  if (answer) return answer;
+  if (err instanceof InvalidJsonError || err instanceof ProgramLimitExceededError) {
+    return jsonAnswer(400, { error: 'invalid_json', message:
+      'the request body is sent as JSON but is not JSON, or is over the limits of the fingerprint' });
+  }
+  if (err instanceof BodyTooLargeError) {
+    return jsonAnswer(413, { error: 'body_too_large',
+      message: 'the request body is over the limit of the idempotency middleware' });
+  }
+  return null;
+}
+
+// 503 + Retry-After: no server answered, or the connection was lost.
+export const unavailableAnswer = (err) => errorAnswer(new ConnectionLostError(
+  `the connection to the server was lost: ${err.message}`, { cause: err }));
+
+// 500: the request failed and nothing of it is stored.
+export const notStoredAnswer = () => jsonAnswer(500, { error: 'internal_error',
+  message: 'the request failed; retry with the same Idempotency-Key' });
+
+// The answer to a reserve outcome that runs nothing (in_progress, mismatch, too_old).
+const OUTCOME_ERRORS = {
+  in_progress: KeyInProgressError, mismatch: KeyMismatchError, too_old: KeyTooOldError,
+};
+export const outcomeAnswer = (scope, key, reservation) => errorAnswer(
+  new OUTCOME_ERRORS[reservation.outcome](scope, key, reservation, reservation.outcome));
+
+// The answer of a stored response: its status, stored headers and body; a replay (replayed)
+// adds Idempotent-Replayed: true and replayHeaders(statusCode, value)'s (which win).
+export function storedResponseAnswer({ statusCode, response }, replayed, replayHeaders) {
+  const replay = replayOf(response);
+  const headers = { ...replay.headers, 'content-length': String(replay.body.length) };
+  if (replayed) {
+    headers['idempotent-replayed'] = 'true';
+    for (const [name, value] of Object.entries(replayHeaders(statusCode, replay.value)))
+      headers[name.toLowerCase()] = String(value);
+  }
+  return { status: statusCode, headers, body: replay.body };
+}
+
+// What complete() stores for an answer is { idempotency_http: 1, headers: {...}, and the body
+// as one of body (the JSON value of a JSON answer), text (any other UTF-8 text) or base64
+// (other bytes); none for an empty body }. The headers are those of the first answer that a
+// client reads (lower-case names): Content-Type, Location and the keepHeaders option's. A
+// replay sends them, and the body, as they were (test/vectors/http_answers.json).
+export const STORED_MARK = 'idempotency_http';
+const KEPT_HEADERS = ['content-type', 'location'];
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+// headers: [name, value] pairs, the first of a name wins.
+export function storedAnswer(body, headers, keep = []) {
+  const wanted = new Set([...KEPT_HEADERS, ...keep.map((name) => name.toLowerCase())]);
+  const kept = {};
+  for (const [name, value] of headers) {
+    const lower = String(name).toLowerCase();
+    if (wanted.has(lower) && !(lower in kept) && value !== undefined)
+      kept[lower] = Array.isArray(value) ? value.join(', ') : String(value);
+  }
+  const stored = { [STORED_MARK]: 1, headers: kept };
+  if (body.length === 0) return stored;
+  let text;
+  try {
+    text = utf8.decode(body);
+  } catch {
+    stored.base64 = Buffer.from(body).toString('base64');
+    return stored;
+  }
+  if (isJsonType(kept['content-type'])) {
+    try {
+      stored.body = JSON.parse(text);
+      return stored;
+    } catch {
+      // sent as JSON, but not JSON: kept as its text
+    }
+  }
+  stored.text = text;
+  return stored;
+}
+
+// The replay of what complete() stored: { headers (lower-case names), body (a Buffer), value
+// (the JSON value or the text; undefined for bytes or no body, for replayHeaders) }. A value
+// stored without the mark (before it existed) is a JSON body, replayed as application/json.
+export function replayOf(response) {
+  if (response !== null && typeof response === 'object' && response[STORED_MARK] === 1) {
+    const headers = { ...response.headers };
+    if ('body' in response)
+      return { headers, body: Buffer.from(JSON.stringify(response.body)), value: response.body };
+    if ('text' in response)
+      return { headers, body: Buffer.from(response.text, 'utf8'), value: response.text };
+    if ('base64' in response)
+      return { headers, body: Buffer.from(response.base64, 'base64'), value: undefined };
+    return { headers, body: Buffer.alloc(0), value: undefined };
+  }
+  const text = response === undefined || response === null ? '' : JSON.stringify(response);
+  return { headers: { 'content-type': 'application/json' }, body: Buffer.from(text),
+    value: response };
+}
