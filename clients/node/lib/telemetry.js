@@ -9,7 +9,9 @@
 //   carry customer data), idempotency.outcome (new, replay, in_progress, mismatch, too_old;
 //   absent when the call failed before the server answered the claim), idempotency.replayed,
 //   idempotency.attempt, idempotency.round_trips (the helper's own, not the work's),
-//   idempotency.http_status (409, 422, ... for an error that has one), error.type;
+//   idempotency.http_status (409, 422, ... for an error that has one), error.type, and for
+//   the middleware ("idempotency middleware") http.response.status_code, the status it
+//   answered with (a 409 or 422 of its own is an answer there, not an error);
 // an error thrown to the caller (the 409 of a key in progress, the 422 of a mismatch
 // included) is recorded on the span, whose status is then ERROR.
 // Metrics (OpenTelemetry's names): idempotency.client.claims (a counter) and
@@ -68,7 +70,8 @@ export function noteRoundTrip() {
 }
 
 // observed(helper, scope, key, run, outcomeOf): run()'s promise, inside a span when telemetry
-// is on. outcomeOf(result) gives { outcome, attempt } of a call that returned.
+// is on. outcomeOf(result) gives { outcome, attempt, status } of a call that returned (status:
+// the HTTP status the middleware answered with).
 export function observed(helper, scope, key, run, outcomeOf) {
   if (!enabled) return run();
   if (instruments === null) instruments = makeInstruments();
@@ -78,7 +81,8 @@ export function observed(helper, scope, key, run, outcomeOf) {
   return instruments.tracer.startActiveSpan(`idempotency ${helper}`, { attributes }, (span) => {
     const count = { n: 0 };
     return roundTrips.run(count, run).then((result) => {
-      const { outcome, attempt } = outcomeOf(result);
+      const { outcome, attempt, status } = outcomeOf(result);
+      if (status !== undefined) span.setAttribute('http.response.status_code', status);
       finish(span, helper, outcome, attempt, count.n, started, null);
       return result;
     }, (err) => {

@@ -7,6 +7,8 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
+import express from 'express';
+import pg from 'pg';
 import { context, SpanStatusCode, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import {
@@ -16,10 +18,10 @@ import {
   BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import {
-  configureTelemetry, KeyInProgressError, KeyMismatchError, reserve, runExternal, runOnce,
-  telemetryAvailable,
+  configureTelemetry, idempotencyMiddleware, KeyInProgressError, KeyMismatchError, reserve,
+  runExternal, runOnce, telemetryAvailable,
 } from '../index.js';
-import { connect, databases } from './db.js';
+import { connect, databases, serve } from './db.js';
 
 const spans = new InMemorySpanExporter();
 const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
@@ -121,6 +123,44 @@ test('a span per call: outcome, attempt, round trips; replay, 409 and 422 told a
   const duration = points.find((m) => m.descriptor.name === 'idempotency.client.duration');
   assert.equal(duration.descriptor.unit, 's');
   assert.equal(duration.dataPoints.reduce((n, p) => n + p.value.count, 0), 6);
+});
+
+test('the middleware: a span per request with the outcome and the status it answered', async () => {
+  configureTelemetry({ tracerProvider, meterProvider });
+  spans.reset();
+  const pool = new pg.Pool({ database: db, max: 2 });
+  const app = express();
+  app.use(express.json());
+  app.post('/orders', idempotencyMiddleware({ pool, scope: 'telemetry_http' }),
+    (req, res) => { res.status(201).json({ item: req.body.item }); });
+  const served = await serve(app);
+  const post = (key, item) => fetch(`${served.base}/orders`, { method: 'POST',
+    headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ item }) });
+  try {
+    const key = randomUUID();
+    assert.equal((await post(key, 'lamp')).status, 201);
+    assert.equal((await post(key, 'lamp')).status, 201);
+    assert.equal((await post(key, 'sofa')).status, 422);
+    const held = randomUUID();
+    await holder.query('BEGIN');
+    await reserve(holder, 'telemetry_http', held);
+    assert.equal((await post(held, 'lamp')).status, 409);
+    await holder.query('ROLLBACK');
+  } finally {
+    await served.close();
+    await pool.end();
+  }
+  const got = finished().filter((s) => s.name === 'idempotency middleware');
+  assert.deepEqual(got.map((s) => [attrs(s)['idempotency.outcome'],
+    attrs(s)['http.response.status_code'], attrs(s)['idempotency.replayed']]), [
+    ['new', 201, false], ['replay', 201, true], ['mismatch', 422, false],
+    ['in_progress', 409, false],
+  ]);
+  for (const s of got) {
+    assert.equal(attrs(s)['idempotency.scope'], 'telemetry_http');
+    assert.ok(!('idempotency.key' in attrs(s)));
+  }
 });
 
 test('the key only when asked; nothing when disabled', async () => {
