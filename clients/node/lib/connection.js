@@ -25,8 +25,8 @@
 // statement a round trip, every value bound.
 import { ClientEncodingError, ConnectionLostError, IdempotencyError, typedError,
   TransactionAbortedError } from './errors.js';
-// Registers the translation of a missing function or schema of the extension (lib/versions.js).
 import { noteRoundTrip } from './telemetry.js';
+// Registers the translation of a missing function or schema of the extension (lib/versions.js).
 import './versions.js';
 
 // The node-postgres versions this module is tested with (package.json's peerDependencies.pg,
