@@ -4,7 +4,7 @@
 //   api     the API is installed, no SDK registered (its no-op tracer and meter)
 //   sdk     an SDK registered: BasicTracerProvider with a BatchSpanProcessor into an exporter
 //           that drops the spans, a MeterProvider with a reader that is never collected
-// Prints "MODE calls/s". bench/telemetry.sh runs the modes in rotated rounds.
+// Prints "MODE calls/s CPU-microseconds/call". bench/telemetry.sh runs the modes in rotated rounds.
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 
@@ -30,10 +30,14 @@ await client.connect();
 const options = { scope: 'bench_telemetry', statement: 'SELECT $1::text AS item', params: ['x'] };
 for (let i = 0; i < 200; i++) await runOnce(client, { ...options, key: randomUUID() }); // warm-up
 let calls = 0;
+const cpu = process.cpuUsage();
 const end = performance.now() + seconds * 1000;
 while (performance.now() < end) {
   await runOnce(client, { ...options, key: randomUUID() });
   calls += 1;
 }
+const used = process.cpuUsage(cpu);
 await client.end();
-console.log(`${mode} ${(calls / seconds).toFixed(0)}`);
+// calls per second, and the client process's CPU microseconds per call (user + system): the
+// instrumentation's own cost, less exposed to the machine's noise than the throughput
+console.log(`${mode} ${(calls / seconds).toFixed(0)} ${((used.user + used.system) / calls).toFixed(1)}`);
