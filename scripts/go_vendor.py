@@ -58,6 +58,24 @@ def go_version(module_dir):
     return None
 
 
+def source_of(gocode, module):
+    """The folder of module's sources in gocode, or None. A major version's module
+    (github.com/labstack/echo/v4) may be packaged without its /vN folder; its go.mod names it."""
+    source = os.path.join(gocode, module)
+    if os.path.isdir(source):
+        return source
+    m = re.match(r"^(.+)/v[0-9]+$", module)
+    if m:
+        bare = os.path.join(gocode, m.group(1))
+        try:
+            with open(os.path.join(bare, "go.mod"), encoding="utf-8") as f:
+                if re.search(r"^module\s+" + re.escape(module) + r"\s*$", f.read(), re.M):
+                    return bare
+        except FileNotFoundError:
+            pass
+    return None
+
+
 def packages(module, root):
     """The module's importable packages: folders with non-test .go files, nested modules,
     testdata and hidden folders left out."""
@@ -88,8 +106,8 @@ def main():
             source = os.path.normpath(os.path.join(module_dir, target))
             lines.append(f"# {module} {version} => {target}")
         else:
-            source = os.path.join(gocode, module)
-            if not os.path.isdir(source):
+            source = source_of(gocode, module)
+            if source is None:
                 sys.exit(f"go_vendor: {module} is not in {gocode} (install its Debian package, "
                          f"golang-{module.split('/', 1)[-1].replace('/', '-').lower()}-dev or similar)")
             lines.append(f"# {module} {version}")

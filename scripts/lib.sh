@@ -24,20 +24,24 @@ export IDEM_ROOT
 # Debian packages the build, the demo and the test suites need. libkrb5-dev: Debian's
 # libpq-be.h (server headers of 15) includes gssapi.h, and postgresql-server-dev-15 does not
 # pull it in. flex: the managed suite builds pg_tle, whose GUC file parser is generated.
+# locales: the managed suite's servers speak German and Japanese (ensure_locale).
 IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
   postgresql-15-partman postgresql-15-wal2json postgresql-15-cron python3-yaml libssl-dev
   libgtest-dev cmake g++ make pkg-config clang libclang-rt-14-dev gnuplot-nox libipc-run-perl
   pgbouncer postgresql-15-auto-failover pg-auto-failover-cli python3-psycopg python3-pytest
   python3-setuptools python3-pip libkrb5-dev python3-venv python3-wheel curl
   python3-psycopg-pool python3-starlette python3-fastapi python3-httpx python3-flask
-  python3-django python3-psycopg2 flex python3-prometheus-client"
+  python3-django python3-psycopg2 flex locales python3-prometheus-client"
 
 # Debian packages of the suites that install them when they run (scripts/test.sh's go, java
 # and browser suites, test/packaging/run.sh); .ci/run installs them all at once beforehand.
 # shellcheck disable=SC2034 # used by the scripts that source this file
-GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
+GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev
+  golang-github-gin-gonic-gin-dev golang-github-labstack-echo-dev golang-github-go-chi-chi-dev"
 # shellcheck disable=SC2034
-JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
+JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5
+  maven libsurefire-java libmaven-compiler-plugin-java libmaven-jar-plugin-java
+  libmaven-install-plugin-java libmaven-resources-plugin-java"
 # shellcheck disable=SC2034
 BROWSER_PACKAGES="chromium"
 # shellcheck disable=SC2034
@@ -91,6 +95,18 @@ timed_step() {
 # is waited for rather than failed on.
 APT_LOCK_WAIT=(-o DPkg::Lock::Timeout=600)
 apt_updated=0
+# ensure_locale NAME...: each locale (de_DE.UTF-8) in the system's locale archive, compiled
+# with localedef (Debian's locales package) as root when missing: a server's lc_messages can
+# only name a locale the system has.
+ensure_locale() {
+  local name
+  for name in "$@"; do
+    locale -a 2>/dev/null | grep -qix "${name/UTF-8/utf8}" && continue
+    is_root || { echo "the locale $name is missing, and only root can add it" >&2; return 1; }
+    localedef -i "${name%%.*}" -f UTF-8 "$name" || return 1
+  done
+}
+
 apt_install() {
   local what="apt-get install $*"
   [[ ${#what} -le 72 ]] || what="${what:0:69}..."

@@ -8,6 +8,8 @@
 #   pg_idempotency-<version>-py3-none-any.whl, pg-idempotency-<version>.tar.gz
 #                                                  (python3 -m build --no-isolation)
 #   idempotency-client-<version>.tgz               (npm pack)
+#   idempotency-client-<version>.jar, .pom         (mvn package, offline against Debian's
+#                                                  Maven repository: the Java client)
 #   goproxy/                                       (the Go modules clients/go and
 #                                                  clients/go/pgxv4 at v<version>, as a
 #                                                  GOPROXY=file:// tree)
@@ -23,7 +25,8 @@
 # version the tree declares (an unreleased one included). The .deb, the wheel, the sdist and the
 # npm tarball are built from the files git knows in the working tree (tracked, or new and not
 # ignored), the zip from HEAD (git archive). Needs Debian's postgresql-server-dev-all,
-# debhelper, python3-build and npm (the packaging suite of scripts/test.sh installs them).
+# debhelper, python3-build, npm, maven and its plugins (the packaging and java suites of
+# scripts/test.sh install them).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=$ROOT/build/dist
@@ -83,6 +86,8 @@ expect clients/node/lib/versions.js "CLIENT_VERSION" \
   "$(sed -nE "s/^export const CLIENT_VERSION = '(.*)';$/\1/p" "$ROOT/clients/node/lib/versions.js")"
 expect clients/node/lib/versions.js "the newest of EXTENSION_VERSIONS" \
   "$(sed -nE "s/^export const EXTENSION_VERSIONS = Object.freeze\(\['.*', '(.*)'\]\);$/\1/p" "$ROOT/clients/node/lib/versions.js")"
+expect clients/java/pom.xml "the project's version" \
+  "$(sed -nE '0,/<artifactId>idempotency-client<\/artifactId>/d; s#^  <version>(.*)</version>$#\1#p' "$ROOT/clients/java/pom.xml" | head -n1)"
 GO_MODULE=github.com/pgidempotency/idempotency/clients/go
 expect clients/go/pgxv4/go.mod "the version of $GO_MODULE it requires" \
   "$(sed -nE "s#^\t$GO_MODULE v([^ ]+)\$#\1#p" "$ROOT/clients/go/pgxv4/go.mod")"
@@ -98,7 +103,8 @@ echo "release.sh: every version marker says $VERSION"
 # ---- the artifacts --------------------------------------------------------------------------
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-rm -f "$OUT"/*.deb "$OUT"/*.zip "$OUT"/*.whl "$OUT"/*.tar.gz "$OUT"/*.tgz "$OUT"/SHA256SUMS
+rm -f "$OUT"/*.deb "$OUT"/*.zip "$OUT"/*.whl "$OUT"/*.tar.gz "$OUT"/*.tgz "$OUT"/*.jar \
+  "$OUT"/*.pom "$OUT"/SHA256SUMS
 rm -rf "$OUT/goproxy"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idem-release.XXXXXX")
 # The package build's regression run starts a server as the postgres user: it reads the tree.
@@ -131,6 +137,13 @@ echo "==> the npm tarball (npm pack)"
 export_tree "$WORK/npm"
 (cd "$WORK/npm/clients/node" && npm pack --silent --pack-destination "$OUT" >/dev/null)
 
+echo "==> the Java jar and pom (mvn package, offline)"
+export_tree "$WORK/java"
+(cd "$WORK/java/clients/java" && mvn -B -q -s maven-settings.xml -Dmaven.repo.local="$WORK/m2" \
+  -DskipTests package) >"$WORK/java.log" 2>&1 || { tail -n 30 "$WORK/java.log" >&2; exit 1; }
+cp "$WORK/java/clients/java/target/idempotency-client-$VERSION.jar" "$OUT/"
+cp "$WORK/java/clients/java/pom.xml" "$OUT/idempotency-client-$VERSION.pom"
+
 echo "==> the Go modules (a GOPROXY file tree)"
 export_tree "$WORK/go"
 for dir in clients/go clients/go/pgxv4; do
@@ -139,7 +152,7 @@ for dir in clients/go clients/go/pgxv4; do
 done
 
 (cd "$OUT" && find goproxy -name '*.zip' -print0 | sort -z |
-  xargs -0 sha256sum -- *.deb *.zip *.whl *.tar.gz *.tgz >SHA256SUMS)
+  xargs -0 sha256sum -- *.deb *.zip *.whl *.tar.gz *.tgz *.jar *.pom >SHA256SUMS)
 echo "release.sh: $VERSION written to $OUT:"
 sed 's/^/  /' "$OUT/SHA256SUMS"
 # A Go module in a subfolder is published by a tag named after the folder.

@@ -307,15 +307,19 @@ run_clients_node() {
 
 # go: the Go client (clients/go) and its example service (examples/http-go) under go vet and
 # go test, in module mode and offline: the client's module (the standard library only) as a
-# user's build sees it, then the modules that need drivers (clients/go/drivertest: the tests
-# against the test cluster on pgx v4 and lib/pq; the pgxv4 adapter; examples/http-go) with
-# -mod=vendor over vendor folders that scripts/go_vendor.py links to the Go sources of Debian's
-# packages (/usr/share/gocode), which it installs when missing; no module proxy is asked. The
-# restart test restarts the test cluster (IDEM_GO_RESTART). Counts: go test -v's top-level
-# "--- PASS" / "--- FAIL" lines; a vet or build failure fails the suite.
+# user's build sees it, then the modules that need drivers or routers (clients/go/drivertest:
+# the tests against the test cluster on pgx v4 and lib/pq, and drivertest/frameworks: the gin
+# and echo adapters and chi as routers; the pgxv4 adapter; examples/http-go) with -mod=vendor
+# over vendor folders that scripts/go_vendor.py links to the Go sources of Debian's packages
+# (/usr/share/gocode), which it installs when missing; no module proxy is asked. The restart
+# tests restart the test cluster (IDEM_GO_RESTART: -m fast; IDEM_GO_CRASH: -m immediate).
+# Counts: go test -v's top-level "--- PASS" / "--- FAIL" lines; a vet or build failure fails
+# the suite.
 run_go() {
-  local log=$LOGS/go.log rc=0 passed failed skipped missing restart dir
+  local log=$LOGS/go.log rc=0 passed failed skipped missing restart crash dir
   local go=$IDEM_ROOT/clients/go example=$IDEM_ROOT/examples/http-go
+  local adapters=(github.com/pgidempotency/idempotency/clients/go/idemgin
+    github.com/pgidempotency/idempotency/clients/go/idemecho)
   log "go: the Go client (go vet, go test)"
   # shellcheck disable=SC2086 # word splitting of the list is intended
   missing=$(missing_packages $GO_PACKAGES | tr '\n' ' ')
@@ -324,7 +328,11 @@ run_go() {
     return
   fi
   restart="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m fast -w restart"
-  if is_root; then restart="cd / && runuser -u postgres -- $restart"; fi
+  crash="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m immediate -w restart"
+  if is_root; then
+    restart="cd / && runuser -u postgres -- $restart"
+    crash="cd / && runuser -u postgres -- $crash"
+  fi
   (
     export GO111MODULE=on GOFLAGS= GOPROXY=off GOCACHE=$IDEM_ROOT/build/go-cache \
       GOPATH=$IDEM_ROOT/build/gopath
@@ -334,10 +342,10 @@ run_go() {
       /usr/bin/python3 "$IDEM_ROOT/scripts/go_vendor.py" "$dir" || exit 1
     done
     (cd "$go" && go vet ./... && go test -count=1 -v ./...) || exit 1
-    export GOFLAGS=-mod=vendor PGDATABASE=postgres IDEM_GO_RESTART=$restart
+    export GOFLAGS=-mod=vendor PGDATABASE=postgres IDEM_GO_RESTART=$restart IDEM_GO_CRASH=$crash
     (cd "$go/pgxv4" && go vet ./...) || exit 1
     (cd "$example" && go vet ./...) || exit 1
-    (cd "$go/drivertest" && go vet ./...) || exit 1
+    (cd "$go/drivertest" && go vet ./... "${adapters[@]}") || exit 1
     for dir in "$go/drivertest" "$example"; do
       (cd "$dir" && timeout -k 10 "$TIMEOUT" go test -count=1 -p 1 -v -timeout "${TIMEOUT}s" ./...) ||
         rc=1
@@ -354,13 +362,14 @@ run_go() {
 
 # java: the Java client (clients/java: JDBC over Debian's pgjdbc, the Jakarta servlet filter in
 # an embedded Tomcat 10.1) under JUnit 5, against the test cluster over its Unix socket; the
-# restart test restarts the test cluster (IDEM_JAVA_RESTART). Built
-# offline with javac against /usr/share/java (clients/java/build.sh); installs its Debian
-# packages when missing. Counts: the console launcher's "tests successful" / "tests failed"
-# summary; a build failure fails the suite.
+# restart test restarts the test cluster (IDEM_JAVA_RESTART). Built and tested by Maven
+# (clients/java/pom.xml, mvn test) offline: clients/java/maven-settings.xml sends every
+# repository to Debian's /usr/share/maven-repo, the local repository is build/m2; installs its
+# Debian packages when missing. Counts: Surefire's "Tests run: N, Failures: F, Errors: E,
+# Skipped: S" summary; a build failure fails the suite.
 run_java() {
-  local log=$LOGS/java.log rc=0 passed failed skipped missing restart
-  log "java: the Java client (javac, JUnit 5)"
+  local log=$LOGS/java.log rc=0 line total failures errors skipped passed failed missing restart
+  log "java: the Java client (mvn test, JUnit 5)"
   # shellcheck disable=SC2086 # word splitting of the list is intended
   missing=$(missing_packages $JAVA_PACKAGES | tr '\n' ' ')
   if [[ -n ${missing// /} ]] && ! apt_install $missing >"$LOGS/java-apt.log" 2>&1; then
@@ -369,13 +378,16 @@ run_java() {
   fi
   restart="$PGBIN/pg_ctl -D $CLUSTER_DATA -l $CLUSTER_LOG -m fast -w restart"
   if is_root; then restart="cd / && runuser -u postgres -- $restart"; fi
-  PGDATABASE=postgres IDEM_JAVA_RESTART=$restart timeout -k 10 "$TIMEOUT" \
-    bash "$IDEM_ROOT/clients/java/build.sh" test >"$log" 2>&1 </dev/null || rc=$?
-  grep -E '\[X\]|tests (successful|failed)|error:' "$log" | tail -n 20
-  passed=$(sed -nE 's/^\[ *([0-9]+) tests successful *\]$/\1/p' "$log" | tail -n1)
-  failed=$(sed -nE 's/^\[ *([0-9]+) tests failed *\]$/\1/p' "$log" | tail -n1)
-  skipped=$(sed -nE 's/^\[ *([0-9]+) tests skipped *\]$/\1/p' "$log" | tail -n1)
-  passed=${passed:-0} failed=${failed:-0} skipped=${skipped:-0}
+  # (no maven-clean-plugin in Debian 12: target/ is removed by hand)
+  (cd "$IDEM_ROOT/clients/java" && rm -rf target && PGDATABASE=postgres IDEM_JAVA_RESTART=$restart \
+    timeout -k 10 "$TIMEOUT" mvn -B -s maven-settings.xml -Dmaven.repo.local="$IDEM_ROOT/build/m2" \
+      test) >"$log" 2>&1 </dev/null || rc=$?
+  grep -E '<<< (FAILURE|ERROR)|Tests run:.*Fail|COMPILATION ERROR|BUILD (SUCCESS|FAILURE)' "$log" | tail -n 20
+  # the last summary: "[INFO] Tests run: 120, Failures: 0, Errors: 0, Skipped: 0"
+  line=$(grep -E '^\[[A-Z]+\] Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+, Skipped: [0-9]+$' "$log" | tail -n1)
+  read -r total failures errors skipped < <(sed -E 's/.*Tests run: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+), Skipped: ([0-9]+)/\1 \2 \3 \4/' <<<"${line:-Tests run: 0, Failures: 0, Errors: 0, Skipped: 0}")
+  failed=$((failures + errors))
+  passed=$((total - failed - skipped))
   if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
   record java "$passed" "$failed" "$( ((skipped == 0)) || echo "$skipped skipped, ")log ${log#"$IDEM_ROOT"/}"
 }

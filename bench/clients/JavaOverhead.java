@@ -17,9 +17,9 @@
 // from /proc/self/task/*/schedstat) and its backend's CPU are divided by its requests. Writes each round's figures per variant
 // (microseconds per request) as JSON.
 
-import idempotency.Fingerprint;
-import idempotency.IdempotencyClient;
-import idempotency.UnixSocketFactory;
+import io.github.pgidempotency.idempotency.Fingerprint;
+import io.github.pgidempotency.idempotency.IdempotencyClient;
+import io.github.pgidempotency.idempotency.UnixSocketFactory;
 import java.lang.reflect.Proxy;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;

@@ -177,10 +177,13 @@ const OutcomeMismatch
 const OutcomeNew
 const OutcomeReplay
 const OutcomeTooOld
+const ProblemTypeBase
 const StoredMark
 field Answer.Body
 field Answer.Headers
 field Answer.Status
+field AnswerOptions.Documentation
+field AnswerOptions.Legacy
 field Attempt.Attempt
 field Attempt.RecoveryPoint
 field Attempt.Reservation
@@ -218,6 +221,7 @@ field KeyHeaderError.Code
 field KeyHeaderError.Message
 field KeyMalformedError.Bytes
 field KeyMalformedError.What
+field MiddlewareOptions.Answers
 field MiddlewareOptions.Exclude
 field MiddlewareOptions.KeepHeaders
 field MiddlewareOptions.Key
@@ -314,7 +318,9 @@ func StatementParams
 func StoredAnswer
 func TxFrom
 func Watermark
+func WithPipeliner
 func WriteAnswer
+method Answer.Write
 method Attempt.Checkpoint
 method ClaimObserverFunc.ObserveClaim
 method Client.ApplyOnce
@@ -344,6 +350,7 @@ method OutcomeError.RetryAfter
 method Position.String
 method PositionBelowWatermarkError.Error
 type Answer
+type AnswerOptions
 type Attempt
 type Claim
 type ClaimEvent
@@ -362,6 +369,7 @@ type KeyMalformedError
 type Logger
 type MiddlewareOptions
 type OneStatement
+type Option
 type Outcome
 type OutcomeError
 type Pipeliner
@@ -379,6 +387,7 @@ type StatementOptions
 type StatementResult
 type Work
 var ErrScopeMissing
+var ProblemTitles
 `
 
 func must(t testing.TB, err error) {

@@ -182,9 +182,10 @@ func nullableInt(attempt int) interface{} {
 
 // session is one server connection taken from the pool for a claim.
 type session struct {
-	conn *sql.Conn
-	open bool // a transaction is open on it
-	bad  bool // discard it (broken, or its state unknown)
+	conn       *sql.Conn
+	pipeliners []Pipeliner // the client's own (WithPipeliner), before the registered ones
+	open       bool        // a transaction is open on it
+	bad        bool        // discard it (broken, or its state unknown)
 }
 
 // release gives the connection back to the pool, or closes it if it is broken or its
@@ -226,7 +227,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 		}
 		return nil, &Error{Code: CodeConnectionLost, Message: "no connection to the server: " + err.Error(), Err: err}
 	}
-	return &session{conn: conn}, nil
+	return &session{conn: conn, pipeliners: c.pipeliners}, nil
 }
 
 // Statement is one statement of a pipeline: its text and its parameters as text (nil: NULL).
@@ -247,7 +248,8 @@ type StatementResult struct {
 // protocol: the server skips the rest after a failed statement) on a driver's connection, with
 // their parameters bound, and returns each statement's result. handled is false for a
 // connection of a driver it does not know. database/sql has no such call; an adapter for a
-// driver registers one (idempotency/pgxv4 does for pgx v4's stdlib driver).
+// driver gives one: to a Client (WithPipeliner), or to every client (RegisterPipeliner, which
+// the pgxv4 adapter's import does for pgx v4's stdlib driver).
 type Pipeliner func(ctx context.Context, driverConn interface{}, statements []Statement) (results []StatementResult, handled bool, err error)
 
 var (
@@ -265,11 +267,13 @@ func RegisterPipeliner(p Pipeliner) {
 
 func text(v string) *string { return &v }
 
-// pipeline runs statements on conn in one round trip when a Pipeliner handles its driver;
-// ok is false when none does (the caller sends them one by one).
-func pipeline(ctx context.Context, conn *sql.Conn, statements []Statement) (rows []StatementResult, ok bool, err error) {
+// pipeline runs statements on s's connection in one round trip when a Pipeliner handles its
+// driver (the client's own first, then the registered ones); ok is false when none does (the
+// caller sends them one by one).
+func (s *session) pipeline(ctx context.Context, statements []Statement) (rows []StatementResult, ok bool, err error) {
+	conn := s.conn
 	pipelinersMu.RLock()
-	ps := pipeliners
+	ps := append(append([]Pipeliner(nil), s.pipeliners...), pipeliners...)
 	pipelinersMu.RUnlock()
 	if len(ps) == 0 {
 		return nil, false, nil

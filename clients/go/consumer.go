@@ -88,7 +88,7 @@ func (c *Client) inTransaction(ctx context.Context, first string, args []string,
 	for i := range args {
 		params[i] = &args[i]
 	}
-	results, piped, err := pipeline(ctx, s.conn, []Statement{{SQL: sqlBegin}, {SQL: first, Args: params}})
+	results, piped, err := s.pipeline(ctx, []Statement{{SQL: sqlBegin}, {SQL: first, Args: params}})
 	if !piped {
 		return inSQLTx(ctx, s, first, args, then)
 	}
@@ -110,7 +110,7 @@ func (c *Client) inTransaction(ctx context.Context, first string, args []string,
 		s.rollback()
 		return false, translate(err)
 	}
-	results, _, err = pipeline(ctx, s.conn, []Statement{{SQL: sqlCommit}})
+	results, _, err = s.pipeline(ctx, []Statement{{SQL: sqlCommit}})
 	if err != nil {
 		s.bad = true // a COMMIT that broke may have committed: a redelivery then gives false
 		return false, s.note(err)

@@ -29,12 +29,8 @@ import (
 	"unicode/utf8"
 )
 
-var (
-	uuidHeaderRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	tokenRE      = regexp.MustCompile(`^[\x21-\x7e]{1,255}$`) // visible ASCII, no spaces
-)
-
-// KeyHeaderError is a missing or malformed Idempotency-Key header: 400 with {"error": Code}.
+// KeyHeaderError is a missing or malformed Idempotency-Key header (or a missing scope): 400
+// with Code as the answer's "error".
 type KeyHeaderError struct {
 	Code    string // idempotency_key_missing or idempotency_key_malformed
 	Message string
@@ -52,27 +48,8 @@ var ErrScopeMissing error = &KeyHeaderError{"idempotency_scope_missing",
 // for word (test/vectors/http_answers.json, checked by every client's tests).
 const invalidJSONMessage = "the request body is sent as JSON but is not JSON, or is over the limits of the fingerprint"
 
-// ParseIdempotencyKey: a UUID (lower-cased) or a token of 1 to 255 visible ASCII characters;
-// the quoted form of the IETF draft ("...") is accepted too.
-func ParseIdempotencyKey(raw string) (string, error) {
-	if raw == "" {
-		return "", &KeyHeaderError{"idempotency_key_missing", "the Idempotency-Key header is required"}
-	}
-	key := strings.TrimSpace(raw)
-	if len(key) >= 2 && strings.HasPrefix(key, `"`) && strings.HasSuffix(key, `"`) {
-		key = key[1 : len(key)-1]
-	}
-	if uuidHeaderRE.MatchString(key) {
-		return strings.ToLower(key), nil
-	}
-	if !tokenRE.MatchString(key) {
-		return "", &KeyHeaderError{"idempotency_key_malformed",
-			"the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters"}
-	}
-	return key, nil
-}
-
-// Answer is an HTTP answer: status, JSON body, extra headers.
+// Answer is one of the middleware's own answers: status, the {"error": code, "message": ...}
+// of its legacy body, extra headers. It is sent as RFC 9457 problem details (Write).
 type Answer struct {
 	Status  int
 	Body    map[string]string
@@ -119,15 +96,12 @@ func AnswerFor(err error, now time.Time) *Answer {
 	return nil
 }
 
-// WriteAnswer writes a as JSON.
-func WriteAnswer(w http.ResponseWriter, a *Answer) {
-	body, _ := json.Marshal(a.Body)
-	writeJSON(w, a.Status, body, a.Headers)
-}
+// WriteAnswer writes a as problem details, as the middleware does by default.
+func WriteAnswer(w http.ResponseWriter, a *Answer) { a.Write(w, AnswerOptions{}) }
 
-func writeJSON(w http.ResponseWriter, status int, body []byte, headers map[string]string) {
+func writeBody(w http.ResponseWriter, status int, contentType string, body []byte, headers map[string]string) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h.Set("Content-Type", contentType)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	for k, v := range headers {
 		h.Set(k, v)
@@ -184,6 +158,8 @@ type MiddlewareOptions struct {
 	// ReplayHeaders: extra headers of a replay; response is Replay.Value (the JSON body, or the
 	// text as a JSON string; nil for bytes or no body).
 	ReplayHeaders func(status int, response json.RawMessage) map[string]string
+	// Answers: how the middleware's own answers are sent.
+	Answers AnswerOptions
 	// Statement: answer each new key with one statement instead of the handler (which is
 	// then never called, and may be nil): claim, statement and answer in one round trip
 	// (ExecuteOnce in autocommit). See StatementOptions.
@@ -435,9 +411,9 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	now := time.Now
 	fail := func(err error, otherwise *Answer) {
 		if a := AnswerFor(err, now()); a != nil {
-			WriteAnswer(w, a)
+			a.Write(w, o.Answers)
 		} else {
-			WriteAnswer(w, otherwise)
+			otherwise.Write(w, o.Answers)
 		}
 	}
 	scope, err := o.Scope(r)
@@ -458,11 +434,11 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		WriteAnswer(w, problem(400, "body_unreadable", "the request body could not be read", nil))
+		problem(400, "body_unreadable", "the request body could not be read", nil).Write(w, o.Answers)
 		return
 	}
 	if int64(len(body)) > limit {
-		WriteAnswer(w, problem(413, "body_too_large", "the request body is over the limit of the idempotency middleware", nil))
+		problem(413, "body_too_large", "the request body is over the limit of the idempotency middleware", nil).Write(w, o.Answers)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -470,9 +446,9 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) {
-			WriteAnswer(w, problem(400, "invalid_json", invalidJSONMessage, nil))
+			problem(400, "invalid_json", invalidJSONMessage, nil).Write(w, o.Answers)
 		} else {
-			WriteAnswer(w, problem(400, "invalid_request", err.Error(), nil))
+			problem(400, "invalid_request", err.Error(), nil).Write(w, o.Answers)
 		}
 		return
 	}
@@ -541,7 +517,7 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		if IsConnectionLost(endErr) {
 			fail(endErr, nil) // COMMIT may have happened: the retry replays or runs afresh
 		} else {
-			WriteAnswer(w, problem(500, "internal_error", "the request failed; retry with the same Idempotency-Key", nil))
+			problem(500, "internal_error", "the request failed; retry with the same Idempotency-Key", nil).Write(w, o.Answers)
 		}
 		return
 	}
@@ -587,7 +563,7 @@ func (c *Client) serveStatement(w http.ResponseWriter, r *http.Request, o Middle
 	if st.Params != nil { // none: a statement without parameters
 		var err error
 		if params, err = st.Params(r, body); err != nil {
-			WriteAnswer(w, problem(400, "invalid_request", err.Error(), nil))
+			problem(400, "invalid_request", err.Error(), nil).Write(w, o.Answers)
 			return
 		}
 	}
@@ -596,17 +572,17 @@ func (c *Client) serveStatement(w http.ResponseWriter, r *http.Request, o Middle
 	if err != nil {
 		err = translate(err)
 		if IsConnectionLost(err) {
-			WriteAnswer(w, AnswerFor(err, time.Now()))
+			AnswerFor(err, time.Now()).Write(w, o.Answers)
 			return
 		}
 		o.logger().Printf("idempotency: the statement of key %q failed: %v", key, err)
-		WriteAnswer(w, problem(500, "internal_error", "the request failed; retry with the same Idempotency-Key", nil))
+		problem(500, "internal_error", "the request failed; retry with the same Idempotency-Key", nil).Write(w, o.Answers)
 		return
 	}
 	switch reservation.Outcome {
 	case OutcomeNew, OutcomeReplay:
 		writeStored(w, reservation, o, reservation.Outcome == OutcomeReplay)
 	default:
-		WriteAnswer(w, AnswerFor(outcomeError(scope, key, reservation), time.Now()))
+		AnswerFor(outcomeError(scope, key, reservation), time.Now()).Write(w, o.Answers)
 	}
 }

@@ -50,8 +50,9 @@ func TestStatementsMatchTheList(t *testing.T) {
 	}
 }
 
-// No statement text outside statements.go: the package's other files (tests left out) have no
-// string literal that starts like a statement.
+// No statement text outside statements.go and statements_gen.go (generated from the spec):
+// the package's other files (tests left out) have no string literal that starts like a
+// statement.
 func TestStatementsInOneFile(t *testing.T) {
 	statement := regexp.MustCompile("[\"`]\\s*(SELECT|INSERT|UPDATE|DELETE|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE|SET|SHOW)\\b")
 	files, err := filepath.Glob("*.go")
@@ -59,7 +60,7 @@ func TestStatementsInOneFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range append(files, "pgxv4/pgxv4.go") {
-		if strings.HasSuffix(f, "_test.go") || f == "statements.go" {
+		if strings.HasSuffix(f, "_test.go") || f == "statements.go" || f == "statements_gen.go" {
 			continue
 		}
 		text, err := os.ReadFile(f)

@@ -48,7 +48,7 @@ func acceptStatement(p Position) string {
 	if p.uuid {
 		return sqlAcceptUUID
 	}
-	return sqlAcceptInt
+	return sqlAcceptBigint
 }
 
 // Accept is idempotency.accept: true if position is above the partition's watermark (which

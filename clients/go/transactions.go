@@ -30,10 +30,27 @@ type Client struct {
 	ObserveKeys bool
 	features    Features
 	edition     editionCache // the server's edition, once asked (versions.go)
+	pipeliners  []Pipeliner  // WithPipeliner's, tried before the registered ones
+}
+
+// Option configures a Client (New).
+type Option func(*Client)
+
+// WithPipeliner gives the client p (say pgxv4.Pipeline) to send several statements in one
+// round trip, tried before any registered with RegisterPipeliner: an explicit choice, where a
+// test or a program wants no process-wide registration.
+func WithPipeliner(p Pipeliner) Option {
+	return func(c *Client) { c.pipeliners = append(c.pipeliners, p) }
 }
 
 // New returns a Client over db.
-func New(db *sql.DB) *Client { return &Client{DB: db} }
+func New(db *sql.DB, options ...Option) *Client {
+	c := &Client{DB: db}
+	for _, o := range options {
+		o(c)
+	}
+	return c
+}
 
 // Result is the answer of a key: the work's (Replayed false) or the stored one.
 type Result struct {
@@ -85,7 +102,7 @@ func (s *session) finish(ctx context.Context, scope, key string, status int, res
 	if attempt > 0 {
 		attemptArg = text(strconv.Itoa(attempt))
 	}
-	_, ok, err := pipeline(ctx, s.conn, []Statement{
+	_, ok, err := s.pipeline(ctx, []Statement{
 		{SQL: sqlComplete, Args: []*string{&scope, &key, text(strconv.Itoa(status)), responseArg, attemptArg}},
 		{SQL: sqlCommit},
 	})

@@ -36,4 +36,4 @@ export IDEM_JAVA_CLASSPATH=$out/classes:$test_cp
 # The standalone launcher brings the Jupiter engine; the tests' class path is given explicitly.
 exec java -jar "$jars/junit-platform-console-standalone.jar" --disable-banner --disable-ansi-colors \
   --details=tree --details-theme=ascii --fail-if-no-tests \
-  --class-path "$out/test-classes:$out/classes:$test_cp" --select-package idempotency
+  --class-path "$out/test-classes:$out/classes:$test_cp" --select-package io.github.pgidempotency.idempotency

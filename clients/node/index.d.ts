@@ -509,6 +509,16 @@ export interface MiddlewareOptions<Req extends IncomingMessage = IncomingMessage
   /** Headers of the first answer that its replays carry besides Content-Type and Location. */
   keepHeaders?: string[];
   replayHeaders?: (statusCode: number, response: any) => Record<string, string>;
+  /**
+   * The address of the service's idempotency documentation: the middleware's own answers then
+   * carry Link: <address>; rel="describedby".
+   */
+  documentation?: string;
+  /**
+   * true: the middleware's own answers have the body of 0.3.0, { error, message } as
+   * application/json, instead of RFC 9457 problem details (application/problem+json).
+   */
+  legacyAnswers?: boolean;
   /** The largest body the middleware reads itself, in bytes (413 above); default 1 MiB. */
   limit?: number;
   /**

@@ -1,3 +1,5 @@
+-- Assembled by editions/managed/build.sh from editions/managed/src/*.sql: edit those.
+-- ---- src/base.sql
 -- idempotency 0.4.0, managed edition: the key API of the extension in SQL and PL/pgSQL only,
 -- for a managed PostgreSQL that loads no custom library. Installed either by pg_tle
 -- (pgtle.install_extension, then CREATE EXTENSION idempotency) or as a plain script
@@ -28,31 +30,6 @@ CREATE TYPE idempotency.reservation AS (
     locked_until timestamptz,
     expires_at timestamptz
 );
-
--- The key table has the extension's shape exactly (a dump moves between the editions): one
--- row per live (scope, key), partitioned by expires_at; (scope, key) is unique among live
--- rows because every write happens under the key's advisory lock.
-CREATE TABLE idempotency.keys (
-    scope text NOT NULL,
-    key text NOT NULL,
-    state text NOT NULL CHECK (state IN ('processing', 'completed', 'failed')),
-    attempt integer NOT NULL CHECK (attempt > 0),
-    request_hash bytea,
-    status_code integer CHECK (status_code BETWEEN 100 AND 599),
-    response jsonb,
-    recovery_point text,
-    last_error jsonb,
-    first_seen_at timestamptz NOT NULL,
-    completed_at timestamptz,
-    locked_until timestamptz,
-    expires_at timestamptz NOT NULL
-) PARTITION BY RANGE (expires_at);
-ALTER TABLE idempotency.keys REPLICA IDENTITY FULL;
-
-CREATE TABLE idempotency.keys_default PARTITION OF idempotency.keys
-    (PRIMARY KEY (key, scope, expires_at)) DEFAULT;
-
-REVOKE ALL ON idempotency.keys, idempotency.keys_default FROM PUBLIC;
 
 -- === internal helpers (argument checks shared by the calls) ===
 -- The checks are SQL functions of one expression, which the planner inlines into the calling
@@ -225,6 +202,7 @@ AS $$
         ELSE true END
 $$;
 
+-- ---- src/fingerprint.sql
 -- === fingerprints and keys ===
 
 -- The 64-bit hash (scope, key)'s advisory lock is taken on: FNV-1a 64 over the scope's
@@ -486,6 +464,31 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_catalog.sha256(body) $$;
 
+-- ---- src/keys.sql
+-- The key table has the extension's shape exactly (a dump moves between the editions): one
+-- row per live (scope, key), partitioned by expires_at; (scope, key) is unique among live
+-- rows because every write happens under the key's advisory lock.
+CREATE TABLE idempotency.keys (
+    scope text NOT NULL,
+    key text NOT NULL,
+    state text NOT NULL CHECK (state IN ('processing', 'completed', 'failed')),
+    attempt integer NOT NULL CHECK (attempt > 0),
+    request_hash bytea,
+    status_code integer CHECK (status_code BETWEEN 100 AND 599),
+    response jsonb,
+    recovery_point text,
+    last_error jsonb,
+    first_seen_at timestamptz NOT NULL,
+    completed_at timestamptz,
+    locked_until timestamptz,
+    expires_at timestamptz NOT NULL
+) PARTITION BY RANGE (expires_at);
+ALTER TABLE idempotency.keys REPLICA IDENTITY FULL;
+
+CREATE TABLE idempotency.keys_default PARTITION OF idempotency.keys
+    (PRIMARY KEY (key, scope, expires_at)) DEFAULT;
+
+REVOKE ALL ON idempotency.keys, idempotency.keys_default FROM PUBLIC;
 -- === key lifecycle ===
 
 -- The live record of (scope, key) at `now`, as this transaction sees it (all NULL: none).
@@ -984,6 +987,7 @@ FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idempotency._canonical(jsonb, text[]),
     idempotency._check_name(text, text) TO PUBLIC;
 
+-- ---- src/execute_once.sql
 -- === the work inside the claim: one statement ===
 -- execute_once claims the key through reserve; on the outcome 'new' it runs `statement` (one
 -- SELECT, INSERT, UPDATE, DELETE or MERGE) with `params` bound to $1, $2, ... in the caller's
@@ -1002,6 +1006,112 @@ GRANT EXECUTE ON FUNCTION idempotency._canonical(jsonb, text[]),
 -- is handed over in a transaction-local setting (idempotency_managed.param_N) and read back
 -- by the EXECUTE, cast to the catalog's type of its parameter.
 
+-- The number of statements `statement` holds, counted as the server's parser counts them
+-- (semicolons outside string constants, quoted identifiers, dollar quotes and comments end a
+-- statement, and one of white space and comments only is none), and where the first one's
+-- semicolon is (first_end; NULL when none ends with one). Read as the server's lexer
+-- reads SQL (nested /* */ comments, E'' and U&'' strings, a backslash in '' strings when
+-- standard_conforming_strings is off, $tag$ quotes, identifiers holding $); the count holds
+-- for text the server's parser accepts. No server message is read: its wording follows
+-- lc_messages.
+CREATE FUNCTION idempotency._statement_count(statement text, OUT count integer,
+    OUT first_end integer)
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    pos integer := 1;
+    len integer := length(statement);
+    rest text;
+    token text;
+    tag text;
+    depth integer;
+    open boolean := false;
+    plain_string constant text := CASE WHEN current_setting('standard_conforming_strings') = 'on'
+        THEN E'^(?:[bBxXnN]|[uU]&)?''(?:''''|[^''])*'''
+        ELSE E'^(?:[bBxXnN]|[uU]&)?''(?:''''|\\\\.|[^''\\\\])*''' END;
+BEGIN
+    count := 0;
+    WHILE pos <= len LOOP
+        rest := substr(statement, pos);
+        -- White space and comments.
+        token := substring(rest FROM E'^(?:\\s+|--[^\\n]*)');
+        IF token IS NULL AND left(rest, 2) = '/*' THEN
+            depth := 0;
+            token := '';
+            LOOP
+                IF left(rest, 2) = '/*' THEN
+                    depth := depth + 1; tag := '/*';
+                ELSIF left(rest, 2) = '*/' THEN
+                    depth := depth - 1; tag := '*/';
+                ELSE
+                    tag := substring(rest FROM E'^(?:[^/*]+|.)');
+                END IF;
+                EXIT WHEN tag IS NULL;
+                token := token || tag;
+                rest := substr(rest, length(tag) + 1);
+                EXIT WHEN depth = 0;
+            END LOOP;
+        END IF;
+        IF token IS NOT NULL THEN
+            pos := pos + length(token);
+            CONTINUE;
+        END IF;
+        IF left(rest, 1) = ';' THEN
+            IF open AND count = 1 THEN
+                first_end := pos;
+            END IF;
+            open := false;
+            pos := pos + 1;
+            CONTINUE;
+        END IF;
+        IF NOT open THEN
+            open := true;
+            count := count + 1;
+        END IF;
+        -- One token: a string constant, a quoted identifier, an identifier or key word, a
+        -- parameter, a dollar-quoted string, or any other character.
+        token := coalesce(
+            substring(rest FROM E'^[eE]''(?:''''|\\\\.|[^''\\\\])*'''),
+            substring(rest FROM plain_string),
+            substring(rest FROM E'^(?:[uU]&)?"(?:""|[^"])*"'),
+            substring(rest FROM E'^(?:[A-Za-z_]|[^\\x01-\\x7f])(?:[A-Za-z_0-9$]|[^\\x01-\\x7f])*'),
+            substring(rest FROM E'^\\$[0-9]+'));
+        IF token IS NULL THEN
+            tag := substring(rest FROM E'^\\$(?:(?:[A-Za-z_]|[^\\x01-\\x7f])(?:[A-Za-z_0-9]|[^\\x01-\\x7f])*)?\\$');
+            IF tag IS NOT NULL THEN
+                depth := strpos(substr(rest, length(tag) + 1), tag);
+                token := CASE WHEN depth = 0 THEN rest
+                              ELSE substr(rest, 1, 2 * length(tag) + depth - 1) END;
+            END IF;
+        END IF;
+        pos := pos + coalesce(length(token), 1);
+    END LOOP;
+    RETURN;
+END
+$$;
+
+-- Whether the server's parser reads `statement` as one SELECT, INSERT, UPDATE, DELETE or
+-- MERGE: inside COPY ( ... ) a semicolon that ends a statement does not parse. Nothing runs
+-- and nothing is analysed: a cursor cannot be opened on a COPY (42P11).
+CREATE FUNCTION idempotency._one_statement(statement text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT SECURITY INVOKER
+AS $$
+DECLARE
+    c pg_catalog.refcursor;
+BEGIN
+    OPEN c FOR EXECUTE pg_catalog.concat('COPY (', statement, E'\n) TO STDOUT');
+    CLOSE c;
+    RETURN true;
+EXCEPTION
+    WHEN invalid_cursor_definition THEN
+        RETURN true;
+    WHEN OTHERS THEN
+        RETURN false;
+END
+$$;
+
 -- Prepares `statement` under idempotency_eo_<md5> (`base`), or <base>_n when it returns no
 -- rows, refusing what execute_once does not run, and returns the name. Deallocates the
 -- edition's oldest statements past 64, never one whose statement is running (`running`).
@@ -1011,9 +1121,11 @@ LANGUAGE plpgsql VOLATILE SECURITY INVOKER
 AS $$
 DECLARE
     c pg_catalog.refcursor;
-    multi boolean := false;
+    n integer;
+    counted record;
     types pg_catalog.text[] := '{}';
-    number integer;
+    highest integer;
+    untyped boolean;
     nulls pg_catalog.text;
     first_word pg_catalog.text;
     rest pg_catalog.text;
@@ -1022,28 +1134,38 @@ DECLARE
     old pg_catalog.text;
     plan pg_catalog.jsonb;
 BEGIN
-    IF statement OPERATOR(pg_catalog.~) E'^\\s*$' THEN
-        RAISE EXCEPTION 'idempotency.execute_once runs exactly one statement' USING ERRCODE = '42601',
-            DETAIL = 'The statement text holds 0 statements.';
-    END IF;
-    -- Several statements are told by the server's parser, without running any: a cursor
-    -- cannot be opened on a PREPARE, nor on several statements (the message of the latter
-    -- names no command).
-    IF pg_catalog.strpos(statement, ';') OPERATOR(pg_catalog.>) 0 THEN
-        BEGIN
-            OPEN c FOR EXECUTE pg_catalog.format('PREPARE %I AS %s', base, statement);
-            CLOSE c;
-        EXCEPTION
-            WHEN invalid_cursor_definition THEN
-                multi := pg_catalog.strpos(SQLERRM, 'PREPARE') OPERATOR(pg_catalog.=) 0;
-            WHEN syntax_error THEN
-                NULL;  -- the PREPARE below says why
-        END;
-        IF multi THEN
-            RAISE EXCEPTION 'idempotency.execute_once runs exactly one statement'
-                USING ERRCODE = '42601',
-                DETAIL = 'The statement text holds more than one statement.';
+    -- Exactly one statement, as the extension's parser counts. Where a semicolon may end one,
+    -- the server's parser decides (_one_statement; without running anything): one statement
+    -- with only white space, semicolons and line comments after the first semicolon is that
+    -- statement; text that parses as several (a cursor cannot be opened on a PREPARE of it,
+    -- or a later statement's analysis fails) is refused; a syntax error is left to the
+    -- PREPARE below, which says why. _statement_count counts for the error's detail.
+    counted := idempotency._statement_count(statement);
+    n := counted.count;
+    IF pg_catalog.strpos(statement, ';') OPERATOR(pg_catalog.>) 0
+       AND NOT idempotency._one_statement(statement) THEN
+        IF counted.first_end IS NOT NULL
+           AND pg_catalog.substr(statement, counted.first_end OPERATOR(pg_catalog.+) 1)
+               OPERATOR(pg_catalog.~) E'^(\\s|;|--[^\\n]*)*$'
+           AND idempotency._one_statement(
+                   pg_catalog.left(statement, counted.first_end OPERATOR(pg_catalog.-) 1)) THEN
+            statement := pg_catalog.left(statement, counted.first_end OPERATOR(pg_catalog.-) 1);
+            n := 1;
+        ELSE
+            BEGIN
+                OPEN c FOR EXECUTE pg_catalog.format('PREPARE %I AS %s', base, statement);
+                CLOSE c;
+            EXCEPTION
+                WHEN syntax_error THEN
+                    n := LEAST(n, 1);
+                WHEN OTHERS THEN
+                    n := GREATEST(n, 2);
+            END;
         END IF;
+    END IF;
+    IF n OPERATOR(pg_catalog.<>) 1 THEN
+        RAISE EXCEPTION 'idempotency.execute_once runs exactly one statement' USING ERRCODE = '42601',
+            DETAIL = pg_catalog.format('The statement text holds %s statements.', n);
     END IF;
     -- The statement's first word (past white space, comments and parentheses) tells what
     -- PREPARE refuses with a syntax error: transaction control, or a utility command.
@@ -1082,15 +1204,33 @@ BEGIN
                 END IF;
                 RAISE;
             WHEN indeterminate_datatype THEN
-                -- "could not determine data type of parameter $N": $N is text.
-                number := pg_catalog.substring(SQLERRM, E'\\$([0-9]+)')::pg_catalog.int4;
-                IF number IS NULL OR types[number] IS NOT NULL THEN
+                -- Some parameter past those settled (types) is one no context types: the
+                -- next one is settled. Declared of a type no context takes unless any type
+                -- will do (pg_snapshot), it is refused where a context types it (left to the
+                -- server: unknown) and accepted otherwise (text). Never past the highest $N
+                -- the text holds.
+                IF highest IS NULL THEN
+                    SELECT coalesce(pg_catalog.max(m[1]::pg_catalog.int4), 0) INTO highest
+                      FROM pg_catalog.regexp_matches(statement, E'\\$([0-9]{1,5})', 'g') AS m;
+                END IF;
+                IF pg_catalog.cardinality(types) OPERATOR(pg_catalog.>=) highest THEN
                     RAISE;
                 END IF;
-                WHILE pg_catalog.cardinality(types) OPERATOR(pg_catalog.<) number LOOP
-                    types := pg_catalog.array_append(types, 'pg_catalog.unknown');
-                END LOOP;
-                types[number] := 'pg_catalog.text';
+                BEGIN
+                    EXECUTE pg_catalog.format('PREPARE %I(%s) AS %s', pg_catalog.concat(base, '_t'),
+                        pg_catalog.array_to_string(
+                            pg_catalog.array_append(types, 'pg_catalog.pg_snapshot'), ', '),
+                        statement);
+                    EXECUTE pg_catalog.format('DEALLOCATE %I', pg_catalog.concat(base, '_t'));
+                    untyped := true;
+                EXCEPTION
+                    WHEN indeterminate_datatype THEN
+                        untyped := true;
+                    WHEN OTHERS THEN
+                        untyped := false;
+                END;
+                types := pg_catalog.array_append(types,
+                    CASE WHEN untyped THEN 'pg_catalog.text' ELSE 'pg_catalog.unknown' END);
             WHEN SQLSTATE '42P14' THEN
                 RAISE EXCEPTION 'idempotency.execute_once runs SELECT, INSERT, UPDATE, DELETE and MERGE only'
                     USING ERRCODE = '0A000',
@@ -1379,8 +1519,10 @@ $$;
 REVOKE ALL ON FUNCTION
     idempotency.execute_once(text, text, bytea, text, text[], integer, interval, interval, interval)
 FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION idempotency._statement_prepare(text, text, text[]) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION idempotency._statement_prepare(text, text, text[]),
+    idempotency._statement_count(text), idempotency._one_statement(text) TO PUBLIC;
 
+-- ---- src/streams.sql
 -- === monotonic keys and consumer watermarks ===
 
 -- The extension's tables, shape for shape. A stream's keys come from a sequence of its own
@@ -1746,6 +1888,7 @@ REVOKE ALL ON FUNCTION
     idempotency._set_watermark(text, text, uuid)
 FROM PUBLIC;
 
+-- ---- src/views.sql
 -- === storage, maintenance and operator views ===
 
 CREATE FUNCTION idempotency.partition_bounds(part oid,
@@ -1839,6 +1982,7 @@ CREATE VIEW idempotency.failed_keys AS
 REVOKE ALL ON idempotency.partitions, idempotency.in_flight, idempotency.abandoned,
     idempotency.failed_keys, idempotency.key_locks FROM PUBLIC;
 
+-- ---- src/maintenance.sql
 -- One row per run of maintain(), the last 100 kept; each server's own (keep_local_rows).
 CREATE TABLE idempotency.maintenance_log (
     run bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -7,8 +7,8 @@
 // creates its orders table at start and prints "listening on http://127.0.0.1:PORT" (PORT:
 // the environment's, default 3002; 0 picks a free one).
 
-import idempotency.IdempotencyFilter;
-import idempotency.UnixSocketFactory;
+import io.github.pgidempotency.idempotency.IdempotencyFilter;
+import io.github.pgidempotency.idempotency.UnixSocketFactory;
 import jakarta.servlet.http.HttpServlet;
 import jakarta.servlet.http.HttpServletRequest;
 import jakarta.servlet.http.HttpServletResponse;

@@ -24,13 +24,16 @@ cd "$IDEM_ROOT" || exit 1
 REGRESS_FILES="lifecycle lifecycle_edges claim_once execute_once fingerprint fingerprint_vectors bad_input
   errors watermarks roles views partitions failed_keys expiry"
 # The edition's own tests, of what only it has (editions/managed/sql).
-REGRESS_FILES+=" managed_streams managed_strings managed_execute_once"
+REGRESS_FILES+=" managed_streams managed_strings managed_execute_once managed_any_language"
 ISOLATION_SPECS="reserve_wait takeover rollback_no_trace claim_once_wait accept_concurrent
   repeatable_read maintain_lock takeover_maintain execute_once_race"
 
 PASSED=0
 FAILED=0
 OUT=$MANAGED_DIR/results
+# The edition's version: the extension's (idempotency.control), and the release before it.
+VERSION=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" idempotency.control)
+PREVIOUS=0.3.0
 pass() { PASSED=$((PASSED + 1)); echo "ok     $*"; }
 fail() { FAILED=$((FAILED + 1)); echo "FAILED $*"; }
 check() { # check WHAT COMMAND...: one pass or failure
@@ -76,9 +79,12 @@ install_tle() {
   (cd editions/managed && mpsql_admin -d "$1" -q -f install_pg_tle.sql >/dev/null) &&
     mpsql_admin -d "$1" -q -c "CREATE EXTENSION idempotency"
 }
-install_plain() { mpsql_admin -d "$1" -q -1 -f editions/managed/idempotency--0.4.0.sql; }
+install_plain() { mpsql_admin -d "$1" -q -1 -f "editions/managed/idempotency--$VERSION.sql"; }
 
 # --- the two installs ---------------------------------------------------------------------
+
+check "the install script is what editions/managed/src assembles (editions/managed/build.sh --check)" \
+  bash editions/managed/build.sh --check
 
 # Every object of schema idempotency: kind, name, arguments, result.
 objects_of() {
@@ -105,7 +111,7 @@ new_db managed_tle && check "pg_tle: install_extension + CREATE EXTENSION as a n
 extension_version() { # extension_version DB WANT
   [[ $(mpsql -d "$1" -At -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'") == "$2" ]]
 }
-check "pg_tle: the extension is idempotency 0.4.0" extension_version managed_tle 0.4.0
+check "pg_tle: the extension is idempotency $VERSION" extension_version managed_tle "$VERSION"
 check "pg_tle: every object installed by the admin role, not a superuser" installed_by_non_superuser managed_tle
 no_library() { ! compgen -G "$MANAGED_ROOT$("$PG_CONFIG" --pkglibdir)/idempotency*" >/dev/null; }
 check "pg_tle: no idempotency library exists on this server" no_library
@@ -125,27 +131,111 @@ edition_is() { # edition_is DB WANT: edition|version|installed_as
   [[ $(mpsql_admin -d "$1" -At -c "SELECT edition, version, installed_as FROM ($EDITION_SQL) AS e") == "$2" ]] &&
     [[ $(mpsql_admin -d "$1" -At -c "SELECT functions FROM ($EDITION_SQL) AS e") != *reserve_begin* ]]
 }
-check "the edition statement: pg_tle's install is managed 0.4.0, created as an extension" \
-  edition_is managed_tle "managed|0.4.0|extension"
-check "the edition statement: the plain script is managed 0.4.0, run as a script" \
-  edition_is managed_plain "managed|0.4.0|script"
+check "the edition statement: pg_tle's install is managed $VERSION, created as an extension" \
+  edition_is managed_tle "managed|$VERSION|extension"
+check "the edition statement: the plain script is managed $VERSION, run as a script" \
+  edition_is managed_plain "managed|$VERSION|script"
 new_db managed_none >/dev/null
 check "the edition statement: a database without the edition says none, raising nothing" \
   edition_is managed_none "||"
 
-# An update path through pg_tle: a later version registered with install_update_path, then
-# ALTER EXTENSION UPDATE, as a release after 0.4.0 will ship (here a version that only
-# comments the schema, the mechanism is what is tested).
-update_path() {
-  mpsql_admin -d managed_tle -q \
-    -c "SELECT pgtle.install_update_path('idempotency', '0.4.0', '0.4.0-managed-test',
-          'COMMENT ON SCHEMA idempotency IS ''updated through pg_tle''')" \
-    -c "ALTER EXTENSION idempotency UPDATE TO '0.4.0-managed-test'" &&
-    extension_version managed_tle 0.4.0-managed-test &&
-    [[ $(mpsql -d managed_tle -At -c "SELECT obj_description('idempotency'::regnamespace)") == "updated through pg_tle" ]] &&
-    mpsql_admin -d managed_tle -q -c "SELECT outcome FROM idempotency.reserve('upd', 'k')" >/dev/null
+# --- updates from the previous release ----------------------------------------------------
+# A database at $PREVIOUS (the script that release shipped, test/managed/released/) with a
+# completed key, updated both ways: through pg_tle (update_pg_tle.sql, ALTER EXTENSION UPDATE)
+# and with psql -f of the update script. Each ends with the objects of a new install made the
+# same way (every object of the schema with its definition, privileges and extension
+# membership), keeps its key, and the edition statement reads the new version.
+definitions_of() {
+  mpsql -d "$1" -At <<'SQL'
+SELECT kind || ' ' || name || ' | ' || coalesce(definition, '') || ' | member ' ||
+       EXISTS (SELECT FROM pg_depend d WHERE d.classid = o.classid AND d.objid = o.objid
+               AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e')
+FROM (
+  SELECT 'pg_proc'::regclass AS classid, p.oid AS objid, 'function' AS kind,
+         p.oid::regprocedure::text AS name,
+         pg_get_functiondef(p.oid) || coalesce(p.proacl::text, '') AS definition
+    FROM pg_proc p WHERE p.pronamespace = 'idempotency'::regnamespace
+  UNION ALL
+  SELECT 'pg_class'::regclass, c.oid, 'relation ' || c.relkind::text, c.relname::text,
+         c.relpersistence::text || c.relreplident::text || coalesce(c.relacl::text, '') ||
+         coalesce(pg_get_viewdef(c.oid), '') || coalesce(pg_get_partkeydef(c.oid), '') ||
+         coalesce(pg_get_expr(c.relpartbound, c.oid), '') ||
+         coalesce(array_to_string(c.reloptions, ','), '') ||
+         coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod) ||
+             CASE WHEN a.attnotnull THEN ' not null' ELSE '' END ||
+             coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '') ||
+             coalesce(' collate ' || nullif(a.attcollation, 0)::regcollation::text, '') ||
+             coalesce(' ' || a.attacl::text, ''), ', ' ORDER BY a.attnum)
+           FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+           WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '') ||
+         coalesce((SELECT string_agg(pg_get_indexdef(i.indexrelid), '; ' ORDER BY 1)
+           FROM pg_index i WHERE i.indrelid = c.oid), '') ||
+         coalesce((SELECT string_agg(x.conname || ' ' || pg_get_constraintdef(x.oid), '; ' ORDER BY 1)
+           FROM pg_constraint x WHERE x.conrelid = c.oid), '') ||
+         coalesce((SELECT string_agg(pg_get_triggerdef(t.oid) || ' ' || t.tgenabled::text, '; ' ORDER BY 1)
+           FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal), '')
+    FROM pg_class c WHERE c.relnamespace = 'idempotency'::regnamespace
+  UNION ALL
+  SELECT 'pg_type'::regclass, t.oid, 'type ' || t.typtype::text, t.typname::text,
+         coalesce(t.typacl::text, '') ||
+         coalesce((SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
+                   FROM pg_enum e WHERE e.enumtypid = t.oid), '')
+    FROM pg_type t WHERE t.typnamespace = 'idempotency'::regnamespace
+     AND NOT EXISTS (SELECT FROM pg_class c WHERE c.reltype = t.oid) AND t.typtype <> 'b'
+  UNION ALL
+  SELECT 'pg_namespace'::regclass, n.oid, 'schema', n.nspname::text,
+         coalesce(n.nspacl::text, '') || ' ' || coalesce(obj_description(n.oid, 'pg_namespace'), '')
+    FROM pg_namespace n WHERE n.nspname = 'idempotency'
+) o
+ORDER BY 1;
+SQL
 }
-check "pg_tle: install_update_path + ALTER EXTENSION UPDATE as a non-superuser" update_path
+install_previous_tle() {
+  mpsql_admin -d "$1" -q -v ON_ERROR_STOP=1 >/dev/null <<SQL &&
+\\set prev \`cat test/managed/released/idempotency--$PREVIOUS.sql\`
+SELECT pgtle.install_extension('idempotency', '$PREVIOUS', 'managed edition', :'prev');
+SQL
+    mpsql_admin -d "$1" -q -c "CREATE EXTENSION idempotency"
+}
+with_key() { # a completed key, read back after the update
+  mpsql_admin -d "$1" -q -c "SELECT idempotency.reserve('upd', 'k1')" \
+    -c "SELECT idempotency.complete('upd', 'k1', 201, '{\"id\": 1}')" >/dev/null
+}
+key_kept() {
+  [[ $(mpsql -d "$1" -At -c "SELECT state, status_code, response FROM idempotency.keys WHERE key = 'k1'") == \
+    'completed|201|{"id": 1}' ]]
+}
+update_tle() {
+  (cd editions/managed && mpsql_admin -d "$1" -q -v ON_ERROR_STOP=1 -f update_pg_tle.sql >/dev/null) &&
+    mpsql_admin -d "$1" -q -c "ALTER EXTENSION idempotency UPDATE"
+}
+update_plain() {
+  mpsql_admin -d "$1" -q -v ON_ERROR_STOP=1 -1 -f "editions/managed/idempotency--$PREVIOUS--$VERSION.sql"
+}
+same_objects() { # same_objects FRESH UPDATED
+  definitions_of "$1" >"$OUT/definitions-$1.txt" && definitions_of "$2" >"$OUT/definitions-$2.txt" &&
+    [[ $(wc -l <"$OUT/definitions-$1.txt") -gt 100 ]] &&
+    diff -u "$OUT/definitions-$1.txt" "$OUT/definitions-$2.txt"
+}
+new_db upd_tle >/dev/null && check "pg_tle: $PREVIOUS installed from the script that release shipped" install_previous_tle upd_tle
+check "pg_tle: a key completed at $PREVIOUS" with_key upd_tle
+check "pg_tle: update_pg_tle.sql + ALTER EXTENSION UPDATE as a non-superuser" update_tle upd_tle
+check "pg_tle: the updated extension is idempotency $VERSION" extension_version upd_tle "$VERSION"
+check "pg_tle: the key completed at $PREVIOUS reads back after the update" key_kept upd_tle
+check "the edition statement: pg_tle's updated install is managed $VERSION" \
+  edition_is upd_tle "managed|$VERSION|extension"
+new_db fresh_tle >/dev/null && install_tle fresh_tle >/dev/null
+check "pg_tle: an install updated from $PREVIOUS has the objects of a new install" same_objects fresh_tle upd_tle
+new_db upd_plain >/dev/null &&
+  check "psql -f: $PREVIOUS installed from the script that release shipped" \
+    mpsql_admin -d upd_plain -q -1 -f "test/managed/released/idempotency--$PREVIOUS.sql"
+check "psql -f: a key completed at $PREVIOUS" with_key upd_plain
+check "psql -f: the update script as a non-superuser" update_plain upd_plain
+check "psql -f: the key completed at $PREVIOUS reads back after the update" key_kept upd_plain
+check "the edition statement: the updated plain script is managed $VERSION" \
+  edition_is upd_plain "managed|$VERSION|script"
+new_db fresh_plain >/dev/null && install_plain fresh_plain >/dev/null
+check "psql -f: an install updated from $PREVIOUS has the objects of a new install" same_objects fresh_plain upd_plain
 
 # A role without grants cannot touch keys; DROP EXTENSION leaves nothing behind.
 no_grant() {
@@ -180,6 +270,47 @@ for t in $REGRESS_FILES; do
   mpsql -d postgres -q -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1
 done
 
+# --- any server language ---------------------------------------------------------------------
+# No behaviour of the edition reads the wording of a server message (it follows lc_messages):
+# the sources use SQLERRM only to report it. managed_any_language.sql (execute_once's statement
+# count and parameter typing, whose output holds SQLSTATEs and the edition's own messages
+# only) gives the same output on a server speaking German and Japanese, which it is seen to
+# do (a division by zero is reported in that language).
+message_text_read() { grep -nE 'SQLERRM|MESSAGE_TEXT' editions/managed/src/*.sql | grep -vE 'detail := SQLERRM;'; }
+check "the edition's sources read no server message (SQLERRM, MESSAGE_TEXT) but to report it" \
+  eval '! message_text_read'
+if ensure_locale de_DE.UTF-8 ja_JP.UTF-8 >"$OUT/locales.log" 2>&1; then
+  for lang in de_DE.UTF-8:"Division durch Null" ja_JP.UTF-8:"による除算"; do
+    locale=${lang%%:*} proof=${lang#*:} db=conf_lang_${lang:0:2}
+    mkdir -p "$OUT/$db"
+    if ! { new_db "$db" && conformance_db "$db" &&
+      mpsql -d "$db" -q -c "ALTER DATABASE \"$db\" SET lc_messages TO '$locale'" && install_tle "$db"; } \
+      >"$OUT/$db.install.log" 2>&1; then
+      fail "lc_messages $locale: the edition did not install"
+      sed 's/^/    /' "$OUT/$db.install.log"
+      continue
+    fi
+    spoken=$(mpsql -d "$db" -c "SELECT 1 / 0" 2>&1)
+    if [[ $spoken == *"$proof"* ]]; then
+      pass "lc_messages $locale: the server reports errors in that language ($spoken)"
+    else
+      fail "lc_messages $locale: the server does not speak it: $spoken"
+    fi
+    conformance_run "$db" managed_any_language "$OUT/$db"
+    expected=$(conformance_expected managed_any_language)
+    if conformance_diff "$expected" "$OUT/$db/managed_any_language.out" >"$OUT/$db.diff"; then
+      pass "lc_messages $locale: conformance managed_any_language (${expected#"$IDEM_ROOT"/})"
+    else
+      fail "lc_messages $locale: conformance managed_any_language, diff:"
+      sed 's/^/    /' "$OUT/$db.diff" | head -n 40
+    fi
+    mpsql -d postgres -q -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1
+  done
+else
+  fail "the locales de_DE.UTF-8 and ja_JP.UTF-8 (ensure_locale)"
+  sed 's/^/    /' "$OUT/locales.log"
+fi
+
 # The isolation specs race two sessions on one key; the edition is installed with psql -f
 # here. pg_isolation_regress's own verdict compares with the extension's expected output
 # only: each result is compared here, as above.
@@ -202,6 +333,79 @@ if new_db conf_iso >/dev/null && conformance_db conf_iso && install_plain conf_i
   done
 else
   fail "conformance isolation: the edition did not install"
+fi
+
+# --- the first hour: docs/managed.md's walk ---------------------------------------------------
+# The blocks of docs/managed.md marked "the managed walk, as ROLE", in page order, in a
+# database of the admin role with the edition installed by psql -f: as the admin role
+# (idem_dbadmin) where the page says admin, as the role it names otherwise. Then: the key the
+# service stored went to a dated partition (maintain() ran at the install), the service's role
+# owns nothing and may not run maintain(), and examples/http-node, started as that role,
+# answers an order and its retry with one order row, running no DDL.
+walk_blocks() { # walk_blocks DIR: DIR/NN-ROLE.sql, one a block
+  awk -v dir="$1" '
+    /^<!-- fragment: the managed walk, as [a-z_]+ / { role = $7; want = 1; next }
+    want && /^```/ {
+      if (open) { open = 0; want = 0; close(file) }
+      else { n++; open = 1; file = sprintf("%s/%02d-%s.sql", dir, n, role) }
+      next
+    }
+    open { print > file }' docs/managed.md
+}
+WALK=$OUT/walk
+mkdir -p "$WALK"
+if { new_db app && install_plain app; } >"$OUT/walk-install.log" 2>&1; then
+  walk_blocks "$WALK"
+  check "docs/managed.md's walk has its blocks (5 or more)" [ "$(find "$WALK" -name '*.sql' | wc -l)" -ge 5 ]
+  for f in "$WALK"/*.sql; do
+    role=${f##*/[0-9][0-9]-}
+    role=${role%.sql}
+    [[ $role == admin ]] && role=idem_dbadmin
+    check "docs/managed.md's walk: block ${f##*/} as $role" \
+      mpsql -U "$role" -d app -q -v ON_ERROR_STOP=1 -f "$f"
+  done
+  in_dated_partition() {
+    [[ $(mpsql -d app -At -c "SELECT tableoid::regclass FROM idempotency.keys WHERE key = 'first-hour-1'") == idempotency.keys_p* ]]
+  }
+  check "the walk: the service's key is in a dated partition, not keys_default" in_dated_partition
+  owns_nothing() {
+    [[ $(mpsql -d app -At -c "SELECT count(*) FROM pg_class WHERE relowner = 'orders_app'::regrole") == 0 ]] &&
+      ! mpsql -U orders_app -d app -q -c "SELECT idempotency.maintain()" 2>/dev/null &&
+      ! mpsql -U orders_app -d app -q -c "CREATE TABLE owned_by_app (a int)" 2>/dev/null
+  }
+  check "the walk: orders_app owns nothing, may not run maintain() nor create a table" owns_nothing
+  example_as_app() {
+    local log=$OUT/walk-example.log url="" pid status
+    scripts/npm_ci.sh examples/http-node >"$OUT/walk-npm.log" 2>&1 || return 1
+    (cd examples/http-node && PGHOST=$MSOCK PGPORT=$MPORT PGUSER=orders_app PGDATABASE=app \
+      HOST=127.0.0.1 PORT=0 exec node src/server.js) >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+      url=$(sed -n 's/^listening on \(http:[^ ]*\).*/\1/p' "$log")
+      [[ -n $url ]] && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    status=1
+    if [[ -n $url ]]; then
+      for _ in 1 2; do
+        curl -sS -o /dev/null -w '%{http_code}\n' -X POST "$url/orders" -H 'Authorization: Bearer alice-token' \
+          -H 'Idempotency-Key: first-hour-http' -H 'Content-Type: application/json' \
+          -d '{"item": "widget", "quantity": 3}'
+      done >"$OUT/walk-codes.txt"
+      [[ $(tr '\n' ' ' <"$OUT/walk-codes.txt") == "201 201 " ]] &&
+        [[ $(mpsql -d app -At -c "SELECT count(*) FROM orders WHERE idempotency_key = 'first-hour-http'") == 1 ]] &&
+        status=0
+    fi
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    [[ $status == 0 ]] || { cat "$log" "$OUT/walk-codes.txt"; }
+    return $status
+  }
+  check "the walk: examples/http-node as orders_app answers an order and its retry, one order row" example_as_app
+else
+  fail "docs/managed.md's walk: the edition did not install"
+  sed 's/^/    /' "$OUT/walk-install.log"
 fi
 
 # --- moving between editions ---------------------------------------------------------------

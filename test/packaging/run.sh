@@ -9,7 +9,8 @@
 #  - with the checkout's own `make install` removed: the .deb installed by README's command, a
 #    cluster that loads only the package's files, CREATE EXTENSION, the regression suite, the
 #    Python client (from the wheel), the Node client (from the tarball) and a Go sample on the
-#    release's Go modules (a burst of one key, one order) against it, ALTER
+#    release's Go modules and a Maven sample on the release's jar (each a burst of one key,
+#    one order) against it, ALTER
 #    EXTENSION UPDATE of a database made at 0.2.0 by the packaged scripts; the package's
 #    autopkgtest (debian/tests) as Debian runs it, `autopkgtest … -- null` against the .deb;
 #    apt-get remove --purge leaves none of the package's files;
@@ -62,6 +63,23 @@ go_sample() {
       go build -o go-sample . && ./go-sample)
 }
 
+# java_sample DIST DIR: the release's jar and pom installed by Maven into a local repository
+# of DIR's own (mvn install:install-file), then the sample of test/packaging/java-sample, a
+# project that depends on the client by its coordinates, built and tested from there (mvn
+# test: a burst of one key against its service makes one order, against the PG* server).
+# Offline: every other artifact comes from Debian's Maven repository.
+java_sample() {
+  local dist=$1 app=$2
+  local mvn=(mvn -B -s "$IDEM_ROOT/clients/java/maven-settings.xml" -Dmaven.repo.local="$app/m2")
+  rm -rf "$app" && mkdir -p "$app" && cp -r test/packaging/java-sample/. "$app/" &&
+    install_missing $JAVA_PACKAGES &&
+    mkdir "$app/install" && # a folder with no pom.xml: the install reads the release's pom
+    (cd "$app/install" && "${mvn[@]}" -q org.apache.maven.plugins:maven-install-plugin:3.1.0:install-file \
+      -Dfile="$dist/idempotency-client-$VERSION.jar" -DpomFile="$dist/idempotency-client-$VERSION.pom") &&
+    [[ -f $app/m2/io/github/pgidempotency/idempotency-client/$VERSION/idempotency-client-$VERSION.jar ]] &&
+    (cd "$app" && "${mvn[@]}" -Didempotency.version="$VERSION" test)
+}
+
 mkdir -p "$LOGS"
 LOG=$LOGS/packaging-steps.log
 : >"$LOG"
@@ -71,8 +89,9 @@ VERSION=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" idempotency.control)
 MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 PKG=postgresql-$MAJOR-idempotency
 
-check "the packaging tools are installed (postgresql-server-dev-all, debhelper, lintian, pgxnclient, python3-build, autopkgtest)" \
-  install_missing $PACKAGING_PACKAGES || finish
+# (release.sh builds the jar with Maven; the samples build with Go and Maven)
+check "the packaging tools are installed (postgresql-server-dev-all, debhelper, lintian, pgxnclient, python3-build, autopkgtest, Go, Maven)" \
+  install_missing $PACKAGING_PACKAGES $GO_PACKAGES $JAVA_PACKAGES || finish
 
 # --- README's install section, run as written ----------------------------------------------
 # readme_block N: the commands of the Nth sh block of README's "Installing into your own
@@ -246,6 +265,10 @@ if check "README: $(readme_line 1 3) (the .deb release.sh built): the extension'
       PGHOST=$PKG_SOCK PGPORT=$PKG_PORT PGUSER=postgres PGDATABASE=postgres go_sample "$DIST" "$WORK/go-sample"
     }
     check "the Go modules (release.sh's module zips) in a sample project, module mode, offline: a burst of one key makes one order" go_smoke
+    java_smoke() {
+      PGHOST=$PKG_SOCK PGPORT=$PKG_PORT PGUSER=postgres PGDATABASE=postgres java_sample "$DIST" "$WORK/java-sample"
+    }
+    check "the Java client (release.sh's jar and pom, mvn install into a local repository) in a sample Maven project: a burst of one key makes one order" java_smoke
     update() {
       pq -d postgres -c 'CREATE DATABASE from_020' &&
         pq -d from_020 -c "CREATE EXTENSION idempotency VERSION '0.2.0'" &&

@@ -44,8 +44,10 @@ func (m vectorMessage) bytes(t testing.TB) []byte {
 }
 
 type vectors struct {
-	Answers map[string]vectorAnswer `json:"answers"`
-	Stored  []struct {
+	Problems map[string]vectorAnswer `json:"problems"`
+	Titles   map[string]string       `json:"titles"`
+	Answers  map[string]vectorAnswer `json:"answers"`
+	Stored   []struct {
 		Answer vectorMessage   `json:"answer"`
 		Stored json.RawMessage `json:"stored"`
 		Replay vectorMessage   `json:"replay"`
@@ -61,7 +63,7 @@ func readVectors(t testing.TB) vectors {
 	must(t, err)
 	var v vectors
 	must(t, json.Unmarshal(text, &v))
-	if len(v.Answers) == 0 || len(v.Stored) == 0 {
+	if len(v.Answers) == 0 || len(v.Problems) != len(v.Answers) || len(v.Stored) == 0 {
 		t.Fatal("http_answers.json has no answers")
 	}
 	return v
@@ -79,9 +81,24 @@ func sameJSON(t testing.TB, what string, got, want []byte) {
 	}
 }
 
-func expectAnswer(t testing.TB, v vectors, name string, status int, header http.Header, body []byte) {
+// expectAnswer: the answer name of the vectors, as problem details or (legacy) the old body,
+// with the Link header of documentation ("": none).
+func expectAnswer(t testing.TB, v vectors, legacy bool, documentation, name string, status int, header http.Header, body []byte) {
 	t.Helper()
-	want, ok := v.Answers[name]
+	want, ok := v.Problems[name]
+	if legacy {
+		want, ok = v.Answers[name]
+		if ct := header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%s: Content-Type %q", name, ct)
+		}
+	}
+	link := ""
+	if documentation != "" {
+		link = "<" + documentation + `>; rel="describedby"`
+	}
+	if got := header.Get("Link"); got != link {
+		t.Errorf("%s: Link %q, want %q", name, got, link)
+	}
 	if !ok {
 		t.Fatalf("no answer %q in the vectors", name)
 	}
@@ -97,6 +114,14 @@ func expectAnswer(t testing.TB, v vectors, name string, status int, header http.
 }
 
 func TestAnswersBeforeTheClaim(t *testing.T) {
+	t.Run("problem details", func(t *testing.T) { testAnswersBeforeTheClaim(t, idempotency.AnswerOptions{}) })
+	t.Run("problem details and documentation", func(t *testing.T) {
+		testAnswersBeforeTheClaim(t, idempotency.AnswerOptions{Documentation: "https://api.example.com/docs/idempotency"})
+	})
+	t.Run("legacy", func(t *testing.T) { testAnswersBeforeTheClaim(t, idempotency.AnswerOptions{Legacy: true}) })
+}
+
+func testAnswersBeforeTheClaim(t *testing.T, answers idempotency.AnswerOptions) {
 	v := readVectors(t)
 	// a database that cannot be reached: the claim's connection is refused
 	db, err := sql.Open("pgx", "host=127.0.0.1 port=1 dbname=none sslmode=disable connect_timeout=5")
@@ -113,7 +138,8 @@ func TestAnswersBeforeTheClaim(t *testing.T) {
 				return a, nil
 			}
 		},
-		Limit: 64,
+		Limit:   64,
+		Answers: answers,
 	})
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Error("the handler ran")
@@ -133,7 +159,7 @@ func TestAnswersBeforeTheClaim(t *testing.T) {
 		var b bytes.Buffer
 		_, err = b.ReadFrom(res.Body)
 		must(t, err)
-		expectAnswer(t, v, name, res.StatusCode, res.Header, b.Bytes())
+		expectAnswer(t, v, answers.Legacy, answers.Documentation, name, res.StatusCode, res.Header, b.Bytes())
 	}
 	item := `{"item": "widget"}`
 	send("idempotency_key_missing", map[string]string{"X-Account": "acct_1"}, item)
@@ -167,7 +193,10 @@ func TestAnswersOfTheOutcomes(t *testing.T) {
 		}
 		rec := httptest.NewRecorder()
 		idempotency.WriteAnswer(rec, a)
-		expectAnswer(t, v, name, rec.Code, rec.Header(), rec.Body.Bytes())
+		expectAnswer(t, v, false, "", name, rec.Code, rec.Header(), rec.Body.Bytes())
+		rec = httptest.NewRecorder()
+		a.Write(rec, idempotency.AnswerOptions{Legacy: true})
+		expectAnswer(t, v, true, "", name, rec.Code, rec.Header(), rec.Body.Bytes())
 	}
 	holder := &idempotency.Reservation{} // inside its transaction: no lease
 	expect("idempotency_key_in_use", &idempotency.OutcomeError{Outcome: idempotency.OutcomeInProgress, Scope: "s", Key: "k", Reservation: holder})
@@ -178,6 +207,14 @@ func TestAnswersOfTheOutcomes(t *testing.T) {
 	expect("idempotency_scope_missing", idempotency.ErrScopeMissing)
 	if !errors.Is(idempotency.ErrScopeMissing, idempotency.ErrScopeMissing) {
 		t.Fatal("ErrScopeMissing")
+	}
+}
+
+// Every code the middleware answers has the title of the vectors.
+func TestProblemTitles(t *testing.T) {
+	v := readVectors(t)
+	if !reflect.DeepEqual(idempotency.ProblemTitles, v.Titles) {
+		t.Errorf("titles %v, want %v", idempotency.ProblemTitles, v.Titles)
 	}
 }
 

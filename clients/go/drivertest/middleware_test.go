@@ -82,12 +82,16 @@ func post(t testing.TB, url, key, contentType, body string) answer {
 	return answer{res.StatusCode, res.Header, string(b)}
 }
 
+// errorCode is the code of one of the middleware's answers: its problem details' "error".
 func errorCode(t testing.TB, a answer) string {
-	var body map[string]string
+	var body struct{ Error, Type string }
 	if err := json.Unmarshal([]byte(a.body), &body); err != nil {
 		t.Fatalf("%d %q: %v", a.status, a.body, err)
 	}
-	return body["error"]
+	if ct := a.header.Get("Content-Type"); ct != "application/problem+json" || body.Type != idempotency.ProblemTypeBase+body.Error {
+		t.Errorf("%d %q (%s): not problem details", a.status, a.body, ct)
+	}
+	return body.Error
 }
 
 func TestMiddleware(t *testing.T) {

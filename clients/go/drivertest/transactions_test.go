@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgidempotency/idempotency/clients/go"
+	"github.com/pgidempotency/idempotency/clients/go/pgxv4"
 )
 
 // insertOrder is a work that inserts one order and answers 201 with its id.
@@ -307,6 +308,37 @@ func TestConsumeOnceRoundTripsAndAbortedWork(t *testing.T) {
 		must(t, err)
 		if !ran {
 			t.Fatal("the redelivery after an aborted work was not applied")
+		}
+	})
+}
+
+// A Pipeliner given to the Client (WithPipeliner) is the one its calls use, before any
+// registered for every client: on pgx it sends complete + COMMIT; on lib/pq it declines.
+func TestWithPipeliner(t *testing.T) {
+	eachDriver(t, func(t *testing.T, db *sql.DB) {
+		ctx := context.Background()
+		var asked, handled int
+		own := func(ctx context.Context, driverConn interface{}, statements []idempotency.Statement) ([]idempotency.StatementResult, bool, error) {
+			asked++
+			r, ok, err := pgxv4.Pipeline(ctx, driverConn, statements)
+			if ok {
+				handled++
+			}
+			return r, ok, err
+		}
+		c := idempotency.New(db, idempotency.WithPipeliner(own))
+		scope, key := "acct_pipeliner", newKey("pipeliner")
+		runs := 0
+		req := idempotency.Request{Scope: scope, Key: key, Request: []byte(`{}`)}
+		if _, err := c.RunOnce(ctx, req, insertOrder(scope, key, &runs)); err != nil {
+			t.Fatal(err)
+		}
+		if asked == 0 || runs != 1 || countOrders(t, db, scope, key) != 1 {
+			t.Fatalf("asked %d, runs %d", asked, runs)
+		}
+		pgx := strings.HasPrefix(t.Name(), "TestWithPipeliner/pgx")
+		if pgx != (handled > 0) {
+			t.Fatalf("%s: the client's pipeliner handled %d of %d", t.Name(), handled, asked)
 		}
 	})
 }

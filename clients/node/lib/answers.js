@@ -1,7 +1,8 @@
 // The middleware's HTTP answers, built here and nowhere else: an answer is { status, headers
-// (lower-case names), body (a Buffer) }. The error answers' bodies are JSON { error, message },
-// word for word those of the other clients' middlewares (test/vectors/http_answers.json); the
-// stored form of an answer and its replay are the same in every client too.
+// (lower-case names), body (a Buffer) }. The error answers are RFC 9457 problem details (or,
+// with the legacyAnswers option, the JSON { error, message } of 0.3.0), word for word those of
+// the other clients' middlewares (test/vectors/http_answers.json); the stored form of an answer
+// and its replay are the same in every client too.
 import { isConnectionLost } from './connection.js';
 import {
   ConnectionLostError, InvalidJsonError, KeyEmptyError, KeyInProgressError, KeyMismatchError,
@@ -20,6 +21,52 @@ export function jsonAnswer(status, body, headers = {}) {
 
 const problem = (status, error, message, headers = {}) =>
   ({ status, body: { error, message }, headers });
+
+// Where the problem types are documented: an answer's "type" is this and its code
+// (docs/http.md, one section a code).
+export const PROBLEM_TYPE_BASE = 'https://github.com/pgidempotency/idempotency/blob/main/docs/http.md#';
+
+// The title of each code's problem details, those of every client (http_answers.json).
+export const PROBLEM_TITLES = Object.freeze({
+  idempotency_key_missing: 'Idempotency-Key is missing',
+  idempotency_key_malformed: 'Idempotency-Key is malformed',
+  idempotency_scope_missing: 'Idempotency scope is missing',
+  idempotency_scope_malformed: 'Idempotency scope is malformed',
+  invalid_json: 'Request body is not JSON',
+  invalid_request: 'Request is invalid',
+  body_unreadable: 'Request body could not be read',
+  body_too_large: 'Request body is too large',
+  unauthorized: 'Request is not authorized',
+  idempotency_key_in_use: 'A request is outstanding for this Idempotency-Key',
+  idempotency_key_reused: 'Idempotency-Key is already used',
+  idempotency_key_too_old: 'Idempotency-Key is too old',
+  idempotency_key_conflict: 'Idempotency-Key conflict',
+  database_unavailable: 'Database is unavailable',
+  internal_error: 'Request failed',
+});
+
+// One of the middleware's own error answers: problem details (type, title, status, detail, and
+// the code as the extension member "error"), keeping its legacy body { error, message } and
+// extra headers for styledAnswer.
+function errorAnswerOf(status, { error, message }, headers = {}) {
+  const details = { type: PROBLEM_TYPE_BASE + error, title: PROBLEM_TITLES[error] ?? 'Request failed',
+    status, detail: message, error };
+  const answer = jsonAnswer(status, details, headers);
+  answer.headers['content-type'] = 'application/problem+json';
+  Object.defineProperty(answer, 'legacy', { value: { body: { error, message }, headers } });
+  return answer;
+}
+
+// answer as the options say: an error answer of the middleware's own with the legacy body
+// (legacyAnswers) and Link: <documentation>; rel="describedby" (documentation); any other
+// answer (the handler's, a replay) as it is.
+export function styledAnswer(answer, { documentation, legacyAnswers } = {}) {
+  if (answer?.legacy === undefined) return answer;
+  const styled = legacyAnswers
+    ? jsonAnswer(answer.status, answer.legacy.body, answer.legacy.headers) : answer;
+  if (documentation) styled.headers.link = `<${documentation}>; rel="describedby"`;
+  return styled;
+}
 
 // The HTTP answer { status, body, headers } for an error of the helpers that has one (the
 // key header, the reserve outcomes), or null.
@@ -53,7 +100,7 @@ export function answerFor(err) {
 // answerFor(err) as an answer to send, or null.
 export function errorAnswer(err) {
   const answer = answerFor(err);
-  return answer === null ? null : jsonAnswer(answer.status, answer.body, answer.headers);
+  return answer === null ? null : errorAnswerOf(answer.status, answer.body, answer.headers);
 }
 
 // The answer to a request whose key, scope or body was refused before anything was sent
@@ -62,11 +109,11 @@ export function requestRefusedAnswer(err) {
   const answer = errorAnswer(err);
   if (answer) return answer;
   if (err instanceof InvalidJsonError || err instanceof ProgramLimitExceededError) {
-    return jsonAnswer(400, { error: 'invalid_json', message:
+    return errorAnswerOf(400, { error: 'invalid_json', message:
       'the request body is sent as JSON but is not JSON, or is over the limits of the fingerprint' });
   }
   if (err instanceof BodyTooLargeError) {
-    return jsonAnswer(413, { error: 'body_too_large',
+    return errorAnswerOf(413, { error: 'body_too_large',
       message: 'the request body is over the limit of the idempotency middleware' });
   }
   return null;
@@ -77,7 +124,7 @@ export const unavailableAnswer = (err) => errorAnswer(new ConnectionLostError(
   `the connection to the server was lost: ${err.message}`, { cause: err }));
 
 // 500: the request failed and nothing of it is stored.
-export const notStoredAnswer = () => jsonAnswer(500, { error: 'internal_error',
+export const notStoredAnswer = () => errorAnswerOf(500, { error: 'internal_error',
   message: 'the request failed; retry with the same Idempotency-Key' });
 
 // The answer to a reserve outcome that runs nothing (in_progress, mismatch, too_old).

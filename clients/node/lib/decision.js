@@ -8,7 +8,7 @@
 import { isConnectionLost, transactionStatus, watchConnection } from './connection.js';
 import {
   notStoredAnswer, outcomeAnswer, requestRefusedAnswer, storedAnswer,
-  storedResponseAnswer, unavailableAnswer,
+  storedResponseAnswer, styledAnswer, unavailableAnswer,
 } from './answers.js';
 import { databaseUnreachable } from './database.js';
 import { ConnectionLostError } from './errors.js';
@@ -41,6 +41,7 @@ export class DecisionFlow {
     this.store = options.store ?? ((status) => status < 500);
     this.replayHeaders = options.replayHeaders ?? (() => ({}));
     this.keepHeaders = options.keepHeaders ?? [];
+    this.answerOptions = { documentation: options.documentation, legacyAnswers: options.legacyAnswers };
     const { lockTtl, retention, wait } = options;
     // reserve_begin, prepared, until the server refuses it (see reserveBegin): then unprepared,
     // or BEGIN + reserve in one round trip. null: not known yet (the server's edition, asked
@@ -61,7 +62,8 @@ export class DecisionFlow {
   // that have no answer of their own (not the database's) are thrown, for the adapter's
   // error handling; the returned promise settles once the answer was sent and the connection
   // given back.
-  async handle(req, { run, respond }) {
+  async handle(req, { run, respond: send }) {
+    const respond = (answer) => send(styledAnswer(answer, this.answerOptions));
     let identity;
     try {
       identity = await this.identify(req);

@@ -29,6 +29,10 @@ export { IdempotencyKeyHeaderError, parseIdempotencyKey } from './requests.js';
 //   keepHeaders names of headers of the first answer that its replays carry besides
 //               Content-Type and Location (say ETag)
 //   replayHeaders (statusCode, response) => extra headers of a replay
+//   documentation the address of the service's idempotency documentation: the middleware's
+//               own answers then carry Link: <address>; rel="describedby"
+//   legacyAnswers true: its own answers have the body of 0.3.0 ({ error, message } as
+//               application/json) instead of RFC 9457 problem details
 //   prepare     false: send reserve_begin (execute_once in the statement form) unnamed, its
 //               values bound, not as a prepared statement (default true; behind a pooler that
 //               mixes up prepared statements, the first 26000 or 42P05 switches reserve_begin

@@ -17,19 +17,42 @@ export class IdempotencyKeyHeaderError extends Error {
   }
 }
 
-// A UUID (lower-cased) or a token of 1 to 255 visible ASCII characters. The quoted form of the
-// IETF draft (a structured-field string, "...") is accepted too.
+// The key of an Idempotency-Key header: the IETF draft's sf-string (RFC 8941: "..." with \"
+// and \\ the only escapes; a parameter, a list or anything else after the closing quote is
+// refused) or the unquoted token Stripe-style clients send, the two spellings of one key being
+// the same key. The key is a UUID (lower-cased) or 1 to 255 visible ASCII characters
+// (test/vectors/idempotency_key.json).
 export function parseIdempotencyKey(raw) {
-  if (raw === undefined || raw === '')
+  if (raw === undefined || raw === null || raw === '')
     throw new IdempotencyKeyHeaderError('idempotency_key_missing', 'the Idempotency-Key header is required');
-  let key = String(raw).trim();
-  if (key.length >= 2 && key.startsWith('"') && key.endsWith('"')) key = key.slice(1, -1);
-  if (UUID_RE.test(key)) return key.toLowerCase();
-  if (!TOKEN_RE.test(key)) {
+  let key = String(raw).replace(/^[ \t]+|[ \t]+$/g, '');
+  if (key.startsWith('"')) key = parseSfString(key);
+  if (key !== null && UUID_RE.test(key)) return key.toLowerCase();
+  if (key === null || !TOKEN_RE.test(key)) {
     throw new IdempotencyKeyHeaderError('idempotency_key_malformed',
       'the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters');
   }
   return key;
+}
+
+// The value of an RFC 8941 sf-string that is all of text, or null.
+function parseSfString(text) {
+  let out = '';
+  for (let i = 1; i < text.length; i++) {
+    const c = text[i];
+    if (c === '\\') {
+      i++;
+      if (i === text.length || (text[i] !== '"' && text[i] !== '\\')) return null;
+      out += text[i];
+    } else if (c === '"') {
+      return i === text.length - 1 ? out : null;
+    } else if (c < ' ' || c > '~') {
+      return null;
+    } else {
+      out += c;
+    }
+  }
+  return null; // not closed
 }
 
 // application/json, or any */*+json media type.

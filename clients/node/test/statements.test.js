@@ -38,12 +38,12 @@ test('LISTED holds every text of statements.js that calls the extension', () => 
   }
 });
 
-test('no query text in lib/ outside statements.js', () => {
+test('no query text in lib/ outside statements.js and the generated spec_statements.js', () => {
   const lib = new URL('../lib/', import.meta.url);
   const query = /(['"`])\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b/;
   const found = [];
   for (const file of fs.readdirSync(lib).filter((f) => f.endsWith('.js'))) {
-    if (file === 'statements.js') continue;
+    if (file === 'statements.js' || file === 'spec_statements.js') continue;
     fs.readFileSync(new URL(file, lib), 'utf8').split('\n').forEach((line, i) => {
       const code = line.replace(/^\s*\/\/.*$/, '');
       if (query.test(code)) found.push(`lib/${file}:${i + 1}: ${line.trim()}`);

@@ -1,7 +1,8 @@
 """The HTTP answers of the middlewares (asgi.py, wsgi.py, django.py), built here and nowhere
-else: the error answers (a JSON {"error", "message"} body, word for word those of the other
-clients' middlewares: test/vectors/http_answers.json), the form an answer is stored in, its
-replay, and the Outgoing an adapter sends."""
+else: the error answers (RFC 9457 problem details, or with the legacy_answers option the
+{"error", "message"} body of 0.3.0, word for word those of the other clients' middlewares:
+test/vectors/http_answers.json), the form an answer is stored in, its replay, and the
+Outgoing an adapter sends."""
 from __future__ import annotations
 
 import base64
@@ -20,15 +21,49 @@ def is_json_type(content_type: Optional[str]) -> bool:
                                            and media.endswith("+json"))
 
 
+# Where the problem types are documented: an answer's "type" is this and its code
+# (docs/http.md, one section a code).
+PROBLEM_TYPE_BASE = "https://github.com/pgidempotency/idempotency/blob/main/docs/http.md#"
+
+# The title of each code's problem details, those of every client (http_answers.json).
+PROBLEM_TITLES = {
+    "idempotency_key_missing": "Idempotency-Key is missing",
+    "idempotency_key_malformed": "Idempotency-Key is malformed",
+    "idempotency_scope_missing": "Idempotency scope is missing",
+    "idempotency_scope_malformed": "Idempotency scope is malformed",
+    "invalid_json": "Request body is not JSON",
+    "invalid_request": "Request is invalid",
+    "body_unreadable": "Request body could not be read",
+    "body_too_large": "Request body is too large",
+    "unauthorized": "Request is not authorized",
+    "idempotency_key_in_use": "A request is outstanding for this Idempotency-Key",
+    "idempotency_key_reused": "Idempotency-Key is already used",
+    "idempotency_key_too_old": "Idempotency-Key is too old",
+    "idempotency_key_conflict": "Idempotency-Key conflict",
+    "database_unavailable": "Database is unavailable",
+    "internal_error": "Request failed",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Answer:
-    """An HTTP answer: status, a JSON body, extra headers."""
+    """One of the middleware's own answers: status, the {"error": code, "message": ...} of its
+    legacy body, extra headers. Sent as problem details (problem())."""
     status: int
     body: Any
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def encoded(self) -> bytes:
+        """The legacy body's bytes."""
         return encode_json(self.body)
+
+    def problem(self) -> dict:
+        """The RFC 9457 problem details: type, title, status, detail, and the code as the
+        extension member "error"."""
+        code = self.body["error"]
+        return {"type": PROBLEM_TYPE_BASE + code,
+                "title": PROBLEM_TITLES.get(code, "Request failed"), "status": self.status,
+                "detail": self.body["message"], "error": code}
 
 
 def encode_json(value) -> bytes:
@@ -174,14 +209,20 @@ class Outgoing:
     native: Any = None
 
 
-def outgoing(answer) -> Outgoing:
-    """What the flow returned, as an Outgoing: one of the middleware's own answers (a JSON
-    problem) made one; a replay or the application's answer as they are."""
+def outgoing(answer, opts=None) -> Outgoing:
+    """What the flow returned, as an Outgoing: one of the middleware's own answers made one, as
+    problem details (the legacy body with opts.legacy_answers; Link: <opts.documentation>;
+    rel="describedby" when it is set); a replay or the application's answer as they are."""
     if isinstance(answer, Answer):
-        body = answer.encoded()
-        return Outgoing(answer.status, [("Content-Type", "application/json"),
-                                        ("Content-Length", str(len(body))),
-                                        *((k, str(v)) for k, v in answer.headers.items())], body)
+        legacy = getattr(opts, "legacy_answers", False)
+        documentation = getattr(opts, "documentation", None)
+        body = answer.encoded() if legacy else encode_json(answer.problem())
+        headers = [("Content-Type", "application/json" if legacy else "application/problem+json"),
+                   ("Content-Length", str(len(body)))]
+        if documentation:
+            headers.append(("Link", f'<{documentation}>; rel="describedby"'))
+        return Outgoing(answer.status,
+                        [*headers, *((k, str(v)) for k, v in answer.headers.items())], body)
     return answer
 
 

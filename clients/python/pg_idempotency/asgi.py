@@ -52,8 +52,8 @@ def _latin1(value) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode("latin-1")
 
 
-async def _send(send, answer):
-    out = outgoing(answer)
+async def _send(send, answer, opts):
+    out = outgoing(answer, opts)
     start = out.native or {}  # the application's own start message: its headers as they were
     headers = (out.headers if out.native else
                [(_latin1(k).lower(), _latin1(v)) for k, v in out.headers])
@@ -79,6 +79,10 @@ class IdempotencyMiddleware(PsycopgFlow):
       applies     (method, path) -> whether the middleware handles the request; default:
                   POST and PATCH
       max_body    the largest body read, in bytes (413 above); default 1 MiB
+      documentation  the address of the service's idempotency documentation: the
+                  middleware's own answers then carry Link: <address>; rel="describedby"
+      legacy_answers  True: the middleware's own answers have the body of 0.3.0,
+                  {"error", "message"} as application/json, not RFC 9457 problem details
       statement   the statement form, for an endpoint whose work is one SQL statement: the
                   middleware answers the requests `applies` selects itself, with one call of
                   idempotency.execute_once (one round trip for a new key and for a replay):
@@ -103,7 +107,7 @@ class IdempotencyMiddleware(PsycopgFlow):
         try:
             body = await _read_body(receive, self)
         except BodyTooLarge:
-            await _send(send, BODY_TOO_LARGE)
+            await _send(send, BODY_TOO_LARGE, self.options)
             return
         except _ClientGone:
             return
@@ -139,7 +143,8 @@ class IdempotencyMiddleware(PsycopgFlow):
             return Outgoing(start["status"], start.get("headers", []), b"".join(chunks), start)
 
         req = RequestInfo(scope["method"], scope["path"], headers, body, scope)
-        await _send(send, await run_async(self.handle(req, self.session(), run_app)))
+        await _send(send, await run_async(self.handle(req, self.session(), run_app)),
+                    self.options)
 
 
 __all__ = ["IdempotencyMiddleware", "Context", "RequestInfo", "encode_json"]

@@ -24,8 +24,8 @@ from .flow import BodyTooLarge, Flow, run
 from .web import RequestInfo
 
 
-def _send(answer) -> HttpResponse:
-    out = outgoing(answer)
+def _send(answer, opts) -> HttpResponse:
+    out = outgoing(answer, opts)
     if out.native is not None:
         return out.native                       # the view's own HttpResponse
     response = HttpResponse(out.body, status=out.status)
@@ -59,7 +59,7 @@ class IdempotencyMiddleware(Flow):
                 self.over_limit(int(length))
             self.over_limit(len(request.body))
         except BodyTooLarge:
-            return _send(BODY_TOO_LARGE)
+            return _send(BODY_TOO_LARGE, self.options)
 
         def run_app(context):
             request.idempotency = context
@@ -70,7 +70,7 @@ class IdempotencyMiddleware(Flow):
 
         headers = {k.lower(): v for k, v in request.headers.items()}
         req = RequestInfo(request.method, request.path, headers, request.body, request)
-        return _send(run(self.handle(req, DjangoSession(self.database), run_app)))
+        return _send(run(self.handle(req, DjangoSession(self.database), run_app)), self.options)
 
 
 __all__ = ["IdempotencyMiddleware"]

@@ -21,20 +21,44 @@ DEFAULT_MAX_BODY = 1 << 20
 
 
 def parse_idempotency_key(raw: Optional[str]) -> str:
-    """A UUID (lower-cased) or a token of 1 to 255 visible ASCII characters; the quoted form of
-    the IETF draft ("...") is accepted too. KeyMalformed (a 400) otherwise."""
+    """The key of an Idempotency-Key header: the IETF draft's sf-string (RFC 8941: "..." with
+    \\" and \\\\ the only escapes; a parameter, a list or anything else after the closing quote
+    is refused) or the unquoted token Stripe-style clients send, the two spellings of one key
+    being the same key. The key is a UUID (lower-cased) or 1 to 255 visible ASCII characters
+    (test/vectors/idempotency_key.json). KeyMalformed (a 400) otherwise."""
     if raw is None or raw == "":
         raise KeyMalformed("idempotency_key_missing", "the Idempotency-Key header is required")
-    key = raw.strip()
-    if len(key) >= 2 and key[0] == '"' and key[-1] == '"':
-        key = key[1:-1]
-    if _UUID.fullmatch(key):
+    key: Optional[str] = raw.strip(" \t")
+    if key.startswith('"'):
+        key = _parse_sf_string(key)
+    if key is not None and _UUID.fullmatch(key):
         return key.lower()
-    if not _TOKEN.fullmatch(key):
+    if key is None or not _TOKEN.fullmatch(key):
         raise KeyMalformed("idempotency_key_malformed",
                            "the Idempotency-Key must be a UUID or 1 to 255 visible ASCII "
                            "characters")
     return key
+
+
+def _parse_sf_string(text: str) -> Optional[str]:
+    """The value of an RFC 8941 sf-string that is all of text, or None."""
+    out = []
+    i = 1
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 1
+            if i == len(text) or text[i] not in '"\\':
+                return None
+            out.append(text[i])
+        elif c == '"':
+            return "".join(out) if i == len(text) - 1 else None
+        elif not " " <= c <= "~":
+            return None
+        else:
+            out.append(c)
+        i += 1
+    return None  # not closed
 
 
 def request_fingerprint(body: bytes, content_type: Optional[str], exclude=()) -> bytes:
@@ -76,6 +100,11 @@ class Options:
     applies: Optional[Callable[[str, str], bool]] = None
     max_body: int = DEFAULT_MAX_BODY
     keep_headers: tuple = ()            # more headers of the first answer that replays carry
+    # The middleware's own answers: the address of the service's idempotency documentation
+    # (sent as Link: <address>; rel="describedby"), and the bodies of 0.3.0 instead of problem
+    # details.
+    documentation: Optional[str] = None
+    legacy_answers: bool = False
     # The statement form: the middleware answers a new key with this statement's result
     # (idempotency.execute_once), params(RequestInfo) its parameters, stored with `status`.
     statement: Optional[str] = None

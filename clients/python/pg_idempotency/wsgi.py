@@ -34,8 +34,8 @@ def _status_line(status: int) -> str:
         return f"{status} Unknown"
 
 
-def _send(start_response, answer):
-    out = outgoing(answer)
+def _send(start_response, answer, opts):
+    out = outgoing(answer, opts)
     # the application's own status line as it was; ours from the status code
     start_response(out.native or _status_line(out.status), list(out.headers))
     return [out.body]
@@ -78,7 +78,7 @@ class IdempotencyMiddleware(PsycopgFlow):
         try:
             body = _read_body(environ, self)
         except BodyTooLarge:
-            return _send(start_response, BODY_TOO_LARGE)
+            return _send(start_response, BODY_TOO_LARGE, self.options)
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
 
@@ -102,7 +102,8 @@ class IdempotencyMiddleware(PsycopgFlow):
                         held["status"])
 
         req = RequestInfo(method, path, _headers_of(environ), body, environ)
-        return _send(start_response, run(self.handle(req, self.session(), run_app)))
+        return _send(start_response, run(self.handle(req, self.session(), run_app)),
+                     self.options)
 
 
 __all__ = ["IdempotencyMiddleware", "Context", "RequestInfo"]

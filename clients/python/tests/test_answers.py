@@ -10,7 +10,8 @@ import pathlib
 import pytest
 
 from pg_idempotency.errors import KeyInProgress, KeyMismatch, KeyTooOld
-from pg_idempotency.answers import NOT_STORED, answer_for, replay_of, stored_answer
+from pg_idempotency.answers import (NOT_STORED, PROBLEM_TITLES, answer_for, outgoing, replay_of,
+                                    stored_answer)
 from pg_idempotency.wsgi import IdempotencyMiddleware
 
 VECTORS = json.loads((pathlib.Path(__file__).resolve().parents[3] / "test" / "vectors" /
@@ -18,20 +19,29 @@ VECTORS = json.loads((pathlib.Path(__file__).resolve().parents[3] / "test" / "ve
 UNREACHABLE = "host=127.0.0.1 port=1 connect_timeout=2"   # nothing listens on port 1
 
 
-def expect(status, headers, body, name):
-    want = VECTORS["answers"][name]
+DOCUMENTATION = "https://api.example.com/docs/idempotency"
+# How the middleware answers: (documentation, legacy_answers)
+STYLES = [(None, False), (DOCUMENTATION, False), (None, True)]
+
+
+def expect(status, headers, body, name, style=(None, False)):
+    """The vectors' answer name: problem details, or with legacy_answers the old body."""
+    documentation, legacy = style
+    want = VECTORS["answers" if legacy else "problems"][name]
     assert status == want["status"], name
     assert body == want["body"], name
     for header, value in want["headers"].items():
         assert headers[header.lower()] == value, (name, header)
+    assert headers.get("link") == (documentation and f'<{documentation}>; rel="describedby"')
 
 
-def post(headers, body=b'{"item": "widget"}'):
+def post(headers, body=b'{"item": "widget"}', style=(None, False)):
     def app(environ, start_response):
         start_response("599 Never", [])
         return [b""]
     mw = IdempotencyMiddleware(app, conninfo=UNREACHABLE, max_body=64,
-                               scope=lambda req: req.headers["x-account"])
+                               scope=lambda req: req.headers["x-account"],
+                               documentation=style[0], legacy_answers=style[1])
     environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/orders", "CONTENT_TYPE":
                "application/json", "CONTENT_LENGTH": str(len(body)),
                "wsgi.input": io.BytesIO(body)}
@@ -45,16 +55,24 @@ def post(headers, body=b'{"item": "widget"}'):
     return got["status"], got["headers"], json.loads(text)
 
 
-def test_the_answers_given_before_the_claim():
+@pytest.mark.parametrize("style", STYLES, ids=["problem details", "documentation", "legacy"])
+def test_the_answers_given_before_the_claim(style):
     key = {"Idempotency-Key": "k-1", "X-Account": "acct_1"}
-    expect(*post({"X-Account": "acct_1"}), "idempotency_key_missing")
-    expect(*post({**key, "Idempotency-Key": "has space"}), "idempotency_key_malformed")
-    expect(*post({"Idempotency-Key": "k-1"}), "idempotency_scope_missing")   # no X-Account
-    expect(*post({**key, "X-Account": ""}), "idempotency_scope_empty")
-    expect(*post({**key, "X-Account": "a" * 256}), "idempotency_scope_too_long")
-    expect(*post(key, b'{"item": '), "invalid_json")
-    expect(*post(key, json.dumps({"item": "x" * 100}).encode()), "body_too_large")
-    expect(*post(key), "database_unavailable")                # nothing listens there
+    expect(*post({"X-Account": "acct_1"}, style=style), "idempotency_key_missing", style)
+    expect(*post({**key, "Idempotency-Key": "has space"}, style=style),
+           "idempotency_key_malformed", style)
+    expect(*post({"Idempotency-Key": "k-1"}, style=style), "idempotency_scope_missing", style)
+    expect(*post({**key, "X-Account": ""}, style=style), "idempotency_scope_empty", style)
+    expect(*post({**key, "X-Account": "a" * 256}, style=style), "idempotency_scope_too_long",
+           style)
+    expect(*post(key, b'{"item": ', style=style), "invalid_json", style)
+    expect(*post(key, json.dumps({"item": "x" * 100}).encode(), style=style), "body_too_large",
+           style)
+    expect(*post(key, style=style), "database_unavailable", style)   # nothing listens there
+
+
+def test_the_problem_titles():
+    assert PROBLEM_TITLES == VECTORS["titles"]
 
 
 def test_the_reserve_outcomes_answers():
@@ -63,9 +81,14 @@ def test_the_reserve_outcomes_answers():
                         (KeyMismatch("s", "k", None, "mismatch"), "idempotency_key_reused"),
                         (KeyTooOld("s", "k", None, "too_old"), "idempotency_key_too_old")):
         answer = answer_for(error)
-        expect(answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.body,
-               name)
-    expect(NOT_STORED.status, {}, NOT_STORED.body, "internal_error")
+        headers = {k.lower(): v for k, v in answer.headers.items()}
+        expect(answer.status, headers, answer.body, name, (None, True))
+        out = outgoing(answer)
+        expect(out.status, {k.lower(): v for k, v in out.headers}, json.loads(out.body), name)
+    expect(NOT_STORED.status, {}, NOT_STORED.body, "internal_error", (None, True))
+    out = outgoing(NOT_STORED)
+    expect(out.status, {k.lower(): v for k, v in out.headers}, json.loads(out.body),
+           "internal_error")
 
 
 def _bytes(x):

@@ -136,7 +136,8 @@ def post(framework, dsn, behaviour="ok", key=None, **options):
 
 
 def answer(name):
-    want = VECTORS["answers"][name]
+    """The vectors' answer name, as the middlewares send it by default: problem details."""
+    want = VECTORS["problems"][name]
     return want["status"], want["body"]
 
 

@@ -323,14 +323,21 @@ export function createHttpServer(pool, config) {
   });
 }
 
-// Creates the extension and the orders table unless they exist (one server at a time).
+// Creates the extension and the orders table unless they exist (one server at a time). Where
+// both exist it runs no DDL: a service running as an application role that owns nothing (on a
+// managed database, docs/managed.md) starts on tables the database's owner made. Returns
+// whether it applied schema.sql.
 export async function applySchema(pool) {
+  const { rows } = await pool.query("SELECT to_regnamespace('idempotency') IS NOT NULL " +
+    "AND to_regclass('orders') IS NOT NULL AS ready");
+  if (rows[0].ready) return false;
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
     await client.query("SELECT pg_advisory_xact_lock(hashtext('idempotency http example schema'))");
     await client.query(SCHEMA);
     await client.query('COMMIT');
+    return true;
   } catch (err) {
     await client.query('ROLLBACK').catch(() => {});
     throw err;
