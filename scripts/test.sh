@@ -292,17 +292,32 @@ run_clients_python() {
 }
 
 run_clients_node() {
-  local log=$LOGS/clients-node.log rc=0
-  log "clients: Node (node --test)"
+  run_node_suite clients-node "$IDEM_ROOT/clients/node" "$IDEM_ROOT/clients/node"
+  # The same suite on the oldest pg of the package's peer range (test/pg-oldest's lock file),
+  # where the client's fast path through pg's internals is off: a copy of the package with
+  # that node_modules.
+  local copy=$IDEM_ROOT/build/node-pg-oldest
+  rm -rf "$copy" && mkdir -p "$copy" &&
+    cp -r "$IDEM_ROOT"/clients/node/{index.js,index.d.ts,action.d.ts,package.json,package-lock.json,lib,test} "$copy" &&
+    rm -rf "$copy/test/pg-oldest/node_modules" &&
+    ln -s "$IDEM_ROOT/clients/node/test/pg-oldest/node_modules" "$copy/node_modules"
+  run_node_suite clients-node-pg-oldest "$IDEM_ROOT/clients/node/test/pg-oldest" "$copy"
+}
+
+# run_node_suite SUITE LOCK_DIR DIR: installs LOCK_DIR's node_modules from its lock file, then
+# runs DIR's test/*.test.js under node --test against the test cluster.
+run_node_suite() {
+  local log=$LOGS/$1.log rc=0
+  log "clients: Node (node --test) in ${3#"$IDEM_ROOT"/}"
   {
-    "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/clients/node" &&
+    "$IDEM_ROOT/scripts/npm_ci.sh" "$2" &&
       # --test-timeout bounds each file as well as each test: the encoding matrix's file takes
       # up to two minutes on a loaded machine.
-      (cd "$IDEM_ROOT/clients/node" && PGDATABASE=postgres timeout -k 10 "$TIMEOUT" \
+      (cd "$3" && PGDATABASE=postgres timeout -k 10 "$TIMEOUT" \
         node --test --test-reporter=tap --test-concurrency=1 --test-timeout=600000 \
           test/*.test.js)
   } >"$log" 2>&1 </dev/null || rc=$?
-  record_node_tap clients-node "$log" "$rc"
+  record_node_tap "$1" "$log" "$rc"
 }
 
 # go: the Go client (clients/go) and its example service (examples/http-go) under go vet and

@@ -25,7 +25,8 @@ export class DecisionFlow {
   // options: idempotencyMiddleware's (see middleware.js), without those of the adapter.
   constructor(options) {
     const { pool } = options ?? {};
-    if (!pool || typeof pool.connect !== 'function') throw new TypeError('idempotencyMiddleware needs a pg pool');
+    if (!pool || typeof pool.connect !== 'function')
+      throw new TypeError('idempotencyMiddleware needs a pg pool');
     if (options.scope === undefined) throw new TypeError('idempotencyMiddleware needs a scope');
     this.pool = pool;
     // A pool emits 'error' when one of its idle connections breaks (a server restart): with
