@@ -22,7 +22,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
 ALL_SUITES="unit regress isolation pgtap scripted examples citus clients go java browser"
-ALL_SUITES+=" brokers docs sanitizers faults packaging managed"
+ALL_SUITES+=" brokers docs sanitizers faults packaging managed monitoring"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -536,6 +536,8 @@ run_docs() {
   "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/test/docs/node-app" >>"$log" 2>&1 </dev/null || true
   # docs/consumers.md's walk runs a broker of its own (examples/consumers/broker.sh).
   ensure_rabbitmq >>"$log" 2>&1 </dev/null || true
+  # docs/operations.md's Monitoring section runs promtool.
+  ensure_monitoring >>"$log" 2>&1 </dev/null || true
   # The runner on a page of known blocks: it must pass, fail and skip exactly these.
   docs_snippets test/docs/selftest.md >"$log.self" 2>&1 </dev/null || true
   if grep -E '^(ok|FAILED) |^docs snippets: ' "$log.self" |
@@ -596,6 +598,28 @@ run_packaging() {
     "$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$line")"
 }
 
+# run_suite_script SUITE SCRIPT WHAT: a suite run by one script (ok/FAILED lines, then
+# "# passed N failed M"), in the IDEM_PG=15 run unless named in IDEM_SUITES.
+run_suite_script() {
+  local suite=$1 script=$2 log=$LOGS/$1.log rc=0 passed failed
+  if [[ ${IDEM_PG:-15} != 15 && " ${IDEM_SUITES:-} " != *" $suite "* ]]; then
+    record_elsewhere "$suite" "left to the IDEM_PG=15 run"
+    return
+  fi
+  log "$suite: $3 ($script)"
+  PGDATABASE=postgres timeout -k 10 "$TIMEOUT" bash "$script" >"$log" 2>&1 </dev/null || rc=$?
+  grep -E '^(ok|FAILED|    )' "$log" || true
+  passed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\1/p' "$log")
+  failed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\2/p' "$log")
+  if [[ -z $passed ]]; then
+    tail -n 20 "$log"
+    record "$suite" 0 1 "$script did not finish (exit $rc), log ${log#"$IDEM_ROOT"/}"
+    return
+  fi
+  [[ $rc -ne 0 && $failed -eq 0 ]] && failed=1
+  record "$suite" "$passed" "$failed"
+}
+
 # managed: the managed edition (editions/managed, SQL and PL/pgSQL only) on a copy of the
 # server with pg_tle built from ../shared/vendor and no idempotency library, installed through
 # pg_tle and with psql -f by a role that is not a superuser; the extension's regression files
@@ -603,24 +627,14 @@ run_packaging() {
 # the extension (test/managed/move.sh, on a cluster of its own with the build installed above).
 # The same whatever the major: run once, by the run against 15; another major's summary names it.
 run_managed() {
-  local log=$LOGS/managed.log rc=0 passed failed
-  if [[ ${IDEM_PG:-15} != 15 && " ${IDEM_SUITES:-} " != *" managed "* ]]; then
-    record_elsewhere managed "left to the IDEM_PG=15 run"
-    return
-  fi
-  log "managed: the managed edition through pg_tle and psql -f (test/managed/run.sh)"
-  PGDATABASE=postgres timeout -k 10 "$TIMEOUT" bash test/managed/run.sh >"$log" 2>&1 </dev/null ||
-    rc=$?
-  grep -E '^(ok|FAILED|    )' "$log" || true
-  passed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\1/p' "$log")
-  failed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\2/p' "$log")
-  if [[ -z $passed ]]; then
-    tail -n 20 "$log"
-    record managed 0 1 "test/managed/run.sh did not finish (exit $rc), log ${log#"$IDEM_ROOT"/}"
-    return
-  fi
-  [[ $rc -ne 0 && $failed -eq 0 ]] && failed=1
-  record managed "$passed" "$failed"
+  run_suite_script managed test/managed/run.sh "the managed edition through pg_tle and psql -f"
+}
+
+# monitoring: promtool's unit tests of the alert rules, then postgres_exporter and Prometheus
+# against a cluster of its own.
+run_monitoring() {
+  run_suite_script monitoring test/monitoring/run.sh \
+    "alert rules, postgres_exporter and Prometheus"
 }
 
 SANITIZER_DATA=
@@ -646,7 +660,7 @@ wanted unit && timed run_unit
 
 cluster_suites=()
 for s in regress isolation pgtap scripted examples citus clients go java browser brokers docs \
-  sanitizers managed; do
+  sanitizers managed monitoring; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
 if [[ ${#cluster_suites[@]} -gt 0 ]]; then
@@ -704,6 +718,7 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     wanted brokers && timed run_brokers
     wanted docs && timed run_docs
     wanted managed && timed run_managed
+    wanted monitoring && timed run_monitoring
     shopt -u nullglob
   fi
   stop_test_cluster

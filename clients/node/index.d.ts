@@ -344,6 +344,28 @@ export function runExternal<R = any>(client: Queryable,
   },
   work: (attempt: Attempt) => Answer<R> | Promise<Answer<R>>): Promise<Result<R>>;
 
+// ---- telemetry ----
+
+/**
+ * OpenTelemetry through @opentelemetry/api (an optional peer dependency): a span per helper
+ * call ("idempotency runOnce", ...) with the claim's outcome, attempt and round trips, and the
+ * counter idempotency.client.claims and histogram idempotency.client.duration by outcome.
+ */
+export interface TelemetryOptions {
+  /** Put the key on spans as idempotency.key (default false: keys may carry customer data). */
+  recordKeys?: boolean;
+  /** A TracerProvider to use instead of the global one. */
+  tracerProvider?: { getTracer(name: string, version?: string): unknown };
+  /** A MeterProvider to use instead of the global one. */
+  meterProvider?: { getMeter(name: string, version?: string): unknown };
+  /** false: measure nothing (default true when @opentelemetry/api is installed). */
+  enabled?: boolean;
+}
+/** Sets the telemetry options; instruments are made again on the next call. */
+export function configureTelemetry(options?: TelemetryOptions): void;
+/** Whether @opentelemetry/api was found. */
+export function telemetryAvailable(): boolean;
+
 // ---- streams, watermarks, outbox ----
 
 /** A bigint position, a safe integer, a decimal string, or a UUID (an outbox key). */

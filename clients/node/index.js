@@ -21,6 +21,7 @@ export {
   statementParam,
 } from './lib/keys.js';
 export { idempotent, runExternal, runOnce } from './lib/transactions.js';
+export { configureTelemetry, telemetryAvailable } from './lib/telemetry.js';
 export {
   accept, emit, formatLsn, lsnKey, lsnKeyParts, nextKey, parseLsn, watermark,
 } from './lib/streams.js';

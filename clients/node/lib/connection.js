@@ -31,6 +31,7 @@
 import { createRequire } from 'node:module';
 import { ClientEncodingError, ConnectionLostError, IdempotencyError, typedError,
   TransactionAbortedError } from './errors.js';
+import { noteRoundTrip } from './telemetry.js';
 // Registers the translation of a missing function or schema of the extension (lib/versions.js).
 import './versions.js';
 
@@ -175,6 +176,7 @@ export const firstValue = ({ rows }) => Object.values(rows[0])[0];
 // its holder watches it); pg errors come out as the typed errors of errors.js.
 export async function guarded(client, send, watch = true) {
   checkUsable(client);
+  noteRoundTrip();
   const unwatch = watch ? watchConnection(client) : () => null;
   let failure = null;
   try {

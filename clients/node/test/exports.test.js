@@ -35,6 +35,8 @@ const INDEX = [
   // key calls and request helpers
   'checkpoint', 'complete', 'executeOnce', 'fail', 'forget', 'idempotent', 'lookup', 'query',
   'requestHash', 'reserve', 'reserveBegin', 'runExternal', 'runOnce', 'statementParam',
+  // telemetry
+  'configureTelemetry', 'telemetryAvailable',
   // streams and consumers
   'accept', 'applyOnce', 'claimOnce', 'consumeOnce', 'emit', 'formatLsn', 'lsnKey',
   'lsnKeyParts', 'nextKey', 'OutboxConsumer', 'parseLsn', 'positionKey', 'watermark',
@@ -58,7 +60,7 @@ const INDEX_TYPES = [
   'OutboxConsumerOptions', 'Phase', 'PoisonMessageRecord', 'PoolClientLike', 'PoolLike',
   'Position', 'QueryConfigLike', 'Queryable', 'QueryResultLike', 'Reservation',
   'RequestOptions', 'ReserveOptions', 'Result', 'StatementOptions', 'StatementParam',
-  'StoredAnswer',
+  'StoredAnswer', 'TelemetryOptions',
 ];
 
 const sorted = (names) => [...names].sort();
