@@ -1,0 +1,102 @@
+"""The jobs suite's Celery application: RabbitMQ as the broker (AMQP_URL), Redis as the result
+backend (REDIS_URL, for chords and for Celery's own dedup), PostgreSQL from the PG* environment.
+
+Every effect is a row of job_effects (run, key): the suite counts them per key.
+  exactly-once tasks (ExactlyOnceTask): add, add_by_order, retry_once, soft_limited,
+    always_fails (poison), kill_first_run (a pool child killed mid-task), total (chord body)
+  framework-only: plain_add (acks_late, reject_on_worker_lost, Celery's result-backend dedup)
+"""
+import os
+import signal
+import time
+
+import psycopg
+from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded  # noqa: F401 (documents what soft_limited gets)
+from kombu import Exchange, Queue
+
+from pg_idempotency.celery import ExactlyOnceTask
+
+app = Celery("jobs_test", broker=os.environ.get("AMQP_URL"), backend=os.environ.get("REDIS_URL"))
+QUEUE = os.environ.get("CELERY_QUEUE", "jobs")
+app.conf.update(
+    task_default_queue=QUEUE,
+    # A rejected (dead-lettered) task goes to <queue>.dlx, then the queue <queue>.dead.
+    task_queues=[Queue(QUEUE, Exchange(QUEUE), routing_key=QUEUE,
+                       queue_arguments={"x-dead-letter-exchange": f"{QUEUE}.dlx"})],
+    worker_prefetch_multiplier=1,
+    worker_deduplicate_successful_tasks=True,  # the framework-only run's dedup
+    broker_connection_retry=True,
+    broker_connection_max_retries=None,
+    result_expires=3600,
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+)
+
+_plain = {}
+
+
+def plain_db():
+    """The framework-only tasks' connection (one per process)."""
+    conn = _plain.get(os.getpid())
+    if conn is None or conn.closed or conn.broken:
+        conn = _plain[os.getpid()] = psycopg.connect("")
+    return conn
+
+
+def effect(conn, run, key):
+    return conn.execute("INSERT INTO job_effects (run, key) VALUES (%s, %s) RETURNING id",
+                        (run, key)).fetchone()[0]
+
+
+@app.task(base=ExactlyOnceTask, bind=True)
+def add(self, run, key):
+    return {"effect": effect(self.db, run, key), "key": key}
+
+
+@app.task(base=ExactlyOnceTask, bind=True, idempotency_key=lambda run, order: order["id"])
+def add_by_order(self, run, order):
+    return {"effect": effect(self.db, run, order["id"])}
+
+
+@app.task(base=ExactlyOnceTask, bind=True, max_retries=3, default_retry_delay=0)
+def retry_once(self, run, key):
+    effect(self.db, run, key)  # rolled back with the claim when it retries
+    if self.request.retries == 0:
+        raise self.retry(countdown=0)
+    return {"retries": self.request.retries}
+
+
+@app.task(base=ExactlyOnceTask, bind=True, soft_time_limit=1, max_attempts=2)
+def soft_limited(self, run, key):
+    effect(self.db, run, key)
+    time.sleep(30)  # interrupted by SoftTimeLimitExceeded after 1 s
+
+
+@app.task(base=ExactlyOnceTask, bind=True, max_attempts=3)
+def always_fails(self, run, key):
+    effect(self.db, run, key)
+    raise ValueError(f"cannot process {key}")
+
+
+@app.task(base=ExactlyOnceTask, bind=True)
+def kill_first_run(self, run, key, marker):
+    effect(self.db, run, key)
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)  # the pool child dies with the transaction open
+    return "survived"
+
+
+@app.task(base=ExactlyOnceTask, bind=True)
+def total(self, results, run, key):
+    effect(self.db, run, key)
+    return sum(r["effect"] > 0 for r in results)
+
+
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+def plain_add(self, run, key):
+    conn = plain_db()
+    with conn.transaction():
+        return {"effect": effect(conn, run, key), "key": key}
