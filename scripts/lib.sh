@@ -30,7 +30,7 @@ IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
   pgbouncer postgresql-15-auto-failover pg-auto-failover-cli python3-psycopg python3-pytest
   python3-setuptools python3-pip libkrb5-dev python3-venv python3-wheel curl
   python3-psycopg-pool python3-starlette python3-fastapi python3-httpx python3-flask
-  python3-django python3-psycopg2"
+  python3-django python3-psycopg2 python3-celery"
 
 # Debian packages of the suites that install them when they run (scripts/test.sh's go, java
 # and browser suites, test/packaging/run.sh); .ci/run installs them all at once beforehand.
@@ -40,6 +40,9 @@ GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
 JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
 # shellcheck disable=SC2034
 BROWSER_PACKAGES="chromium"
+# shellcheck disable=SC2034
+# The jobs suite's brokers and Celery's Redis result backend (ensure_jobs installs them).
+JOBS_PACKAGES="python3-celery python3-redis redis-server nats-server"
 # shellcheck disable=SC2034
 PACKAGING_PACKAGES="postgresql-server-dev-all debhelper lintian pgxnclient python3-build
   python3-venv python3-setuptools python3-wheel unzip autopkgtest"
@@ -392,15 +395,15 @@ citus_cluster_start() {
     -c "SELECT citus_add_node('127.0.0.1', $W2_PORT)" >/dev/null
 }
 
-# ---- RabbitMQ (the brokers suite and bench/brokers.sh) ----
-# ensure_rabbitmq: Debian's rabbitmq-server and python3-pika, installed without starting the
-# system service: the tests run a broker of their own (test/brokers/rabbitmq.sh). While the
+# ---- RabbitMQ, Redis and NATS (the brokers and jobs suites, bench/brokers.sh) ----
+# install_without_starting PKG...: Debian packages of servers, installed without starting
+# their system services: the tests run servers of their own on loopback ports. While the
 # packages install, a policy-rc.d that refuses every start is in place unless the machine has
 # one already (a container's); a service installed here is disabled again, and a machine that
-# already had rabbitmq-server keeps its service as it was.
-ensure_rabbitmq() {
-  local missing policy=/usr/sbin/policy-rc.d ours=0 rc=0
-  missing=$(missing_packages rabbitmq-server python3-pika)
+# already had the package keeps its service as it was.
+install_without_starting() {
+  local missing policy=/usr/sbin/policy-rc.d ours=0 rc=0 service
+  missing=$(missing_packages "$@")
   [[ -z $missing ]] && return 0
   if [[ ! -e $policy ]]; then
     printf '#!/bin/sh\n# idempotency tests: no service starts while packages install\nexit 101\n' |
@@ -410,8 +413,17 @@ ensure_rabbitmq() {
   # shellcheck disable=SC2086 # one package a word
   apt_install $missing || rc=$?
   [[ $ours == 1 ]] && as_root rm -f "$policy"
-  if [[ $missing == *rabbitmq-server* ]] && command -v deb-systemd-helper >/dev/null; then
-    as_root deb-systemd-helper disable rabbitmq-server.service >/dev/null 2>&1 || true
-  fi
+  for service in rabbitmq-server redis-server nats-server; do
+    if [[ " $missing " == *" $service "* ]] && command -v deb-systemd-helper >/dev/null; then
+      as_root deb-systemd-helper disable "$service.service" >/dev/null 2>&1 || true
+    fi
+  done
   return $rc
 }
+
+# ensure_rabbitmq: Debian's rabbitmq-server and python3-pika (the brokers suite).
+ensure_rabbitmq() { install_without_starting rabbitmq-server python3-pika; }
+
+# ensure_jobs: RabbitMQ, Redis, NATS and Celery (the jobs suite).
+# shellcheck disable=SC2086 # one package a word
+ensure_jobs() { install_without_starting rabbitmq-server python3-pika $JOBS_PACKAGES; }

@@ -1,4 +1,4 @@
-// A BullMQ worker that applies each job exactly once (by its job id).
+// A BullMQ worker that applies each job exactly once (by its data.key, else its job id).
 //   BULLMQ_QUEUE=payments REDIS_PORT=6379 PGDATABASE=... node bullmq_worker.js
 // exactlyOnceProcessor runs the job's effect inside a claim of its key and stores the return
 // value in the same COMMIT. A worker killed before COMMIT leaves nothing; after COMMIT and
@@ -26,10 +26,13 @@ export const redis = () => ({
 export async function main(onPhase = noPhase) {
   const pool = new pg.Pool({ max: 4 }); // PG* environment
   pool.on('error', (err) => log(`pg pool: ${err.message}`)); // an idle client lost: replaced
+  // The payment's key: data.key when the producer gives one (a producer's retry may come as a
+  // job of another id), else the job id.
+  const keyOf = (job) => job.data.key ?? job.id;
   const effect = async (job, client) => {
-    await onPhase('received', job.id);
-    await apply(client, job.id, JSON.stringify(job.data));
-    await onPhase('effect_written', job.id);
+    await onPhase('received', keyOf(job));
+    await apply(client, keyOf(job), JSON.stringify(job.data));
+    await onPhase('effect_written', keyOf(job));
     return { account: job.data.account, amount: job.data.amount };
   };
   const processor = process.env.DEDUP === 'bullmq'
@@ -44,7 +47,7 @@ export async function main(onPhase = noPhase) {
         client.release();
       }
     }
-    : exactlyOnceProcessor(pool, effect, { scope: GROUP, maxAttempts: MAX_ATTEMPTS });
+    : exactlyOnceProcessor(pool, effect, { scope: GROUP, key: keyOf, maxAttempts: MAX_ATTEMPTS });
   const worker = new Worker(QUEUE, processor, {
     connection: redis(),
     concurrency: Number(process.env.CONCURRENCY ?? 4),

@@ -5,8 +5,9 @@
 // died, or was slow). Two ways to key a message, KEY_BY:
 // - sequence (the default): applyOnce on the stream sequence, the partition being the stream:
 //   one watermark row per (consumer, stream), constant space, as the RabbitMQ stream consumer
-//   does. The consumer handles its messages in stream order, one at a time; a redelivery at or
-//   below the watermark is only acknowledged. A producer's retry is one message only inside
+//   does. The durable allows one unacked message (max_ack_pending 1), so messages are applied
+//   in stream order even across a crash; a redelivery at or below the watermark is only
+//   acknowledged. A producer's retry is one message only inside
 //   the stream's duplicate window (Nats-Msg-Id), where JetStream drops the second publish.
 // - msgid: consumeOnce on the Nats-Msg-Id header, a key per message: a producer's retry
 //   after the duplicate window is still applied once; keys are kept for their retention.
@@ -45,7 +46,11 @@ export async function main(onPhase = noPhase) {
   const jsm = await declareStream(nc);
   await jsm.consumers.add(STREAM, {
     durable_name: DURABLE, ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.All,
-    ack_wait: nanos(ACK_WAIT_MS), max_ack_pending: 100,
+    ack_wait: nanos(ACK_WAIT_MS),
+    // By sequence, one message in flight: JetStream delivers new messages before it redelivers
+    // the unacked ones of a consumer that died, and a watermark moved past them would skip
+    // them. With one in flight, the unacked one comes again before anything after it.
+    max_ack_pending: KEY_BY === 'msgid' ? 100 : 1,
   });
   const consumer = await nc.jetstream().consumers.get(STREAM, DURABLE);
   log(`consuming ${STREAM} as ${DURABLE} (${GROUP}), keyed by ${KEY_BY}`);

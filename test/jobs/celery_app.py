@@ -1,7 +1,7 @@
 """The jobs suite's Celery application: RabbitMQ as the broker (AMQP_URL), Redis as the result
 backend (REDIS_URL, for chords and for Celery's own dedup), PostgreSQL from the PG* environment.
 
-Every effect is a row of job_effects (run, key): the suite counts them per key.
+Every effect is a ledger line (consumer: the run, message_id: the key): the suite counts them per key.
   exactly-once tasks (ExactlyOnceTask): add, add_by_order, retry_once, soft_limited,
     always_fails (poison), kill_first_run (a pool child killed mid-task), total (chord body)
   framework-only: plain_add (acks_late, reject_on_worker_lost, Celery's result-backend dedup)
@@ -19,12 +19,21 @@ from pg_idempotency.celery import ExactlyOnceTask
 
 app = Celery("jobs_test", broker=os.environ.get("AMQP_URL"), backend=os.environ.get("REDIS_URL"))
 QUEUE = os.environ.get("CELERY_QUEUE", "jobs")
+
+
+def queue(name):
+    """The queue, declared alike by producer and worker: a rejected (dead-lettered) task
+    goes to <queue>.dlx, then the queue <queue>.dead."""
+    return Queue(name, Exchange(name), routing_key=name,
+                 queue_arguments={"x-dead-letter-exchange": f"{name}.dlx"})
+
+
 app.conf.update(
     task_default_queue=QUEUE,
-    # A rejected (dead-lettered) task goes to <queue>.dlx, then the queue <queue>.dead.
-    task_queues=[Queue(QUEUE, Exchange(QUEUE), routing_key=QUEUE,
-                       queue_arguments={"x-dead-letter-exchange": f"{QUEUE}.dlx"})],
+    task_queues=[queue(QUEUE)],
     worker_prefetch_multiplier=1,
+    # A worker that loses the broker stops its acks_late tasks (their messages are redelivered)
+    worker_cancel_long_running_tasks_on_connection_loss=True,
     worker_deduplicate_successful_tasks=True,  # the framework-only run's dedup
     broker_connection_retry=True,
     broker_connection_max_retries=None,
@@ -34,6 +43,7 @@ app.conf.update(
     accept_content=["json"],
 )
 
+WORK_MS = int(os.environ.get("WORK_MS", "0"))
 _plain = {}
 
 
@@ -46,8 +56,12 @@ def plain_db():
 
 
 def effect(conn, run, key):
-    return conn.execute("INSERT INTO job_effects (run, key) VALUES (%s, %s) RETURNING id",
-                        (run, key)).fetchone()[0]
+    """The task's effect: a ledger line (examples/consumers/schema.sql) for (run, key), after
+    WORK_MS milliseconds of simulated work in the transaction."""
+    time.sleep(WORK_MS / 1000)
+    conn.execute("INSERT INTO ledger (consumer, message_id, account, amount) "
+                 "VALUES (%s, %s, 'acct', 1)", (run, key))
+    return 1
 
 
 @app.task(base=ExactlyOnceTask, bind=True)
@@ -92,7 +106,7 @@ def kill_first_run(self, run, key, marker):
 @app.task(base=ExactlyOnceTask, bind=True)
 def total(self, results, run, key):
     effect(self.db, run, key)
-    return sum(r["effect"] > 0 for r in results)
+    return sum(r["effect"] for r in results)
 
 
 @app.task(bind=True, acks_late=True, reject_on_worker_lost=True)

@@ -63,9 +63,11 @@ def _refuse_lossy(cls):
                 f"exactly once: {why}; leave {attr} to ExactlyOnceTask (it sets it to True)")
     _check_max_attempts(vars(cls).get("max_attempts"))
     key = vars(cls).get("idempotency_key")
-    if key is not None and not callable(key) and not isinstance(key, str):
+    if key is not None and not callable(key) and not isinstance(key, (str, staticmethod)):
         raise ExactlyOnceConfigError(
             "idempotency_key must be a callable of the task's arguments or the name of one")
+    if callable(key) and not isinstance(key, staticmethod):
+        cls.idempotency_key = staticmethod(key)  # called with the arguments, never self
 
 
 class _WorkerConnection:
