@@ -486,7 +486,8 @@ run_brokers() {
 # contract, then per framework a chaos run (workers SIGKILLed again and again, the broker and
 # this cluster restarted once each: every effect exactly once) and, for Celery and BullMQ, the
 # same run with the framework's own dedup only, which must double. JOBS_N tasks per run
-# (default 300 here; the figure is 2000).
+# (default 300 here; the figure is 2000). Then bench/jobs.sh --smoke, so the
+# benchmark cannot rot.
 run_jobs() {
   local log=$LOGS/jobs.log rc=0 passed failed
   log "jobs: Celery, BullMQ and JetStream workers (test/jobs)"
@@ -509,6 +510,14 @@ run_jobs() {
     return
   fi
   [[ $passed -eq 0 && $failed -eq 0 ]] && failed=1
+  log "jobs: bench/jobs.sh --smoke"
+  if timeout -k 10 "$TIMEOUT" bash bench/jobs.sh --smoke >>"$log" 2>&1 </dev/null; then
+    passed=$((passed + 1))
+    echo "ok     bench/jobs.sh --smoke"
+  else
+    failed=$((failed + 1))
+    echo "FAILED bench/jobs.sh --smoke, log ${log#"$IDEM_ROOT"/}"
+  fi
   record jobs "$passed" "$failed"
 }
 
