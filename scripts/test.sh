@@ -502,7 +502,7 @@ run_jobs() {
   PG_RESTART="source '$IDEM_ROOT/scripts/lib.sh' && cluster_crash '$CLUSTER_DATA' &&
     cluster_start '$CLUSTER_DATA'" JOBS_N=${JOBS_N:-300} PGDATABASE=postgres \
     timeout -k 10 "$TIMEOUT" /usr/bin/python3 test/jobs/jobs_test.py 2>&1 </dev/null |
-    tee -a "$log" | grep -E '^(ok|not ok|#)' || rc=$?
+    tee -a "$log" | grep --line-buffered -E '^(ok|not ok|#)' || rc=$?
   passed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\1/p' "$log")
   failed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\2/p' "$log")
   if [[ -z $passed ]]; then

@@ -1,12 +1,11 @@
 """ExactlyOnceTask in Celery's eager mode (no broker: the jobs suite runs it under RabbitMQ):
 the stored value on a rerun, a business key, a raising body rolled back, poison counting, and
 the configurations refused."""
+import celery  # python3-celery (scripts/lib.sh's IDEM_PACKAGES)
 import pytest
+from celery.exceptions import Reject
 
-celery = pytest.importorskip("celery", reason="python3-celery is not installed")
-from celery.exceptions import Reject  # noqa: E402
-
-from pg_idempotency.celery import ExactlyOnceConfigError, ExactlyOnceTask, stored_result  # noqa: E402
+from pg_idempotency.celery import ExactlyOnceConfigError, ExactlyOnceTask, stored_result
 
 
 @pytest.fixture
