@@ -92,7 +92,8 @@ class _WorkerConnection:
         self.conn = None
 
 
-_worker_connection = _WorkerConnection()
+# One connection per worker process and way of connecting (a task class's connect() and DSN).
+_worker_connections: dict = {}
 
 
 class ExactlyOnceTask(Task):
@@ -129,15 +130,21 @@ class ExactlyOnceTask(Task):
 
     # ---- the connection ----
 
+    def dsn(self) -> str:
+        return self.idempotency_dsn or self.app.conf.get("idempotency_dsn") or ""
+
     def connect(self) -> psycopg.Connection:
-        """Opens the worker process's connection; override for a pool or other settings."""
-        dsn = self.idempotency_dsn or self.app.conf.get("idempotency_dsn") or ""
-        return psycopg.connect(dsn)
+        """Opens the worker process's connection; override for other settings."""
+        return psycopg.connect(self.dsn())
+
+    def _connection(self) -> _WorkerConnection:
+        way = (getattr(type(self).connect, "__func__", type(self).connect), self.dsn())
+        return _worker_connections.setdefault(way, _WorkerConnection())
 
     @property
     def db(self) -> psycopg.Connection:
         """The worker process's connection; inside the body, in the claim's transaction."""
-        return _worker_connection.get(self.connect)
+        return self._connection().get(self.connect)
 
     # ---- the key ----
 
@@ -184,7 +191,7 @@ class ExactlyOnceTask(Task):
             raise Reject(f"{scope}/{key} is being run by another worker", requeue=True)
         except Exception as exc:
             if isinstance(exc, ConnectionLost) or lost_connection(conn, exc) is not None:
-                _worker_connection.drop()
+                self._connection().drop()
                 self._requeue_later(f"the database connection was lost: {exc}")
             if not ran or self.max_attempts is None or not _counted(conn, exc):
                 raise
@@ -202,7 +209,7 @@ class ExactlyOnceTask(Task):
             outcome, attempt, doc = _record_failure(conn, scope, key, exc, self.max_attempts,
                                                     self.retention, self.lock_wait)
         except psycopg.Error:
-            _worker_connection.drop()
+            self._connection().drop()
             self._requeue_later("the failure could not be recorded")
         if outcome == "replay":
             return  # another worker has applied it meanwhile: the redelivery replays
