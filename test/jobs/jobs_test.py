@@ -7,7 +7,8 @@ running, a business key, self.retry, a soft time limit, a raising task, a poison
 chord member, a configuration that would lose tasks refused.
 
 Chaos, per framework: JOBS_N tasks (default 300; the issue's figure is 2000) with producer
-duplicates, workers SIGKILLed again and again (each kill waits for progress since the last),
+duplicates, workers SIGKILLed again and again (about JOBS_KILLS times, default 12: each kill
+waits for N / JOBS_KILLS more effects since the last),
 the broker and PostgreSQL restarted once each mid-run: every key's effect exactly once. The
 same run with the framework's own dedup only (Celery's result-backend dedup, BullMQ's job id)
 is counted the same way and must show doubles.
@@ -35,6 +36,7 @@ AMQP_PORT, REDIS_PORT, NATS_PORT = BASE, BASE + 4, BASE + 5
 DIR = pathlib.Path(os.environ["JOBS_DIR"])
 DB = os.environ.get("JOBS_DB", "jobs_test")
 N = int(os.environ.get("JOBS_N", "300"))
+KILLS = int(os.environ.get("JOBS_KILLS", "12"))  # chaos actions per run: a kill or a restart
 SEED = int(os.environ.get("SEED", str(random.randrange(1 << 30))))
 rng = random.Random(SEED)
 WAIT = 180
@@ -335,7 +337,7 @@ def chaos(framework, mode, workers, produce, kill, restart_broker, pending,
     produce(run, keys, [k for i, k in enumerate(keys) if i % 10 == 0])
     for w in workers:
         w.start()
-    kills, step, last, restarted = 0, max(N // 12, 5), 0, set()
+    kills, step, last, restarted = 0, max(N // KILLS, 5), 0, set()
     while True:
         done = effects(run)
         if set(keys) <= set(done):
