@@ -7,7 +7,6 @@ is not in it. Modes rotate each round; ratios are per round, the median reported
     run.py ROUNDS COUNT REPORT       (PG*, JOBS_PORT, JOBS_DIR from the environment)"""
 import os
 import statistics
-import subprocess
 import sys
 import time
 

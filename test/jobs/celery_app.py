@@ -12,7 +12,6 @@ import time
 
 import psycopg
 from celery import Celery
-from celery.exceptions import SoftTimeLimitExceeded  # noqa: F401 (documents what soft_limited gets)
 from kombu import Exchange, Queue
 
 from pg_idempotency.celery import ExactlyOnceTask

@@ -208,7 +208,9 @@ def celery_worker(name, queue, concurrency=2, **env):
 def celery_app(queue):
     os.environ.update(AMQP_URL=AMQP_URL, REDIS_URL=REDIS_URL, CELERY_QUEUE=queue,
                       PGDATABASE=DB)
-    sys.path[:0] = [str(ROOT / "clients/python"), str(HERE)]
+    for path in (str(HERE), str(ROOT / "clients/python")):
+        if path not in sys.path:
+            sys.path.insert(0, path)
     import celery_app as module
     module.app.conf.task_default_queue = queue
     module.app.conf.task_queues = [module.queue(queue)]
