@@ -331,9 +331,9 @@ def chaos(framework, mode, workers, produce, kill, restart_broker, pending,
           settled=lambda workers: True):
     """Produces N keys (every 10th twice), then kills a worker each time progress has been
     made since the last kill, restarting the broker once and PostgreSQL once; when every key
-    has its effect (or the broker has nothing left to deliver), drains: workers killed, the broker asked what is left (unacked deliveries
-    are then back), workers run again until nothing is. Returns (once, doubled, lost,
-    unknown, kills)."""
+    has its effect (or the broker has nothing left to deliver), drains: workers killed, the
+    broker asked what is left (unacked deliveries are then back), workers run again until
+    nothing is. Returns (once, doubled, lost, unknown, kills)."""
     run = f"{framework}-{mode}"
     keys = [f"{run}-{i}" for i in range(N)]
     produce(run, keys, [k for i, k in enumerate(keys) if i % 10 == 0])
