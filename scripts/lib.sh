@@ -40,8 +40,8 @@ GO_PACKAGES="golang-go golang-github-jackc-pgx-v4-dev golang-github-lib-pq-dev"
 JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java junit5"
 # shellcheck disable=SC2034
 BROWSER_PACKAGES="chromium"
-# shellcheck disable=SC2034
 # The jobs suite's brokers and Celery's Redis result backend (ensure_jobs installs them).
+# shellcheck disable=SC2034
 JOBS_PACKAGES="python3-celery python3-redis redis-server nats-server"
 # shellcheck disable=SC2034
 PACKAGING_PACKAGES="postgresql-server-dev-all debhelper lintian pgxnclient python3-build
@@ -414,7 +414,9 @@ install_without_starting() {
   apt_install $missing || rc=$?
   [[ $ours == 1 ]] && as_root rm -f "$policy"
   for service in rabbitmq-server redis-server nats-server; do
-    if [[ " $missing " == *" $service "* ]] && command -v deb-systemd-helper >/dev/null; then
+    # (missing: one package a line)
+    if [[ $'\n'$missing$'\n' == *$'\n'"$service"$'\n'* ]] &&
+      command -v deb-systemd-helper >/dev/null; then
       as_root deb-systemd-helper disable "$service.service" >/dev/null 2>&1 || true
     fi
   done
