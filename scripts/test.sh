@@ -5,7 +5,7 @@
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
-#                                        go java browser brokers docs sanitizers faults
+#                                        go java browser brokers jobs docs sanitizers faults
 #                                        packaging managed)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 #   IDEM_BUSY_CORES=2 ...                (N CPU burners at nice IDEM_BUSY_NICE, default 5,
@@ -22,7 +22,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
 ALL_SUITES="unit regress isolation pgtap scripted examples citus clients go java browser"
-ALL_SUITES+=" brokers docs sanitizers faults packaging managed monitoring"
+ALL_SUITES+=" brokers jobs docs sanitizers faults packaging managed monitoring"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -508,6 +508,46 @@ run_brokers() {
   record brokers "$passed" "$failed"
 }
 
+# jobs: Celery (RabbitMQ), BullMQ (Redis) and NATS JetStream workers against brokers of our own
+# on loopback ports (test/jobs/jobs_test.py: one count per scenario): Celery's ExactlyOnceTask
+# contract, then per framework a chaos run (workers SIGKILLed again and again, the broker and
+# this cluster restarted once each: every effect exactly once) and, for Celery and BullMQ, the
+# same run with the framework's own dedup only, which must double. JOBS_N tasks per run
+# (default 300 here; the issue's figure is 2000). Then bench/jobs.sh --smoke, so the
+# benchmark cannot rot.
+run_jobs() {
+  local log=$LOGS/jobs.log rc=0 passed failed
+  log "jobs: Celery, BullMQ and JetStream workers (test/jobs)"
+  if ! { ensure_jobs && "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/examples/consumers"; } \
+    >"$log" 2>&1 </dev/null; then
+    tail -n 20 "$log"
+    record jobs 0 1 "the brokers, Celery or the npm packages did not install"
+    return
+  fi
+  export JOBS_PORT=$((20172 + ${IDEM_PORT_OFFSET:-0})) JOBS_DIR=$IDEM_ROOT/build/jobs
+  rm -rf "$JOBS_DIR"
+  PG_RESTART="source '$IDEM_ROOT/scripts/lib.sh' && cluster_crash '$CLUSTER_DATA' &&
+    cluster_start '$CLUSTER_DATA'" JOBS_N=${JOBS_N:-300} PGDATABASE=postgres \
+    timeout -k 10 "$TIMEOUT" /usr/bin/python3 test/jobs/jobs_test.py 2>&1 </dev/null |
+    tee -a "$log" | grep --line-buffered -E '^(ok|not ok|#)' || rc=$?
+  passed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\1/p' "$log")
+  failed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\2/p' "$log")
+  if [[ -z $passed ]]; then
+    record jobs 0 1 "jobs_test.py did not finish (exit $rc), log ${log#"$IDEM_ROOT"/}"
+    return
+  fi
+  [[ $passed -eq 0 && $failed -eq 0 ]] && failed=1
+  log "jobs: bench/jobs.sh --smoke"
+  if timeout -k 10 "$TIMEOUT" bash bench/jobs.sh --smoke >>"$log" 2>&1 </dev/null; then
+    passed=$((passed + 1))
+    echo "ok     bench/jobs.sh --smoke"
+  else
+    failed=$((failed + 1))
+    echo "FAILED bench/jobs.sh --smoke, log ${log#"$IDEM_ROOT"/}"
+  fi
+  record jobs "$passed" "$failed"
+}
+
 # docs: the client installs of docs/clients-*.md from a clean venv and an empty npm project
 # (test/docs/install.sh), the block runner's self-check, then every code block of README.md
 # and docs/*.md that is not marked as a fragment, run against the test cluster
@@ -659,8 +699,8 @@ trap stop_burners EXIT
 wanted unit && timed run_unit
 
 cluster_suites=()
-for s in regress isolation pgtap scripted examples citus clients go java browser brokers docs \
-  sanitizers managed monitoring; do
+for s in regress isolation pgtap scripted examples citus clients go java browser brokers jobs \
+  docs sanitizers managed monitoring; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
 if [[ ${#cluster_suites[@]} -gt 0 ]]; then
@@ -716,6 +756,7 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     wanted sanitizers && timed run_sanitizers
     wanted browser && timed run_browser
     wanted brokers && timed run_brokers
+    wanted jobs && timed run_jobs
     wanted docs && timed run_docs
     wanted managed && timed run_managed
     wanted monitoring && timed run_monitoring

@@ -41,3 +41,5 @@ export {
   answerFor, IdempotencyKeyHeaderError, idempotencyMiddleware, parseIdempotencyKey, replayOf,
   STORED_MARK, storedAnswer,
 } from './lib/middleware.js';
+// BullMQ: a Worker processor that runs each job exactly once.
+export { exactlyOnceProcessor, storedResult } from './lib/bullmq.js';

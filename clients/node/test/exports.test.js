@@ -40,6 +40,8 @@ const INDEX = [
   // streams and consumers
   'accept', 'applyOnce', 'claimOnce', 'consumeOnce', 'emit', 'formatLsn', 'lsnKey',
   'lsnKeyParts', 'nextKey', 'OutboxConsumer', 'parseLsn', 'positionKey', 'watermark',
+  // job frameworks
+  'exactlyOnceProcessor', 'storedResult',
   // versions
   'checkExtension', 'CLIENT_VERSION', 'Edition', 'EXTENSION_VERSIONS', 'ExtensionVersionError',
   'serverEdition',
@@ -55,7 +57,7 @@ const ACTION_TYPES = [
 const INDEX_TYPES = [
   ...ACTION_TYPES,
   'Answer', 'ApplyOnceOptions', 'Attempt', 'Body', 'ClaimOnceOptions', 'ConsumeOnceOptions',
-  'ErrorFields', 'ExcludePaths', 'FingerprintOptions', 'HttpAnswer', 'IdempotencyContext',
+  'ErrorFields', 'ExactlyOnceJob', 'ExactlyOnceProcessorOptions', 'ExcludePaths', 'FingerprintOptions', 'HttpAnswer', 'IdempotencyContext',
   'Interval', 'JsonValue', 'KeyRecord', 'Message', 'MiddlewareOptions', 'Outcome',
   'OutboxConsumerOptions', 'Phase', 'PoisonMessageRecord', 'PoolClientLike', 'PoolLike',
   'Position', 'QueryConfigLike', 'Queryable', 'QueryResultLike', 'Reservation',
