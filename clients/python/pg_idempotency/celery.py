@@ -39,8 +39,14 @@ import psycopg
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
+from psycopg.pq import TransactionStatus
+from psycopg.types.json import Jsonb
+
+from . import statements as sql
+from .connection import check_encodable, check_usable, check_work_left_usable, cursor_of
 from .consumer import _check_max_attempts, _counted, _record_failure
-from .errors import ConnectionLost, IdempotencyError, KeyInProgress, lost_connection
+from .errors import ConnectionLost, IdempotencyError, KeyInProgress, lost_connection, translate
+from .keys import names, raise_for, reservation_of, reserve_params
 from .transactions import claim
 
 # The answer stored for a task: its return value under one name, so None is a value too.
@@ -176,14 +182,30 @@ class ExactlyOnceTask(Task):
             self._requeue_later(f"the database cannot be reached: {e}")
         ran = False
         try:
-            with claim(conn, scope, key, lock_ttl=self.lock_ttl, retention=self.retention,
-                       wait=self.lock_wait) as c:
-                if c.replayed:
-                    return (c.response or {}).get(_RESULT)
+            if not self._pipelinable(conn):
+                with claim(conn, scope, key, lock_ttl=self.lock_ttl, retention=self.retention,
+                           wait=self.lock_wait) as c:
+                    if c.replayed:
+                        return (c.response or {}).get(_RESULT)
+                    ran = True
+                    result = super().__call__(*args, **kwargs)
+                    c.complete(_STATUS, {_RESULT: result})
+                    return result
+            try:
+                r = self._begin_reserve(conn, scope, key)
+                if r.outcome == "replay":
+                    self._end(conn, ((sql.COMMIT, None),))
+                    return (r.response or {}).get(_RESULT)
                 ran = True
                 result = super().__call__(*args, **kwargs)
-                c.complete(_STATUS, {_RESULT: result})
+                check_work_left_usable(conn)
+                self._end(conn, ((sql.COMPLETE, (scope, key, _STATUS, Jsonb({_RESULT: result}),
+                                                 None)),
+                                 (sql.COMMIT, None)))
                 return result
+            except BaseException:
+                self._roll_back(conn)
+                raise
         except (Retry, Ignore, Reject):
             raise  # Celery's own control flow: the claim is rolled back, nothing counted
         except KeyInProgress:
@@ -197,6 +219,55 @@ class ExactlyOnceTask(Task):
                 raise
             self._count_failure(conn, scope, key, exc)
             raise
+
+    @staticmethod
+    def _pipelinable(conn) -> bool:
+        """Whether the run may open its transaction itself, BEGIN with the claim and complete
+        with COMMIT in one round trip each (psycopg's pipeline mode, libpq 14 or later): no
+        transaction open, not in pipeline mode, no isolation level / read-only / deferrable
+        of psycopg's to carry; otherwise conn.transaction() carries them (claim())."""
+        return (conn.info.transaction_status == TransactionStatus.IDLE and
+                not conn.pgconn.pipeline_status and psycopg.Pipeline.is_supported() and
+                conn.isolation_level is None and conn.read_only is None and
+                conn.deferrable is None)
+
+    def _begin_reserve(self, conn, scope, key):
+        """BEGIN and reserve in one round trip, the values bound; the reservation, or
+        KeyInProgress / KeyMismatch / KeyTooOld for those outcomes."""
+        check_usable(conn)
+        params = reserve_params(scope, key, None, self.lock_ttl, self.retention,
+                                self.lock_wait)
+        check_encodable(conn, names(scope, key))
+        try:
+            with conn.pipeline():
+                if conn.autocommit:
+                    conn.execute(sql.BEGIN)
+                # psycopg sends its own BEGIN in the pipeline on a connection not in autocommit
+                cur = cursor_of(conn).execute(sql.RESERVE, params)
+            r = reservation_of(cur.fetchone(), cur)
+        except psycopg.Error as e:
+            raise (lost_connection(conn, e) or translate(e)) from e
+        raise_for(scope, key, r)
+        return r
+
+    @staticmethod
+    def _end(conn, statements):
+        """The run's last statements and COMMIT, in one round trip, the values bound."""
+        try:
+            with conn.pipeline():
+                for query, params in statements:
+                    conn.execute(query, params)
+        except psycopg.Error as e:
+            raise (lost_connection(conn, e) or translate(e)) from e
+
+    @staticmethod
+    def _roll_back(conn):
+        if not (conn.broken or conn.closed) and \
+                conn.info.transaction_status != TransactionStatus.IDLE:
+            try:
+                conn.execute(sql.ROLLBACK)
+            except psycopg.Error:
+                pass  # a broken connection: the server has rolled back already
 
     def _requeue_later(self, why):
         time.sleep(self.reconnect_pause)

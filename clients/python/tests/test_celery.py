@@ -90,3 +90,35 @@ def test_settings_that_lose_tasks_are_refused(app, option):
 
 def test_the_class_sets_what_at_least_once_delivery_needs():
     assert ExactlyOnceTask.acks_late is True and ExactlyOnceTask.reject_on_worker_lost is True
+
+
+def test_a_new_task_takes_three_round_trips_its_values_bound(app, conn, dsn):
+    """BEGIN + the claim in one round trip, the body's insert, complete + COMMIT in one; a
+    replay: BEGIN + the claim, then COMMIT. Watched on the wire (libpq's trace)."""
+    from test_wire import MARK, Traced, assert_bound_only, marked, round_trips
+    traced = Traced(dsn, autocommit=False)
+
+    class TracedTask(ExactlyOnceTask):
+        def connect(self):
+            return traced.conn
+
+    @app.task(base=TracedTask, bind=True, idempotency_scope=marked())
+    def charge(self, order_id):
+        self.db.execute("INSERT INTO charges VALUES (%s, 1)", (order_id,))
+        return {"charged": marked()}
+
+    try:
+        key = marked()
+        traced.messages()
+        assert charge.apply((marked(),), task_id=key).get()["charged"].startswith(MARK)
+        messages = traced.messages()
+        assert_bound_only(messages)
+        assert round_trips(messages) == 3, messages
+        assert charge.apply((marked(),), task_id=key).get()["charged"].startswith(MARK)
+        messages = traced.messages()
+        assert_bound_only(messages)
+        assert round_trips(messages) == 2, messages
+        assert charges(conn) == 1
+    finally:
+        charge._connection().drop()
+        traced.close()
