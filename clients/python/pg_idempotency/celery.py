@@ -43,7 +43,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from . import statements as sql
-from .connection import check_encodable, check_usable, check_work_left_usable, cursor_of
+from .connection import autocommit_to_restore, check_encodable, check_usable, check_work_left_usable, cursor_of
 from .consumer import _check_max_attempts, _counted, _record_failure
 from .errors import ConnectionLost, IdempotencyError, KeyInProgress, lost_connection, translate
 from .keys import names, raise_for, reservation_of, reserve_params
@@ -191,6 +191,10 @@ class ExactlyOnceTask(Task):
                     result = super().__call__(*args, **kwargs)
                     c.complete(_STATUS, {_RESULT: result})
                     return result
+            # In autocommit the run's own BEGIN goes in the claim's round trip (psycopg syncs
+            # the BEGIN it sends by itself apart); the body runs inside that transaction.
+            autocommit = conn.autocommit
+            conn.autocommit = True
             try:
                 r = self._begin_reserve(conn, scope, key)
                 if r.outcome == "replay":
@@ -206,6 +210,9 @@ class ExactlyOnceTask(Task):
             except BaseException:
                 self._roll_back(conn)
                 raise
+            finally:
+                if autocommit_to_restore(conn, autocommit):
+                    conn.autocommit = autocommit
         except (Retry, Ignore, Reject):
             raise  # Celery's own control flow: the claim is rolled back, nothing counted
         except KeyInProgress:
@@ -240,9 +247,7 @@ class ExactlyOnceTask(Task):
         check_encodable(conn, names(scope, key))
         try:
             with conn.pipeline():
-                if conn.autocommit:
-                    conn.execute(sql.BEGIN)
-                # psycopg sends its own BEGIN in the pipeline on a connection not in autocommit
+                conn.execute(sql.BEGIN)
                 cur = cursor_of(conn).execute(sql.RESERVE, params)
             r = reservation_of(cur.fetchone(), cur)
         except psycopg.Error as e:

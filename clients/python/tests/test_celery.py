@@ -113,7 +113,7 @@ def test_a_new_task_takes_three_round_trips_its_values_bound(app, conn, dsn):
         assert charge.apply((marked(),), task_id=key).get()["charged"].startswith(MARK)
         messages = traced.messages()
         assert_bound_only(messages)
-        assert round_trips(messages) == 3, messages
+        assert round_trips(messages) == 3, " ".join(k for k, _ in messages)
         assert charge.apply((marked(),), task_id=key).get()["charged"].startswith(MARK)
         messages = traced.messages()
         assert_bound_only(messages)
