@@ -38,12 +38,12 @@ from typing import Any, Callable, Optional
 import psycopg
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
-
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from . import statements as sql
-from .connection import autocommit_to_restore, check_encodable, check_usable, check_work_left_usable, cursor_of
+from .connection import (autocommit_to_restore, check_encodable, check_usable,
+                         check_work_left_usable, cursor_of, pipelined)
 from .consumer import _check_max_attempts, _counted, _record_failure
 from .errors import ConnectionLost, IdempotencyError, KeyInProgress, lost_connection, translate
 from .keys import names, raise_for, reservation_of, reserve_params
@@ -259,9 +259,7 @@ class ExactlyOnceTask(Task):
     def _end(conn, statements):
         """The run's last statements and COMMIT, in one round trip, the values bound."""
         try:
-            with conn.pipeline():
-                for query, params in statements:
-                    conn.execute(query, params)
+            pipelined(conn, statements)
         except psycopg.Error as e:
             raise (lost_connection(conn, e) or translate(e)) from e
 
