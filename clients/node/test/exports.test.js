@@ -1,7 +1,7 @@
 // The public API by name: what index.js, lib/action.js and lib/fastify.js (the package's entry
 // points) export at run time, and what index.d.ts, action.d.ts and fastify.d.ts declare,
-// against fixed lists. Moving code between the modules of lib/ must leave these lists as they are; a change to them is a
-// change to the package's API.
+// against fixed lists. Moving code between the modules of lib/ must leave these lists as they
+// are; a change to them is a change to the package's API.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
