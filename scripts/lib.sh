@@ -31,7 +31,8 @@ IDEM_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap pgtap
   pgbouncer postgresql-15-auto-failover pg-auto-failover-cli python3-psycopg python3-pytest
   python3-setuptools python3-pip libkrb5-dev python3-venv python3-wheel curl
   python3-psycopg-pool python3-starlette python3-fastapi python3-httpx python3-flask
-  python3-django python3-psycopg2 flex locales"
+  python3-django python3-psycopg2 flex locales python3-prometheus-client
+  python3-celery"
 
 # Debian packages of the suites that install them when they run (scripts/test.sh's go, java
 # and browser suites, test/packaging/run.sh); .ci/run installs them all at once beforehand.
@@ -44,6 +45,9 @@ JAVA_PACKAGES="openjdk-17-jdk-headless libpostgresql-jdbc-java libtomcat10-java 
   libmaven-install-plugin-java libmaven-resources-plugin-java"
 # shellcheck disable=SC2034
 BROWSER_PACKAGES="chromium"
+# The jobs suite's brokers and Celery's Redis result backend (ensure_jobs installs them).
+# shellcheck disable=SC2034
+JOBS_PACKAGES="python3-celery python3-redis redis-server nats-server"
 # shellcheck disable=SC2034
 PACKAGING_PACKAGES="postgresql-server-dev-all debhelper lintian pgxnclient python3-build
   python3-venv python3-setuptools python3-wheel unzip autopkgtest"
@@ -409,15 +413,15 @@ citus_cluster_start() {
     -c "SELECT citus_add_node('127.0.0.1', $W2_PORT)" >/dev/null
 }
 
-# ---- RabbitMQ (the brokers suite and bench/brokers.sh) ----
-# ensure_rabbitmq: Debian's rabbitmq-server and python3-pika, installed without starting the
-# system service: the tests run a broker of their own (test/brokers/rabbitmq.sh). While the
-# packages install, a policy-rc.d that refuses every start is in place unless the machine has
-# one already (a container's); a service installed here is disabled again, and a machine that
-# already had rabbitmq-server keeps its service as it was.
-ensure_rabbitmq() {
-  local missing policy=/usr/sbin/policy-rc.d ours=0 rc=0
-  missing=$(missing_packages rabbitmq-server python3-pika)
+# ---- RabbitMQ, Redis, NATS, Prometheus (the brokers, jobs and monitoring suites) ----
+# apt_install_quiet_services PKG...: installs the missing ones among PKG without starting a
+# system service: the tests run servers of their own on their own ports. While the packages
+# install, a policy-rc.d that refuses every start is in place unless the machine has one
+# already (a container's); a service installed here is disabled again, and a machine that
+# already had the package keeps its service as it was.
+apt_install_quiet_services() {
+  local missing policy=/usr/sbin/policy-rc.d ours=0 rc=0 pkg
+  missing=$(missing_packages "$@")
   [[ -z $missing ]] && return 0
   if [[ ! -e $policy ]]; then
     printf '#!/bin/sh\n# idempotency tests: no service starts while packages install\nexit 101\n' |
@@ -427,8 +431,31 @@ ensure_rabbitmq() {
   # shellcheck disable=SC2086 # one package a word
   apt_install $missing || rc=$?
   [[ $ours == 1 ]] && as_root rm -f "$policy"
-  if [[ $missing == *rabbitmq-server* ]] && command -v deb-systemd-helper >/dev/null; then
-    as_root deb-systemd-helper disable rabbitmq-server.service >/dev/null 2>&1 || true
+  # (systemctl disable also works where systemd is not running, on the unit files.)
+  if command -v systemctl >/dev/null; then
+    for pkg in $missing; do
+      if [[ -e /lib/systemd/system/$pkg.service ]]; then
+        as_root systemctl disable --quiet "$pkg.service" >/dev/null 2>&1 || true
+      fi
+    done
   fi
   return $rc
+}
+
+# ensure_rabbitmq: Debian's rabbitmq-server and python3-pika (test/brokers/rabbitmq.sh runs
+# the broker).
+ensure_rabbitmq() { apt_install_quiet_services rabbitmq-server python3-pika; }
+
+# The monitoring suite's Prometheus, promtool and postgres_exporter (test/monitoring).
+# shellcheck disable=SC2034
+MONITORING_PACKAGES="prometheus prometheus-postgres-exporter"
+ensure_monitoring() {
+  # shellcheck disable=SC2086 # one package a word
+  apt_install_quiet_services $MONITORING_PACKAGES
+}
+
+# ensure_jobs: RabbitMQ, Redis, NATS and Celery (the jobs suite).
+ensure_jobs() {
+  # shellcheck disable=SC2086 # one package a word
+  apt_install_quiet_services rabbitmq-server python3-pika $JOBS_PACKAGES
 }

@@ -5,7 +5,7 @@
 #                                        Debian's source package on first use)
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
-#                                        go java browser brokers docs sanitizers faults
+#                                        go java browser brokers jobs docs sanitizers faults
 #                                        packaging managed)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 #   IDEM_BUSY_CORES=2 ...                (N CPU burners at nice IDEM_BUSY_NICE, default 5,
@@ -22,7 +22,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$IDEM_ROOT"
 
 ALL_SUITES="unit regress isolation pgtap scripted examples citus clients go java browser"
-ALL_SUITES+=" brokers docs sanitizers faults packaging managed"
+ALL_SUITES+=" brokers jobs docs sanitizers faults packaging managed monitoring"
 SUITES=${IDEM_SUITES:-$ALL_SUITES}
 for s in $SUITES; do
   [[ " $ALL_SUITES " == *" $s "* ]] || die "IDEM_SUITES: unknown suite '$s' (known: $ALL_SUITES)"
@@ -292,17 +292,32 @@ run_clients_python() {
 }
 
 run_clients_node() {
-  local log=$LOGS/clients-node.log rc=0
-  log "clients: Node (node --test)"
+  run_node_suite clients-node "$IDEM_ROOT/clients/node" "$IDEM_ROOT/clients/node"
+  # The same suite on the oldest pg of the package's peer range (test/pg-oldest's lock file),
+  # where the client's fast path through pg's internals is off: a copy of the package with
+  # that node_modules.
+  local copy=$IDEM_ROOT/build/node-pg-oldest
+  rm -rf "$copy" && mkdir -p "$copy" &&
+    cp -r "$IDEM_ROOT"/clients/node/{index.js,index.d.ts,action.d.ts,package.json,package-lock.json,lib,test} "$copy" &&
+    rm -rf "$copy/test/pg-oldest/node_modules" &&
+    ln -s "$IDEM_ROOT/clients/node/test/pg-oldest/node_modules" "$copy/node_modules"
+  run_node_suite clients-node-pg-oldest "$IDEM_ROOT/clients/node/test/pg-oldest" "$copy"
+}
+
+# run_node_suite SUITE LOCK_DIR DIR: installs LOCK_DIR's node_modules from its lock file, then
+# runs DIR's test/*.test.js under node --test against the test cluster.
+run_node_suite() {
+  local log=$LOGS/$1.log rc=0
+  log "clients: Node (node --test) in ${3#"$IDEM_ROOT"/}"
   {
-    "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/clients/node" &&
+    "$IDEM_ROOT/scripts/npm_ci.sh" "$2" &&
       # --test-timeout bounds each file as well as each test: the encoding matrix's file takes
       # up to two minutes on a loaded machine.
-      (cd "$IDEM_ROOT/clients/node" && PGDATABASE=postgres timeout -k 10 "$TIMEOUT" \
+      (cd "$3" && PGDATABASE=postgres timeout -k 10 "$TIMEOUT" \
         node --test --test-reporter=tap --test-concurrency=1 --test-timeout=600000 \
           test/*.test.js)
   } >"$log" 2>&1 </dev/null || rc=$?
-  record_node_tap clients-node "$log" "$rc"
+  record_node_tap "$1" "$log" "$rc"
 }
 
 # go: the Go client (clients/go) and its example service (examples/http-go) under go vet and
@@ -493,6 +508,46 @@ run_brokers() {
   record brokers "$passed" "$failed"
 }
 
+# jobs: Celery (RabbitMQ), BullMQ (Redis) and NATS JetStream workers against brokers of our own
+# on loopback ports (test/jobs/jobs_test.py: one count per scenario): Celery's ExactlyOnceTask
+# contract, then per framework a chaos run (workers SIGKILLed again and again, the broker and
+# this cluster restarted once each: every effect exactly once) and, for Celery and BullMQ, the
+# same run with the framework's own dedup only, which must double. JOBS_N tasks per run
+# (default 300 here; the issue's figure is 2000). Then bench/jobs.sh --smoke, so the
+# benchmark cannot rot.
+run_jobs() {
+  local log=$LOGS/jobs.log rc=0 passed failed
+  log "jobs: Celery, BullMQ and JetStream workers (test/jobs)"
+  if ! { ensure_jobs && "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/examples/consumers"; } \
+    >"$log" 2>&1 </dev/null; then
+    tail -n 20 "$log"
+    record jobs 0 1 "the brokers, Celery or the npm packages did not install"
+    return
+  fi
+  export JOBS_PORT=$((20172 + ${IDEM_PORT_OFFSET:-0})) JOBS_DIR=$IDEM_ROOT/build/jobs
+  rm -rf "$JOBS_DIR"
+  PG_RESTART="source '$IDEM_ROOT/scripts/lib.sh' && cluster_crash '$CLUSTER_DATA' &&
+    cluster_start '$CLUSTER_DATA'" JOBS_N=${JOBS_N:-300} PGDATABASE=postgres \
+    timeout -k 10 "$TIMEOUT" /usr/bin/python3 test/jobs/jobs_test.py 2>&1 </dev/null |
+    tee -a "$log" | grep --line-buffered -E '^(ok|not ok|#)' || rc=$?
+  passed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\1/p' "$log")
+  failed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\2/p' "$log")
+  if [[ -z $passed ]]; then
+    record jobs 0 1 "jobs_test.py did not finish (exit $rc), log ${log#"$IDEM_ROOT"/}"
+    return
+  fi
+  [[ $passed -eq 0 && $failed -eq 0 ]] && failed=1
+  log "jobs: bench/jobs.sh --smoke"
+  if timeout -k 10 "$TIMEOUT" bash bench/jobs.sh --smoke >>"$log" 2>&1 </dev/null; then
+    passed=$((passed + 1))
+    echo "ok     bench/jobs.sh --smoke"
+  else
+    failed=$((failed + 1))
+    echo "FAILED bench/jobs.sh --smoke, log ${log#"$IDEM_ROOT"/}"
+  fi
+  record jobs "$passed" "$failed"
+}
+
 # docs: the client installs of docs/clients-*.md from a clean venv and an empty npm project
 # (test/docs/install.sh), the block runner's self-check, then every code block of README.md
 # and docs/*.md that is not marked as a fragment, run against the test cluster
@@ -521,6 +576,8 @@ run_docs() {
   "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/test/docs/node-app" >>"$log" 2>&1 </dev/null || true
   # docs/consumers.md's walk runs a broker of its own (examples/consumers/broker.sh).
   ensure_rabbitmq >>"$log" 2>&1 </dev/null || true
+  # docs/operations.md's Monitoring section runs promtool.
+  ensure_monitoring >>"$log" 2>&1 </dev/null || true
   # The runner on a page of known blocks: it must pass, fail and skip exactly these.
   docs_snippets test/docs/selftest.md >"$log.self" 2>&1 </dev/null || true
   if grep -E '^(ok|FAILED) |^docs snippets: ' "$log.self" |
@@ -581,6 +638,28 @@ run_packaging() {
     "$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$line")"
 }
 
+# run_suite_script SUITE SCRIPT WHAT: a suite run by one script (ok/FAILED lines, then
+# "# passed N failed M"), in the IDEM_PG=15 run unless named in IDEM_SUITES.
+run_suite_script() {
+  local suite=$1 script=$2 log=$LOGS/$1.log rc=0 passed failed
+  if [[ ${IDEM_PG:-15} != 15 && " ${IDEM_SUITES:-} " != *" $suite "* ]]; then
+    record_elsewhere "$suite" "left to the IDEM_PG=15 run"
+    return
+  fi
+  log "$suite: $3 ($script)"
+  PGDATABASE=postgres timeout -k 10 "$TIMEOUT" bash "$script" >"$log" 2>&1 </dev/null || rc=$?
+  grep -E '^(ok|FAILED|    )' "$log" || true
+  passed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\1/p' "$log")
+  failed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\2/p' "$log")
+  if [[ -z $passed ]]; then
+    tail -n 20 "$log"
+    record "$suite" 0 1 "$script did not finish (exit $rc), log ${log#"$IDEM_ROOT"/}"
+    return
+  fi
+  [[ $rc -ne 0 && $failed -eq 0 ]] && failed=1
+  record "$suite" "$passed" "$failed"
+}
+
 # managed: the managed edition (editions/managed, SQL and PL/pgSQL only) on a copy of the
 # server with pg_tle built from ../shared/vendor and no idempotency library, installed through
 # pg_tle and with psql -f by a role that is not a superuser; the extension's regression files
@@ -588,24 +667,14 @@ run_packaging() {
 # the extension (test/managed/move.sh, on a cluster of its own with the build installed above).
 # The same whatever the major: run once, by the run against 15; another major's summary names it.
 run_managed() {
-  local log=$LOGS/managed.log rc=0 passed failed
-  if [[ ${IDEM_PG:-15} != 15 && " ${IDEM_SUITES:-} " != *" managed "* ]]; then
-    record_elsewhere managed "left to the IDEM_PG=15 run"
-    return
-  fi
-  log "managed: the managed edition through pg_tle and psql -f (test/managed/run.sh)"
-  PGDATABASE=postgres timeout -k 10 "$TIMEOUT" bash test/managed/run.sh >"$log" 2>&1 </dev/null ||
-    rc=$?
-  grep -E '^(ok|FAILED|    )' "$log" || true
-  passed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\1/p' "$log")
-  failed=$(sed -nE 's/^# passed ([0-9]+) failed ([0-9]+)$/\2/p' "$log")
-  if [[ -z $passed ]]; then
-    tail -n 20 "$log"
-    record managed 0 1 "test/managed/run.sh did not finish (exit $rc), log ${log#"$IDEM_ROOT"/}"
-    return
-  fi
-  [[ $rc -ne 0 && $failed -eq 0 ]] && failed=1
-  record managed "$passed" "$failed"
+  run_suite_script managed test/managed/run.sh "the managed edition through pg_tle and psql -f"
+}
+
+# monitoring: promtool's unit tests of the alert rules, then postgres_exporter and Prometheus
+# against a cluster of its own.
+run_monitoring() {
+  run_suite_script monitoring test/monitoring/run.sh \
+    "alert rules, postgres_exporter and Prometheus"
 }
 
 SANITIZER_DATA=
@@ -630,8 +699,8 @@ trap stop_burners EXIT
 wanted unit && timed run_unit
 
 cluster_suites=()
-for s in regress isolation pgtap scripted examples citus clients go java browser brokers docs \
-  sanitizers managed; do
+for s in regress isolation pgtap scripted examples citus clients go java browser brokers jobs \
+  docs sanitizers managed monitoring; do
   if wanted "$s"; then cluster_suites+=("$s"); fi
 done
 if [[ ${#cluster_suites[@]} -gt 0 ]]; then
@@ -687,8 +756,10 @@ if [[ ${#cluster_suites[@]} -gt 0 ]]; then
     wanted sanitizers && timed run_sanitizers
     wanted browser && timed run_browser
     wanted brokers && timed run_brokers
+    wanted jobs && timed run_jobs
     wanted docs && timed run_docs
     wanted managed && timed run_managed
+    wanted monitoring && timed run_monitoring
     shopt -u nullglob
   fi
   stop_test_cluster

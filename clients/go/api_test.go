@@ -192,9 +192,18 @@ field Claim.Key
 field Claim.Reservation
 field Claim.Scope
 field Claim.Tx
+field ClaimEvent.Attempt
+field ClaimEvent.Duration
+field ClaimEvent.Err
+field ClaimEvent.Helper
+field ClaimEvent.Key
+field ClaimEvent.Outcome
+field ClaimEvent.Scope
 field ClaimOnceOptions.Retention
 field ClaimOnceOptions.Wait
 field Client.DB
+field Client.ObserveKeys
+field Client.Observer
 field Edition.Functions
 field Edition.InstalledAs
 field Edition.Name
@@ -313,6 +322,7 @@ func WithPipeliner
 func WriteAnswer
 method Answer.Write
 method Attempt.Checkpoint
+method ClaimObserverFunc.ObserveClaim
 method Client.ApplyOnce
 method Client.ConsumeOnce
 method Client.Edition
@@ -343,6 +353,9 @@ type Answer
 type AnswerOptions
 type Attempt
 type Claim
+type ClaimEvent
+type ClaimObserver
+type ClaimObserverFunc
 type ClaimOnceOptions
 type Client
 type Code

@@ -22,11 +22,15 @@ import (
 )
 
 // Client holds a *sql.DB (any driver) and what the server refused so far (Features).
+// Observer, when set, gets a ClaimEvent after each RunOnce, RunOnceStatement and RunExternal
+// (observe.go); ObserveKeys puts the key in it too.
 type Client struct {
-	DB         *sql.DB
-	features   Features
-	edition    editionCache // the server's edition, once asked (versions.go)
-	pipeliners []Pipeliner  // WithPipeliner's, tried before the registered ones
+	DB          *sql.DB
+	Observer    ClaimObserver
+	ObserveKeys bool
+	features    Features
+	edition     editionCache // the server's edition, once asked (versions.go)
+	pipeliners  []Pipeliner  // WithPipeliner's, tried before the registered ones
 }
 
 // Option configures a Client (New).
@@ -132,6 +136,9 @@ func (s *session) finish(ctx context.Context, scope, key string, status int, res
 // stored answer without running work; in_progress, mismatch and too_old are *OutcomeError.
 // Statements: reserve_begin, the work's, complete, COMMIT (a replay: reserve_begin alone).
 func (c *Client) RunOnce(ctx context.Context, req Request, work Work) (res *Result, err error) {
+	if c.Observer != nil {
+		defer func(start time.Time) { c.observe(ctx, "RunOnce", req, start, res, err) }(time.Now())
+	}
 	hash, err := req.hash()
 	if err != nil {
 		return nil, err
@@ -251,7 +258,10 @@ type ExternalOptions struct {
 // with it). If work or the second transaction fails, the claim is released with fail (the
 // next reserve gets attempt + 1) and the error returned.
 func (c *Client) RunExternal(ctx context.Context, req Request, o ExternalOptions,
-	work func(ctx context.Context, a *Attempt) (int, json.RawMessage, error)) (*Result, error) {
+	work func(ctx context.Context, a *Attempt) (int, json.RawMessage, error)) (res *Result, err error) {
+	if c.Observer != nil {
+		defer func(start time.Time) { c.observe(ctx, "RunExternal", req, start, res, err) }(time.Now())
+	}
 	hash, err := req.hash()
 	if err != nil {
 		return nil, err
@@ -511,7 +521,10 @@ type OneStatement struct {
 // ExecuteOnce) with st.StatusCode; a replay returns the stored answer and runs nothing;
 // in_progress, mismatch and too_old are *OutcomeError. An error of the statement leaves the
 // key new.
-func (c *Client) RunOnceStatement(ctx context.Context, req Request, st OneStatement) (*Result, error) {
+func (c *Client) RunOnceStatement(ctx context.Context, req Request, st OneStatement) (res *Result, err error) {
+	if c.Observer != nil {
+		defer func(start time.Time) { c.observe(ctx, "RunOnceStatement", req, start, res, err) }(time.Now())
+	}
 	return runOnceStatement(ctx, c.DB, req, st)
 }
 

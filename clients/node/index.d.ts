@@ -344,6 +344,28 @@ export function runExternal<R = any>(client: Queryable,
   },
   work: (attempt: Attempt) => Answer<R> | Promise<Answer<R>>): Promise<Result<R>>;
 
+// ---- telemetry ----
+
+/**
+ * OpenTelemetry through @opentelemetry/api (an optional peer dependency): a span per helper
+ * call ("idempotency runOnce", ...) with the claim's outcome, attempt and round trips, and the
+ * counter idempotency.client.claims and histogram idempotency.client.duration by outcome.
+ */
+export interface TelemetryOptions {
+  /** Put the key on spans as idempotency.key (default false: keys may carry customer data). */
+  recordKeys?: boolean;
+  /** A TracerProvider to use instead of the global one. */
+  tracerProvider?: { getTracer(name: string, version?: string): unknown };
+  /** A MeterProvider to use instead of the global one. */
+  meterProvider?: { getMeter(name: string, version?: string): unknown };
+  /** false: measure nothing (default true when @opentelemetry/api is installed). */
+  enabled?: boolean;
+}
+/** Sets the telemetry options; instruments are made again on the next call. */
+export function configureTelemetry(options?: TelemetryOptions): void;
+/** Whether @opentelemetry/api was found. */
+export function telemetryAvailable(): boolean;
+
 // ---- streams, watermarks, outbox ----
 
 /** A bigint position, a safe integer, a decimal string, or a UUID (an outbox key). */
@@ -387,6 +409,40 @@ export interface ConsumeOnceOptions extends ClaimOnceOptions {
 /** work(client) in one transaction with claimOnce: true if it ran, false for a redelivery. */
 export function consumeOnce(client: Queryable, scope: string, key: string,
   work: (client: Queryable) => unknown, options?: ConsumeOnceOptions): Promise<boolean>;
+
+// ---- BullMQ: a Worker processor that runs each job exactly once ----
+
+/** The part of a BullMQ Job the processor reads. */
+export interface ExactlyOnceJob {
+  id?: string;
+  queueName: string;
+  data: any;
+}
+export interface ExactlyOnceProcessorOptions<J extends ExactlyOnceJob> {
+  /** The scope of the keys (default: the queue's name). */
+  scope?: string | ((job: J) => string);
+  /** A business key of the job (default: the job id). */
+  key?: string | ((job: J) => string);
+  /** Failures of work counted per key; the last one records the key dead and throws a
+   * PoisonMessageError named 'UnrecoverableError' (BullMQ fails the job at once). Default null:
+   * BullMQ's attempts alone bound the retries. */
+  maxAttempts?: number | null;
+  /** How long a run waits for another run holding the same key (default '30 seconds'). */
+  wait?: Interval;
+  /** How long a claim is held before another run may take it over (default '5 minutes'). */
+  lockTtl?: Interval;
+  /** How long a completed key is kept (default '24 hours'): reruns within it replay. */
+  retention?: Interval;
+}
+/** A BullMQ processor: work(job, client, token) runs in the claim's transaction, its return
+ * value (JSON) is stored with the key and is what a rerun resolves to without running work. */
+export function exactlyOnceProcessor<J extends ExactlyOnceJob, R = unknown>(
+  pool: PoolLike,
+  work: (job: J, client: Queryable, token?: string) => R | Promise<R>,
+  options?: ExactlyOnceProcessorOptions<J>): (job: J, token?: string) => Promise<R | null>;
+/** The return value stored for (scope, key), or undefined if the key is not completed. */
+export function storedResult(client: Queryable, scope: string, key: string):
+  Promise<unknown | undefined>;
 export function nextKey(client: Queryable, stream: string): Promise<bigint>;
 export function emit(client: Queryable, topic: string, payload: unknown): Promise<bigint>;
 export function parseLsn(text: string): bigint;

@@ -21,6 +21,7 @@ export {
   statementParam,
 } from './lib/keys.js';
 export { idempotent, runExternal, runOnce } from './lib/transactions.js';
+export { configureTelemetry, telemetryAvailable } from './lib/telemetry.js';
 export {
   accept, emit, formatLsn, lsnKey, lsnKeyParts, nextKey, parseLsn, watermark,
 } from './lib/streams.js';
@@ -40,3 +41,5 @@ export {
   answerFor, IdempotencyKeyHeaderError, idempotencyMiddleware, parseIdempotencyKey, replayOf,
   STORED_MARK, storedAnswer,
 } from './lib/middleware.js';
+// BullMQ: a Worker processor that runs each job exactly once.
+export { exactlyOnceProcessor, storedResult } from './lib/bullmq.js';

@@ -19,9 +19,14 @@ export async function declareStream(channel, stream) {
   await channel.assertQueue(stream, { durable: true, arguments: { 'x-queue-type': 'stream' } });
 }
 
+// WORK_MS: milliseconds of simulated work inside each message's transaction (default 0), so
+// a crash test can kill a consumer mid-transaction.
+const WORK_MS = Number(process.env.WORK_MS ?? 0);
+
 // The message's effect, in the caller's transaction.
 export async function apply(client, messageId, content) {
   const m = JSON.parse(content.toString());
+  if (WORK_MS > 0) await new Promise((resolve) => { setTimeout(resolve, WORK_MS); });
   await client.query(
     'INSERT INTO ledger (consumer, message_id, account, amount) VALUES ($1, $2, $3, $4)',
     [GROUP, messageId, m.account, m.amount]);

@@ -62,12 +62,8 @@ func TestRunOnceStatement(t *testing.T) {
 		}
 		// a key held by another transaction: in_progress, and the statement does not run
 		held := newKey("held")
-		tx, err := db.BeginTx(ctx, nil)
-		must(t, err)
-		defer tx.Rollback()
-		_, err = idempotency.Reserve(ctx, tx, scope, held, nil, idempotency.ReserveOptions{})
-		must(t, err)
-		_, err = c.RunOnceStatement(ctx, idempotency.Request{Scope: scope, Key: held},
+		defer holdKey(t, ctx, db, scope, held).Rollback()
+		_, err := c.RunOnceStatement(ctx, idempotency.Request{Scope: scope, Key: held},
 			idempotency.OneStatement{SQL: insertReturning, Params: []interface{}{scope, held, "lamp"}})
 		var oe *idempotency.OutcomeError
 		if !errors.As(err, &oe) || oe.Outcome != idempotency.OutcomeInProgress || oe.HTTPStatus() != 409 {
@@ -77,6 +73,15 @@ func TestRunOnceStatement(t *testing.T) {
 			t.Fatalf("%d orders for a held key", n)
 		}
 	})
+}
+
+// holdKey reserves scope/key in a transaction it leaves open (roll it back when done).
+func holdKey(t *testing.T, ctx context.Context, db *sql.DB, scope, key string) *sql.Tx {
+	tx, err := db.BeginTx(ctx, nil)
+	must(t, err)
+	_, err = idempotency.Reserve(ctx, tx, scope, key, nil, idempotency.ReserveOptions{})
+	must(t, err)
+	return tx
 }
 
 type uuidType [16]byte

@@ -4,8 +4,14 @@
 // errors.js, tells a lost connection apart, and sends several statements in one write on pg's
 // own protocol connection. Every other module calls pg only through the functions here.
 //
-// The node-postgres internals used, outside pg's documented API (test/connection.test.js checks
-// each of them against the installed pg, and that pg is one of PG_TESTED):
+// Two paths. The public one, on any pg 8 from the oldest tested on (package.json's peer range):
+// client.query only (a statement a round trip, every value bound; a named statement through
+// pg's own prepared-statement handling), client.getTransactionStatus, pg's `pipeline` option.
+// The fast one, only on the pg releases it is tested with (PG_FAST_PATH_TESTED) and unless
+// IDEMPOTENCY_PG_FAST_PATH=off: several statements in one write, and calls on a pipelined
+// connection without pg's Query (bench/pages/peers.md says what they save), through these
+// node-postgres internals (test/connection.test.js checks each of them against the installed
+// pg when the fast path is on):
 //   client.connection                  the protocol connection of a pg.Client
 //   connection.parsedStatements        { name: text } of the statements parsed on it
 //   connection.parse / bind / execute / sync / sendCopyFail   protocol messages
@@ -21,19 +27,37 @@
 //                                      answered (pg's pipeline mode)
 //   the client's ParseComplete / ErrorResponse  record / forget the active query's name
 //   client._queryable, client._ending  false / true once the client cannot run queries
-// A client without them (pg-native, a wrapper) gets the public path: client.query, one
-// statement a round trip, every value bound.
+// A client without them (pg-native, a wrapper) gets the public path too.
+import { createRequire } from 'node:module';
 import { ClientEncodingError, ConnectionLostError, IdempotencyError, typedError,
   TransactionAbortedError } from './errors.js';
+import { noteRoundTrip } from './telemetry.js';
 // Registers the translation of a missing function or schema of the extension (lib/versions.js).
 import './versions.js';
 
-// The node-postgres versions this module is tested with (package.json's peerDependencies.pg,
-// and the lock file's pg within it).
-export const PG_TESTED = '~8.23.1';
+// The oldest node-postgres release the whole suite runs on (package.json's peerDependencies.pg
+// is ^ it, test/pg-oldest/package-lock.json pins it; package-lock.json pins the newest).
+export const PG_OLDEST_TESTED = '8.21.0';
+// The releases the fast path is tested on: on any other it is off.
+export const PG_FAST_PATH_TESTED = Object.freeze(['8.23.1']);
+
+// The version of the pg this package resolves (the application's, a peer dependency), or null.
+function installedPg() {
+  try {
+    return createRequire(import.meta.url)('pg/package.json').version;
+  } catch {
+    return null;
+  }
+}
+export const PG_VERSION = installedPg();
+
+// Whether the fast path is on for pg `version`, and the environment's IDEMPOTENCY_PG_FAST_PATH.
+export const fastPathFor = (version, setting = process.env.IDEMPOTENCY_PG_FAST_PATH) =>
+  setting !== 'off' && PG_FAST_PATH_TESTED.includes(version);
+export const FAST_PATH = fastPathFor(PG_VERSION);
 
 // 'I' idle, 'T' in a transaction, 'E' in a failed transaction; undefined if pg cannot tell
-// (pg before 8.14, or no query run yet).
+// (pg before 8.21, or no query run yet).
 export function transactionStatus(client) {
   return typeof client.getTransactionStatus === 'function'
     ? client.getTransactionStatus() ?? undefined : undefined;
@@ -41,10 +65,11 @@ export function transactionStatus(client) {
 
 // The client_encoding the server last reported (ParameterStatus) on each pg connection this
 // package has used, followed from its first call there (pg itself does not follow it); UTF8
-// until a report comes, as pg asks for it when it connects. undefined for a client without pg's
-// protocol connection (pg-native, a wrapper).
+// until a report comes, as pg asks for it when it connects. undefined off the fast path, and
+// for a client without pg's protocol connection (pg-native, a wrapper).
 const clientEncodings = new WeakMap();
 function clientEncoding(client) {
+  if (!FAST_PATH) return undefined;
   const connection = client?.connection;
   if (typeof connection?.on !== 'function') return undefined;
   let seen = clientEncodings.get(connection);
@@ -80,11 +105,15 @@ const LOST_ERRNOS = new Set(['EPIPE', 'ECONNRESET', 'ECONNREFUSED', 'ECONNABORTE
   'ERR_STREAM_WRITE_AFTER_END']);
 const LOST_SQLSTATES = new Set(['57P01', '57P02', '57P03']); // admin / crash shutdown, starting
 
-// Whether err means the connection is gone (client, if given: a pg client that is no longer
-// queryable counts too).
+// The clients whose connection reported an 'error' while watched (watchConnection): gone.
+const lostClients = new WeakSet();
+
+// Whether err means the connection is gone (client, if given: a pg client that reported an
+// error while watched counts too, and on the fast path one that pg says is no longer queryable).
 export function isConnectionLost(err, client) {
   if (err instanceof ConnectionLostError) return true;
-  if (client && (client._queryable === false || client._ending === true)) return true;
+  if (client && typeof client === 'object' && lostClients.has(client)) return true;
+  if (FAST_PATH && client && (client._queryable === false || client._ending === true)) return true;
   if (err === null || typeof err !== 'object') return false;
   const code = typeof err.code === 'string' ? err.code : '';
   if (LOST_ERRNOS.has(code) || LOST_SQLSTATES.has(code) || code.startsWith('08')) return true;
@@ -115,7 +144,10 @@ const swallow = () => {};
 export function watchConnection(client) {
   if (typeof client?.on !== 'function') return () => null;
   let lost = null;
-  const onError = (err) => { lost ??= err; };
+  const onError = (err) => {
+    lost ??= err;
+    lostClients.add(client);
+  };
   client.on('error', onError);
   return (failure = null) => {
     client.removeListener('error', onError);
@@ -144,6 +176,7 @@ export const firstValue = ({ rows }) => Object.values(rows[0])[0];
 // its holder watches it); pg errors come out as the typed errors of errors.js.
 export async function guarded(client, send, watch = true) {
   checkUsable(client);
+  noteRoundTrip();
   const unwatch = watch ? watchConnection(client) : () => null;
   let failure = null;
   try {
@@ -254,9 +287,9 @@ class Statements {
 }
 
 // Whether client is node-postgres's own (it has the protocol connection Statements writes to)
-// and not in pg's pipeline mode (which refuses submittables); pg-native and other look-alikes
-// are not.
-export const writesProtocol = (client) =>
+// and not in pg's pipeline mode (which refuses submittables), on the fast path; pg-native and
+// other look-alikes are not.
+export const writesProtocol = (client) => FAST_PATH &&
   typeof client?.connection?.parsedStatements === 'object' && !client.pipeline;
 
 // Runs statements ([{ name?, text, values? }]) in one round trip with Statements, as query
@@ -351,7 +384,7 @@ function pipelinedStatementClass(Query) {
 }
 
 // Whether client is pg's own in pipeline mode, with the internals PipelinedStatement uses.
-const sharesProtocol = (client) => client.pipeline === true &&
+const sharesProtocol = (client) => FAST_PATH && client.pipeline === true &&
   typeof client.constructor?.Query === 'function' &&
   typeof client.connection?.submittedNamedStatements === 'object';
 

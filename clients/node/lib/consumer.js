@@ -198,7 +198,7 @@ async function consumeOnceBare(client, scope, key, work,
 const ERROR_TEXT_LIMIT = 2000;
 const TRANSIENT_SQLSTATE = /^(08|40|53|57)[0-9A-Z]{3}$/;
 
-function counted(c, err) {
+export function counted(c, err) {
   if (isConnectionLost(null, c) || err instanceof ConnectionLostError ||
     err instanceof KeyInProgressError) return false;
   return !(typeof err?.code === 'string' && TRANSIENT_SQLSTATE.test(err.code));
@@ -238,7 +238,7 @@ async function ownTransaction(c, fn) {
 
 // Reserves the key and fails it with err's error: { outcome, attempt, doc } (doc null unless
 // the outcome is 'new'); whenDead() runs in the same transaction at the last attempt.
-function recordFailure(c, scope, key, err, { maxAttempts, retention, wait, where = {},
+export function recordFailure(c, scope, key, err, { maxAttempts, retention, wait, where = {},
   whenDead = async () => {} }) {
   return ownTransaction(c, async () => {
     const r = await reserve(c, scope, key, null, { lockTtl: '1 minute', retention, wait });
@@ -250,7 +250,7 @@ function recordFailure(c, scope, key, err, { maxAttempts, retention, wait, where
   });
 }
 
-function checkMaxAttempts(maxAttempts) {
+export function checkMaxAttempts(maxAttempts) {
   if (maxAttempts !== undefined && maxAttempts !== null &&
     !(Number.isSafeInteger(maxAttempts) && maxAttempts >= 1))
     throw new TypeError('maxAttempts must be a positive integer (or null)');

@@ -18,13 +18,15 @@ import {
 import { requestIdentity } from './requests.js';
 import { StatementForm } from './statement_form.js';
 import { BEGIN, COMMIT, ROLLBACK } from './statements.js';
+import { observed } from './telemetry.js';
 import { serverEdition } from './versions.js';
 
 export class DecisionFlow {
   // options: idempotencyMiddleware's (see middleware.js), without those of the adapter.
   constructor(options) {
     const { pool } = options ?? {};
-    if (!pool || typeof pool.connect !== 'function') throw new TypeError('idempotencyMiddleware needs a pg pool');
+    if (!pool || typeof pool.connect !== 'function')
+      throw new TypeError('idempotencyMiddleware needs a pg pool');
     if (options.scope === undefined) throw new TypeError('idempotencyMiddleware needs a scope');
     this.pool = pool;
     // A pool emits 'error' when one of its idle connections breaks (a server restart): with
@@ -71,15 +73,25 @@ export class DecisionFlow {
       if (answer === null) throw err;
       return respond(answer);
     }
-    if (this.statementForm === null) return this.#claimAndRun(identity, run, respond);
-    const { scope, key, hash } = identity;
-    const values = await this.statementForm.valuesFor(req, scope, key, hash); // TypeError: thrown
-    return respond(await this.#answerStatement(identity, values));
+    // what the claim came to, for telemetry.js: the outcome, the attempt, the answer's status
+    const claim = { outcome: undefined, attempt: undefined, status: undefined };
+    const answer = (a) => {
+      claim.status = a?.status;
+      return respond(a);
+    };
+    return observed('middleware', identity.scope, identity.key, async () => {
+      if (this.statementForm === null) return this.#claimAndRun(identity, run, answer, claim);
+      const { scope, key, hash } = identity;
+      const values = await this.statementForm.valuesFor(req, scope, key, hash); // TypeError: thrown
+      return answer(await this.#answerStatement(identity, values, claim));
+    }, () => claim);
   }
 
   // The statement form's answer (see StatementForm).
-  async #answerStatement({ scope, key }, values) {
+  async #answerStatement({ scope, key }, values, claim) {
     const reservation = await this.statementForm.reserve(key, values);
+    claim.outcome = reservation.outcome;
+    claim.attempt = reservation.attempt;
     if (reservation.failure === 'unavailable') return unavailableAnswer(reservation.error);
     if (reservation.failure === 'statement') return notStoredAnswer();
     if (reservation.outcome !== 'new' && reservation.outcome !== 'replay')
@@ -110,7 +122,7 @@ export class DecisionFlow {
     return [await reserveAfter(client, BEGIN, scope, key, hash, opts), false];
   }
 
-  async #claimAndRun({ scope, key, hash }, run, respond) {
+  async #claimAndRun({ scope, key, hash }, run, respond, claim) {
     const { pool, opts } = this;
     let client;
     let unwatch = () => null;
@@ -163,6 +175,8 @@ export class DecisionFlow {
       }
     }
 
+    claim.outcome = reservation.outcome;
+    claim.attempt = reservation.attempt;
     if (reservation.outcome !== 'new') {
       // The answer is read, and nothing was written: it is sent now, and the transaction (if
       // BEGIN + reserve opened one) rolled back after; the connection then goes back.

@@ -159,8 +159,8 @@ const PREPARED_EXECUTE_ONCE = PREPARED.execute_once;
 // open): on the outcome 'new' the statement ran with its parameters bound (one text[]), and
 // the reservation carries statusCode and the statement's result as its response. One round
 // trip. A server before 0.3.0 has no execute_once: ExtensionVersionError naming it.
-// prepare (default true): on pg's own client with no transaction open, as a prepared
-// statement (parsed and planned once per connection, then bound and executed only). A server
+// prepare (default true): with no transaction open, as a prepared statement (parsed and
+// planned once per connection, then bound and executed only). A server
 // connection whose prepared statements are not the client's (26000 or 42P05, see
 // preparedStatementUnusable) refuses it at Parse or Bind, before anything ran: it is sent
 // again unnamed, as is every later one of that client (sendsUnnamed). Inside the caller's
@@ -176,13 +176,19 @@ export async function executeOnce(client, scope, key, statement, params = [],
 // sharedStatement sends it (a prepared one parsed once per connection too).
 export async function executeOnceOf(client, values, prepare = true) {
   const pipelined = client.pipeline === true;
-  if (prepare && !unnamed.has(client) && (pipelined || writesProtocol(client)) &&
-    transactionStatus(client) === 'I') {
+  if (prepare && !unnamed.has(client) && transactionStatus(client) === 'I') {
     try {
-      const rows = pipelined
-        ? await sharedStatement(client, { ...PREPARED_EXECUTE_ONCE, values })
-        : (await queryStatements(client, [{ ...PREPARED_EXECUTE_ONCE, values }]))[0];
-      return reservationOfFields(rows[0], client);
+      if (pipelined) {
+        const rows = await sharedStatement(client, { ...PREPARED_EXECUTE_ONCE, values });
+        return reservationOfFields(rows[0], client);
+      }
+      if (writesProtocol(client)) {
+        const [rows] = await queryStatements(client, [{ ...PREPARED_EXECUTE_ONCE, values }]);
+        return reservationOfFields(rows[0], client);
+      }
+      const { rows } = await query(client, EXECUTE_ONCE, values, TEXT_ROWS,
+        PREPARED_EXECUTE_ONCE.name);
+      return reservationOf(rows[0], client);
     } catch (err) {
       if (!preparedStatementUnusable(err)) throw err;
       unnamed.add(client);

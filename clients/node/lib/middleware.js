@@ -1,9 +1,10 @@
 // The Idempotency-Key header as Express-style middleware, (req, res, next), on a pg pool: the
 // adapter of the decision flow (decision.js) to node:http's request and response, as Express
 // and a plain node:http server hand them on.
-//   400 missing or malformed key or scope, or a JSON body that is not JSON; 201 (or whatever the handler answers) the first time;
-//   the stored answer with `Idempotent-Replayed: true` on a retry; 409 + Retry-After while
-//   another request holds the key; 422 when the key was used with another body or is too old.
+//   400 missing or malformed key or scope, or a JSON body that is not JSON; 201 (or whatever
+//   the handler answers) the first time; the stored answer with `Idempotent-Replayed: true` on
+//   a retry; 409 + Retry-After while another request holds the key; 422 when the key was used
+//   with another body or is too old.
 // The handler's writes and the stored response commit in one transaction: the handler uses
 // req.idempotency.client for its queries, and the answer it sends is held back until that
 // transaction has committed.
@@ -50,8 +51,9 @@ export { IdempotencyKeyHeaderError, parseIdempotencyKey } from './requests.js';
 // The middleware's promise settles when the answer has been sent. A database or network that
 // goes away answers 503 + Retry-After (the connection is released with the error, so the pool
 // drops it); other errors of its own go to next(err). The connection is watched from checkout
-// to release, so its 'error' event never reaches the process. When next returns a promise (a plain-http composition)
-// and it rejects before an answer was sent, the transaction is rolled back.
+// to release, so its 'error' event never reaches the process. When next returns a promise (a
+// plain-http composition) and it rejects before an answer was sent, the transaction is rolled
+// back.
 export function idempotencyMiddleware(options) {
   const flow = new DecisionFlow(options);
   return async function idempotency(req, res, next) {

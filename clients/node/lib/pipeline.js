@@ -11,7 +11,7 @@
 // does any other. An 'error' of a held connection (the server restarted, the backend was
 // terminated) is caught here: it is dropped, given back broken (the pool destroys it), and its
 // calls fail with the connection lost.
-import { isConnectionLost } from './connection.js';
+import { FAST_PATH, isConnectionLost } from './connection.js';
 import { ConnectionLostError } from './errors.js';
 
 // Whether pool's connections are in node-postgres's pipeline mode.
@@ -42,8 +42,10 @@ class Held {
     if (this.inFlight === 0) this.giveBack();
   }
 
-  // The calls made until the event loop next checks for I/O, corked into one write.
+  // The calls made until the event loop next checks for I/O, corked into one write (on the
+  // fast path: pg's socket is not in its public API).
   cork() {
+    if (!FAST_PATH) return;
     const stream = this.client?.connection?.stream;
     if (this.corked || typeof stream?.cork !== 'function') return;
     this.corked = true;

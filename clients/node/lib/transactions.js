@@ -16,6 +16,7 @@ import {
   reserveAfter, sendsUnnamed, sendUnnamed,
 } from './keys.js';
 import { BEGIN, COMMIT, HELPER_SAVEPOINT, ROLLBACK } from './statements.js';
+import { observed } from './telemetry.js';
 
 function raiseFor(scope, key, r) {
   switch (r.outcome) {
@@ -150,6 +151,9 @@ export async function transactionWith(client, statement, values, then) {
   }
 }
 
+// A helper's result as telemetry.js's claim: its outcome and attempt.
+const claimOf = (r) => ({ outcome: r.replayed ? 'replay' : 'new', attempt: r.attempt });
+
 const reserveOptions = (o) => ({ lockTtl: o.lockTtl, retention: o.retention, wait: o.wait });
 
 // The one-transaction helper. reserve, work and complete in one transaction (a savepoint if
@@ -166,7 +170,12 @@ const reserveOptions = (o) => ({ lockTtl: o.lockTtl, retention: o.retention, wai
 // a JSON object; null for no row), stored with options.status (default 201). With no
 // transaction open the call commits by itself; inside the caller's transaction it commits or
 // rolls back with it. An error of the statement is thrown and the key stays new.
-export async function runOnce(client, options, work) {
+export function runOnce(client, options, work) {
+  return observed('runOnce', options?.scope, options?.key, () => doRunOnce(client, options, work),
+    claimOf);
+}
+
+async function doRunOnce(client, options, work) {
   const { scope, key, request, exclude } = options;
   if (options.statement !== undefined || work === undefined) {
     if (work !== undefined || options.statement === undefined)
@@ -220,7 +229,12 @@ export function idempotent(fn, options) {
 // with fail(failWith(err)) (default { error: err.name, message }; the next reserve gets
 // attempt + 1) and the error rethrown. attempt carries the attempt number, the recovery point
 // an earlier attempt left (a takeover), and checkpoint().
-export async function runExternal(client, options, work) {
+export function runExternal(client, options, work) {
+  return observed('runExternal', options?.scope, options?.key,
+    () => doRunExternal(client, options, work), claimOf);
+}
+
+async function doRunExternal(client, options, work) {
   const unwatch = watchConnection(client);
   try {
     return await runExternalWatched(client, options, work);

@@ -1,18 +1,19 @@
-// The connection layer's dependence on node-postgres: lib/connection.js uses internals of pg that
-// are not in its public API (its header lists them). These tests check that the installed pg is
-// one of the versions the module says it is tested with (PG_TESTED, package.json's peer range),
-// and that each internal is there with the shape and the behaviour the module relies on, so
-// that an upgrade of pg that changes one of them fails here, naming it, instead of in an
-// application. The path for clients without them (pg-native, a wrapper) is tested in
-// requests.test.js.
+// The connection layer's dependence on node-postgres: lib/connection.js's fast path uses
+// internals of pg that are not in its public API (its header lists them), on the pg releases it
+// is tested with only. These tests check that the installed pg is one the suite runs on (the
+// oldest of package.json's peer range, or the newest, the lock file's), that the fast path is
+// on exactly for the releases it is tested with, and, where it is on, that each internal is
+// there with the shape and the behaviour the module relies on, so that a pg that changes one
+// of them fails here, naming it, instead of in an application. The public path is
+// test/public_path.test.js's (and the whole suite's on the oldest pg).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import { test } from 'node:test';
 import pg from 'pg';
 import {
-  checkUsable, isConnectionLost, PG_TESTED, queryStatements, sharedStatement, transactionStatus,
-  writesProtocol,
+  checkUsable, FAST_PATH, fastPathFor, isConnectionLost, PG_FAST_PATH_TESTED, PG_OLDEST_TESTED,
+  PG_VERSION, queryStatements, sharedStatement, transactionStatus, writesProtocol,
 } from '../lib/connection.js';
 import { connect, connected } from './db.js';
 
@@ -20,36 +21,41 @@ const require = createRequire(import.meta.url);
 const installed = require('pg/package.json').version;
 const ownPackage = JSON.parse(fs.readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
 const lock = JSON.parse(fs.readFileSync(new URL('../package-lock.json', import.meta.url), 'utf8'));
+const oldestLock = JSON.parse(fs.readFileSync(new URL('./pg-oldest/package-lock.json',
+  import.meta.url), 'utf8'));
+// The tests of the internals run where the fast path is on (the newest pg's run).
+const fast = { skip: FAST_PATH ? false : `the fast path is off on pg ${installed}` };
 
 // What to say when an internal is missing or changed.
 const broken = (internal, use) => `node-postgres ${installed}: its internal ${internal} is ` +
   `missing or changed; lib/connection.js uses it ${use}. Adapt lib/connection.js to this pg ` +
-  `(or keep pg within ${PG_TESTED}), then update PG_TESTED and package.json's peer range.`;
-
-// Whether version (x.y.z) is within a range written '~x.y.z' (npm's: the same x.y, z or later).
-function withinTilde(version, range) {
-  const m = /^~(\d+)\.(\d+)\.(\d+)$/.exec(range);
-  assert.ok(m, `PG_TESTED is written ~x.y.z, not ${range}`);
-  const v = version.split('.').map(Number);
-  return v[0] === Number(m[1]) && v[1] === Number(m[2]) && v[2] >= Number(m[3]);
-}
+  `(or keep the fast path off for it), then add it to PG_FAST_PATH_TESTED.`;
 
 const shared = connected('connection');
 
-test('the installed pg, and the lock file\'s, are among the versions the module is tested with', () => {
-  assert.equal(ownPackage.peerDependencies.pg, PG_TESTED,
-    "package.json's peerDependencies.pg is lib/connection.js's PG_TESTED");
-  assert.ok(withinTilde(installed, PG_TESTED), `the installed pg is ${installed}, outside ` +
-    `${PG_TESTED}, the versions lib/connection.js is tested with: run the suite on it, then ` +
-    'update PG_TESTED and package.json');
-  const locked = lock.packages['node_modules/pg'].version;
-  assert.ok(withinTilde(locked, PG_TESTED), `package-lock.json has pg ${locked}, outside ` +
-    PG_TESTED);
-  assert.ok(withinTilde(ownPackage.devDependencies.pg, PG_TESTED),
-    `devDependencies.pg ${ownPackage.devDependencies.pg} is outside ${PG_TESTED}`);
+test('the installed pg is one the suite runs on; the peer range starts at the oldest', () => {
+  assert.equal(ownPackage.peerDependencies.pg, `^${PG_OLDEST_TESTED}`,
+    "package.json's peerDependencies.pg is ^ lib/connection.js's PG_OLDEST_TESTED");
+  const newest = PG_FAST_PATH_TESTED.at(-1);
+  assert.equal(lock.packages['node_modules/pg'].version, newest);
+  assert.equal(ownPackage.devDependencies.pg, newest);
+  assert.equal(oldestLock.packages['node_modules/pg'].version, PG_OLDEST_TESTED);
+  assert.equal(installed, PG_VERSION);
+  assert.ok([PG_OLDEST_TESTED, newest].includes(installed), `the installed pg is ${installed}, ` +
+    'not one the suite runs on: run the suite on it, then update lib/connection.js');
 });
 
-test('a pg.Client has the protocol connection and the state fields the module reads', () => {
+test('the fast path is on for the pg releases it is tested with, and only for them', () => {
+  assert.equal(FAST_PATH, fastPathFor(installed));
+  for (const version of PG_FAST_PATH_TESTED) {
+    assert.equal(fastPathFor(version, undefined), true, version);
+    assert.equal(fastPathFor(version, 'off'), false, `${version}, IDEMPOTENCY_PG_FAST_PATH=off`);
+  }
+  for (const version of [PG_OLDEST_TESTED, '8.23.2', '8.24.0', '9.0.0', null])
+    assert.equal(fastPathFor(version, undefined), false, String(version));
+});
+
+test('a pg.Client has the protocol connection and the state fields the module reads', fast, () => {
   const { db } = shared;
   const c = new pg.Client({ database: db });
   assert.ok(c.connection instanceof pg.Connection,
@@ -95,7 +101,7 @@ test('getTransactionStatus tells idle, open and failed transactions apart', asyn
   }
 });
 
-test('the connection reports ParameterStatus as a parameterStatus event', async () => {
+test('the connection reports ParameterStatus as a parameterStatus event', fast, async () => {
   const { db } = shared;
   const c = await connect(db);
   try {
@@ -132,7 +138,7 @@ async function countingMessages(client, during) {
   return counts;
 }
 
-test('a submittable is written with parse / bind / execute / sync and reads its rows as text', async () => {
+test('a submittable is written with parse / bind / execute / sync and reads its rows as text', fast, async () => {
   const { client } = shared;
   const parsing = [];
   const onParsed = () => parsing.push('parseComplete');
@@ -172,7 +178,7 @@ test('a submittable is written with parse / bind / execute / sync and reads its 
     "to share the statements parsed with pg's own prepared statements"));
 });
 
-test('a failing statement rejects the submittable and leaves the client usable', async () => {
+test('a failing statement rejects the submittable and leaves the client usable', fast, async () => {
   const { client } = shared;
   await assert.rejects(queryStatements(client, [{ text: 'SELECT 1/0', values: [] },
     { text: 'SELECT 1', values: [] }]), { code: '22012' },
@@ -181,7 +187,7 @@ test('a failing statement rejects the submittable and leaves the client usable',
   assert.deepEqual((await client.query('SELECT 2 AS n')).rows, [{ n: 2 }]);
 });
 
-test("pg's pipeline mode takes a Query by its prototype and keeps its named statements", () => {
+test("pg's pipeline mode takes a Query by its prototype and keeps its named statements", fast, () => {
   const { db } = shared;
   assert.equal(typeof pg.Client.Query, 'function',
     broken('Client.Query (the Query class)', 'to run a statement on a pipelined connection'));
@@ -194,7 +200,7 @@ test("pg's pipeline mode takes a Query by its prototype and keeps its named stat
     'to parse a named statement once while calls behind it are in flight'));
 });
 
-test('on a pipelined connection, concurrent calls share one Parse and send no Describe',
+test('on a pipelined connection, concurrent calls share one Parse and send no Describe', fast,
   async () => {
     const { db } = shared;
     const c = new pg.Client({ database: db, pipeline: true });
@@ -234,7 +240,7 @@ test('on a pipelined connection, concurrent calls share one Parse and send no De
     }
   });
 
-test('a pipelined client without pg\'s Query class gets the same rows from pg\'s own query',
+test('a pipelined client without pg\'s Query class gets the same rows from pg\'s own query', fast,
   async () => {
     const { db } = shared;
     class Wrapped extends pg.Client {}
@@ -252,7 +258,7 @@ test('a pipelined client without pg\'s Query class gets the same rows from pg\'s
     }
   });
 
-test('a client that was ended counts as a lost connection', async () => {
+test('a client that was ended counts as a lost connection', fast, async () => {
   const { db } = shared;
   const c = await connect(db);
   await c.end();
@@ -260,7 +266,7 @@ test('a client that was ended counts as a lost connection', async () => {
   assert.equal(isConnectionLost(null, c), true);
 });
 
-test('a client whose backend was terminated is not queryable', async () => {
+test('a client whose backend was terminated is not queryable', fast, async () => {
   const { db, client } = shared;
   const c = await connect(db);
   const errored = new Promise((resolve) => { c.on('error', resolve); });

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { after, before } from 'node:test';
 import pg from 'pg';
+import { FAST_PATH, PG_VERSION } from '../lib/connection.js';
 
 export function connect(database) {
   const client = new pg.Client({ database });
@@ -123,3 +124,9 @@ export async function parsedDuring(c, fn) {
   }
   return parsed;
 }
+
+// The options of a test that counts the fast path's statements and round trips (several
+// statements in one write, prepared statements parsed with the claim): not run where the fast
+// path is off (a pg release it is not tested with: the oldest's run); test/public_path.test.js
+// runs the same calls there.
+export const FAST_PATH_ONLY = FAST_PATH ? {} : { skip: `the fast path is off on pg ${PG_VERSION}` };

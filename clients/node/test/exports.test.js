@@ -39,9 +39,13 @@ const INDEX = [
   // key calls and request helpers
   'checkpoint', 'complete', 'executeOnce', 'fail', 'forget', 'idempotent', 'lookup', 'query',
   'requestHash', 'reserve', 'reserveBegin', 'runExternal', 'runOnce', 'statementParam',
+  // telemetry
+  'configureTelemetry', 'telemetryAvailable',
   // streams and consumers
   'accept', 'applyOnce', 'claimOnce', 'consumeOnce', 'emit', 'formatLsn', 'lsnKey',
   'lsnKeyParts', 'nextKey', 'OutboxConsumer', 'parseLsn', 'positionKey', 'watermark',
+  // job frameworks
+  'exactlyOnceProcessor', 'storedResult',
   // versions
   'checkExtension', 'CLIENT_VERSION', 'Edition', 'EXTENSION_VERSIONS', 'ExtensionVersionError',
   'serverEdition',
@@ -57,12 +61,12 @@ const ACTION_TYPES = [
 const INDEX_TYPES = [
   ...ACTION_TYPES,
   'Answer', 'ApplyOnceOptions', 'Attempt', 'Body', 'ClaimOnceOptions', 'ConsumeOnceOptions',
-  'ErrorFields', 'ExcludePaths', 'FingerprintOptions', 'HttpAnswer', 'IdempotencyContext',
+  'ErrorFields', 'ExactlyOnceJob', 'ExactlyOnceProcessorOptions', 'ExcludePaths', 'FingerprintOptions', 'HttpAnswer', 'IdempotencyContext',
   'Interval', 'JsonValue', 'KeyRecord', 'Message', 'MiddlewareOptions', 'Outcome',
   'OutboxConsumerOptions', 'Phase', 'PoisonMessageRecord', 'PoolClientLike', 'PoolLike',
   'Position', 'QueryConfigLike', 'Queryable', 'QueryResultLike', 'Reservation',
   'RequestOptions', 'ReserveOptions', 'Result', 'StatementOptions', 'StatementParam',
-  'StoredAnswer',
+  'StoredAnswer', 'TelemetryOptions',
 ];
 
 const sorted = (names) => [...names].sort();

@@ -13,7 +13,7 @@ import {
   StaleAttemptError, TransactionAbortedError, TransactionOpenError, UndefinedObjectError,
   watermark,
 } from '../index.js';
-import { connect, counting, databases, parsedDuring } from './db.js';
+import { connect, counting, databases, FAST_PATH_ONLY, parsedDuring } from './db.js';
 import { extensionOnly, REASONS } from './edition.js';
 
 let db;
@@ -103,7 +103,7 @@ test('runOnce inside an open transaction uses a savepoint: the caller commits', 
   assert.equal(await count(k), 1);
 });
 
-test('runOnce: BEGIN + reserve in one round trip, complete + COMMIT in one', async () => {
+test('runOnce: BEGIN + reserve in one round trip, complete + COMMIT in one', FAST_PATH_ONLY, async () => {
   const k = key();
   const work = async (c) => ({ statusCode: 201, response: { id: await insert(c, k, {}) } });
   let rt = counting(conn);
@@ -255,7 +255,7 @@ test('runExternal: the claim is committed before the call; complete is fenced', 
   assert.equal(again.replayed, true);
 });
 
-test('runExternal: the claim is one statement (it commits on its own), the replay one round trip',
+test('runExternal: the claim is one statement (it commits on its own), the replay one round trip', FAST_PATH_ONLY,
   async () => {
     const k = key();
     const finish = async (client) => { await insert(client, k, {}); };
@@ -496,7 +496,7 @@ test('consumeOnce applies each message once; an error in the work frees the key'
   await assert.rejects(consumeOnce(conn, 'queue', '', work), KeyEmptyError);
 });
 
-test('consumeOnce and applyOnce: their statement prepared once per connection, BEGIN and it one round trip', async () => {
+test('consumeOnce and applyOnce: their statement prepared once per connection, BEGIN and it one round trip', FAST_PATH_ONLY, async () => {
   const c = await connect(db);
   try {
     const rt = counting(c);
@@ -525,7 +525,7 @@ test('consumeOnce and applyOnce: their statement prepared once per connection, B
   }
 });
 
-test('a prepared claim the server connection lost (26000) or holds already (42P05): applied once, unnamed from then on', async () => {
+test('a prepared claim the server connection lost (26000) or holds already (42P05): applied once, unnamed from then on', FAST_PATH_ONLY, async () => {
   const claimed = [];
   const lost = await connect(db); // a pooler moved it, or DISCARD ALL
   const held = await connect(db); // another client of a pooler prepared the name there first

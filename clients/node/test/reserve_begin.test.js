@@ -7,7 +7,8 @@ import { randomUUID } from 'node:crypto';
 import { before, test } from 'node:test';
 import pg from 'pg';
 import { reserveBegin } from '../index.js';
-import { connect, counting, databases } from './db.js';
+import { FAST_PATH } from '../lib/connection.js';
+import { connect, counting, databases, FAST_PATH_ONLY } from './db.js';
 import { extensionOnly, REASONS } from './edition.js';
 
 const RB = extensionOnly(REASONS.reserveBegin); // every test here
@@ -19,7 +20,7 @@ before(async () => {
 
 const key = () => `k-${randomUUID()}`;
 
-test('reserveBegin prepared: reserve_begin and complete parsed once per connection, in the claim', RB, async () => {
+test('reserveBegin prepared: reserve_begin and complete parsed once per connection, in the claim', FAST_PATH ? RB : FAST_PATH_ONLY, async () => {
   const c = await connect(db);
   try {
     const parsed = [];

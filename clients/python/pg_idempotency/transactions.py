@@ -11,6 +11,7 @@ from .connection import (check_usable, guard, one_statement, transaction_failed,
                          transaction_idle)
 from .errors import TransactionOpen
 from .keys import checkpoint, complete, execute_once, fail, raise_for, request_hash, reserve
+from .observe import observed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +73,7 @@ def claim(conn, scope, key, request=None, *, exclude=(), lock_ttl="5 minutes",
                                "its claim is rolled back")
 
 
+@observed("run_once")
 def run_once(conn, scope, key, work: Optional[Callable[[], tuple]] = None, request=None, *,
              statement: Optional[str] = None, params=(), status: int = 201,
              **options) -> Result:
@@ -157,6 +159,7 @@ class Attempt:
         self.recovery_point = recovery_point
 
 
+@observed("run_external")
 def run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=None, **options
                  ) -> Result:
     """Cross-transaction helper for an external side effect (see _run_external); a connection

@@ -1,6 +1,7 @@
 // Compiled (not run) by types.test.js with tsc --strict: the declarations describe the API as
 // the tests use it. Each @ts-expect-error line must stay an error, or tsc fails.
 import {
+  exactlyOnceProcessor, storedResult, type PoolLike,
   accept, answerFor, applyOnce, checkExtension, claimOnce, consumeOnce, fingerprint, idempotencyMiddleware, idempotent, IdempotencyError,
   KeyInProgressError, lsnKeyParts, OutboxConsumer, PoisonMessageError, positionKey, type Queryable,
   reserveBegin, runExternal, runOnce,
@@ -12,6 +13,24 @@ import {
 
 declare const client: Queryable;
 declare const pool: { connect(): Promise<Queryable & { release(): void }> };
+
+declare const jobPool: PoolLike;
+
+export async function jobs(): Promise<void> {
+  interface ChargeJob { id?: string; queueName: string; data: { orderId: string; amount: number } }
+  const processor = exactlyOnceProcessor(jobPool, async (job: ChargeJob, c) => {
+    await c.query('INSERT INTO charges (order_id, amount) VALUES ($1, $2)',
+      [job.data.orderId, job.data.amount]);
+    return { charged: job.data.amount };
+  }, { key: (job) => job.data.orderId, maxAttempts: 5, wait: 30 });
+  const charged: { charged: number } | null = await processor(
+    { id: '1', queueName: 'payments', data: { orderId: 'o-1', amount: 5 } });
+  void charged;
+  const stored: unknown = await storedResult(client, 'payments', 'o-1');
+  void stored;
+  // @ts-expect-error maxAttempts is a number
+  exactlyOnceProcessor(jobPool, async () => 1, { maxAttempts: 'five' });
+}
 
 export async function usage(): Promise<void> {
   const serverVersion: string = await checkExtension(client, '0.3.0');

@@ -5,6 +5,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 import java.util.UUID;
+import java.util.function.Supplier;
 import javax.sql.DataSource;
 
 /**
@@ -17,9 +18,68 @@ import javax.sql.DataSource;
 public final class IdempotencyClient {
   private final DataSource dataSource;
   private final Features features = new Features();
+  private volatile ClaimListener listener;
+  private volatile boolean listenerSeesKeys;
 
   public IdempotencyClient(DataSource dataSource) {
     this.dataSource = Objects.requireNonNull(dataSource);
+  }
+
+  /**
+   * What one call of runOnce, runOnceStatement or runExternal came to: the helper's name, the
+   * scope, the key (null unless the listener was set to see keys: they may carry customer
+   * data), the claim's outcome (new, replay, in_progress, mismatch, too_old; null when the call
+   * failed before the server answered the claim), the attempt (0 when unknown), the call's
+   * time and what it threw (null for new and replay; KeyInProgress is the 409, KeyMismatch the
+   * 422).
+   */
+  public record ClaimEvent(
+      String helper, String scope, String key, String outcome, int attempt, long nanos,
+      Throwable error) {}
+
+  /** Gets a ClaimEvent after each helper call, on the caller's thread; keep it quick. */
+  @FunctionalInterface
+  public interface ClaimListener {
+    void onClaim(ClaimEvent event);
+  }
+
+  /**
+   * Sets the listener of this client's helper calls (null: none, which costs nothing), and
+   * whether its events carry the key. A listener that throws is ignored: it never fails a call.
+   */
+  public void setClaimListener(ClaimListener listener, boolean withKeys) {
+    this.listenerSeesKeys = withKeys;
+    this.listener = listener;
+  }
+
+  private Result observed(String helper, Request req, Supplier<Result> call) {
+    ClaimListener l = listener;
+    if (l == null) return call.get();
+    long start = System.nanoTime();
+    Result result;
+    try {
+      result = call.get();
+    } catch (RuntimeException | Error e) {
+      tell(l, helper, req, null, e, start);
+      throw e;
+    }
+    tell(l, helper, req, result, null, start);
+    return result;
+  }
+
+  private void tell(ClaimListener l, String helper, Request req, Result result, Throwable error,
+      long start) {
+    String outcome = result != null ? (result.replayed() ? "replay" : "new")
+        : error instanceof IdempotencyException.KeyInProgress ? "in_progress"
+        : error instanceof IdempotencyException.KeyMismatch ? "mismatch"
+        : error instanceof IdempotencyException.KeyTooOld ? "too_old"
+        : null;
+    try {
+      l.onClaim(new ClaimEvent(helper, req.scope(), listenerSeesKeys ? req.key() : null, outcome,
+          result != null ? result.attempt() : 0, System.nanoTime() - start, error));
+    } catch (RuntimeException ignored) {
+      // the listener's failure is not the call's
+    }
   }
 
   public DataSource dataSource() {
@@ -70,7 +130,7 @@ public final class IdempotencyClient {
    * reserve (one round trip), and after a replay a ROLLBACK.
    */
   public Result runOnce(Request req, Work work) {
-    return Transactions.runOnce(dataSource, features, req, work);
+    return observed("runOnce", req, () -> Transactions.runOnce(dataSource, features, req, work));
   }
 
   /**
@@ -103,7 +163,8 @@ public final class IdempotencyClient {
    * statement leaves the key new.
    */
   public Result runOnceStatement(Request req, OneStatement statement) {
-    return Transactions.runOnceStatement(dataSource, req, statement);
+    return observed("runOnceStatement", req,
+        () -> Transactions.runOnceStatement(dataSource, req, statement));
   }
 
   /**
@@ -173,7 +234,7 @@ public final class IdempotencyClient {
    * with fail (the next reserve gets attempt + 1) and the error is thrown.
    */
   public Result runExternal(Request req, Finish finish, ExternalWork work) {
-    return Transactions.runExternal(this, req, finish, work);
+    return observed("runExternal", req, () -> Transactions.runExternal(this, req, finish, work));
   }
 
   /** Work of a consumer, in the claim's transaction. */

@@ -10,10 +10,57 @@ import io.github.pgidempotency.idempotency.IdempotencyClient.Answer;
 import io.github.pgidempotency.idempotency.IdempotencyClient.Request;
 import io.github.pgidempotency.idempotency.IdempotencyClient.Result;
 import java.sql.Connection;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 
 class HelpersTest {
+  @Test
+  void theClaimListenerSeesEachOutcome() throws Exception {
+    IdempotencyClient client = new IdempotencyClient(TestDb.db());
+    List<IdempotencyClient.ClaimEvent> events = new CopyOnWriteArrayList<>();
+    client.setClaimListener(events::add, false);
+    String scope = TestDb.unique("listener");
+    Request req = Request.of(scope, "order-1", "{\"item\": \"book\"}");
+    IdempotencyClient.Work work = (tx, r) -> new Answer(201, "{\"ok\": true}");
+    client.runOnce(req, work);
+    client.runOnce(req, work);
+    IdempotencyException mismatch = assertThrows(IdempotencyException.KeyMismatch.class,
+        () -> client.runOnce(Request.of(scope, "order-1", "{\"item\": \"pen\"}"), work));
+    client.setClaimListener(
+        e -> {
+          events.add(e);
+          throw new IllegalStateException("a listener's bug");
+        },
+        true);
+    try (Connection holder = TestDb.db().getConnection()) {
+      holder.setAutoCommit(false);
+      Idempotency.reserve(holder, scope, "held", null, null);
+      IdempotencyException inProgress = assertThrows(IdempotencyException.KeyInProgress.class,
+          () -> client.runOnceStatement(Request.of(scope, "held", null),
+              IdempotencyClient.OneStatement.of("SELECT 1")));
+      holder.rollback();
+      assertEquals(4, events.size());
+      String[][] want = {
+        {"runOnce", "new", null}, {"runOnce", "replay", null}, {"runOnce", "mismatch", null},
+        {"runOnceStatement", "in_progress", "held"}
+      };
+      for (int i = 0; i < want.length; i++) {
+        IdempotencyClient.ClaimEvent e = events.get(i);
+        assertEquals(want[i][0], e.helper(), "event " + i);
+        assertEquals(want[i][1], e.outcome(), "event " + i);
+        assertEquals(want[i][2], e.key(), "event " + i);
+        assertEquals(scope, e.scope());
+        assertTrue(e.nanos() > 0);
+      }
+      assertEquals(1, events.get(0).attempt());
+      assertNull(events.get(1).error());
+      assertEquals(mismatch, events.get(2).error());
+      assertEquals(inProgress, events.get(3).error());
+    }
+  }
+
   @Test
   void runOnceRunsTheWorkOnceAndReplays() throws Exception {
     IdempotencyClient client = new IdempotencyClient(TestDb.db());

@@ -1,0 +1,101 @@
+// Exactly-once BullMQ jobs: exactlyOnceProcessor wraps a job's work into a Worker processor.
+//
+//   const worker = new Worker('payments', exactlyOnceProcessor(pool, async (job, client) => {
+//     await client.query('INSERT INTO charges (order_id, amount) VALUES ($1, $2)',
+//       [job.data.orderId, job.data.amount]);
+//     return { charged: job.data.amount };
+//   }), { connection });
+//
+// Each run takes a client from the pool, claims a key (scope: the queue's name unless
+// options.scope says otherwise; key: the job id, or options.key(job) for a business key), runs
+// work(job, client) inside the claim's transaction and stores its return value (JSON) as the
+// key's answer in the same COMMIT. A rerun of a job that committed (the worker was killed
+// after COMMIT and before BullMQ marked the job completed, so stalled-job recovery runs it
+// again; or a producer added it twice under two job ids with one business key) resolves to the
+// stored value without running work. A work that throws rolls its writes and the claim back
+// together, and BullMQ retries the job by its attempts and backoff.
+//
+// options.maxAttempts bounds a job that fails every time (a poison job) on the database side:
+// each failure is recorded on the key; the maxAttempts-th records the key dead
+// (idempotency.failed_keys) and throws a PoisonMessageError named 'UnrecoverableError', which
+// BullMQ fails at once, without the attempts left. Give the job at least as many attempts
+// (job options attempts) as maxAttempts.
+import { isConnectionLost } from './connection.js';
+import { checkMaxAttempts, counted, recordFailure } from './consumer.js';
+import { PoisonMessageError } from './errors.js';
+import { lookup } from './keys.js';
+import { runOnce } from './transactions.js';
+
+const STATUS = 200;
+
+const pick = (v, job) => (typeof v === 'function' ? v(job) : v);
+
+function isPool(db) {
+  return db !== null && typeof db === 'object' && typeof db.connect === 'function' &&
+    'totalCount' in db;
+}
+
+export function exactlyOnceProcessor(pool, work, options = {}) {
+  if (!isPool(pool)) {
+    throw new TypeError('exactlyOnceProcessor needs a pg.Pool: jobs run concurrently, each ' +
+      'in a transaction of its own client');
+  }
+  if (typeof work !== 'function') throw new TypeError('exactlyOnceProcessor needs a work function');
+  const {
+    scope, key, maxAttempts = null, wait = '30 seconds', lockTtl = '5 minutes',
+    retention = '24 hours',
+  } = options;
+  checkMaxAttempts(maxAttempts);
+  return async function processor(job, token) {
+    const s = String(pick(scope, job) ?? job.queueName);
+    const k = key === undefined ? job.id : pick(key, job);
+    if (k === undefined || k === null) {
+      throw new TypeError(`job ${job.id}: options.key gave no key`);
+    }
+    const client = await pool.connect();
+    let broken = null;
+    let ran = false;
+    try {
+      const r = await runOnce(client, { scope: s, key: String(k), wait, lockTtl, retention },
+        async (c) => {
+          ran = true;
+          const value = await work(job, c, token);
+          return { statusCode: STATUS, response: { result: value === undefined ? null : value } };
+        });
+      return r.response?.result ?? null;
+    } catch (err) {
+      if (isConnectionLost(err, client)) {
+        broken = err;
+        throw err;
+      }
+      if (!ran || maxAttempts === null || !counted(client, err)) throw err;
+      let failure;
+      try {
+        failure = await recordFailure(client, s, String(k), err,
+          { maxAttempts, retention, wait });
+      } catch (recordErr) {
+        if (isConnectionLost(recordErr, client)) broken = recordErr;
+        throw err;
+      }
+      if (failure.outcome === 'replay') {
+        return (await storedResult(client, s, String(k))) ?? null; // a competing run applied it
+      }
+      if (failure.doc?.dead) {
+        const poison = new PoisonMessageError(s, String(k), failure.attempt, failure.doc,
+          { cause: err });
+        poison.name = 'UnrecoverableError'; // BullMQ fails it without the attempts left
+        throw poison;
+      }
+      throw err;
+    } finally {
+      client.release(broken ?? undefined);
+    }
+  };
+}
+
+// The return value stored for (scope, key), or undefined if the key is not completed.
+export async function storedResult(db, scope, key) {
+  const record = await lookup(db, scope, key);
+  if (record?.state !== 'completed') return undefined;
+  return record.response?.result ?? null;
+}

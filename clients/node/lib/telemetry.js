@@ -1,0 +1,113 @@
+// OpenTelemetry for the helpers, through @opentelemetry/api when the application has it (an
+// optional peer dependency): a span per claim and a counter and a duration histogram by
+// outcome, recorded by whatever SDK the application registered. Without the package nothing
+// is measured and the helpers run as they would without this module.
+//
+// A span "idempotency <helper>" (runOnce, runExternal, consumeOnce, ...), a child of the
+// active span, with the attributes
+//   idempotency.helper, idempotency.scope, idempotency.key (only with recordKeys: keys may
+//   carry customer data), idempotency.outcome (new, replay, in_progress, mismatch, too_old;
+//   absent when the call failed before the server answered the claim), idempotency.replayed,
+//   idempotency.attempt, idempotency.round_trips (the helper's own, not the work's),
+//   idempotency.http_status (409, 422, ... for an error that has one), error.type, and for
+//   the middleware ("idempotency middleware") http.response.status_code, the status it
+//   answered with (a 409 or 422 of its own is an answer there, not an error);
+// an error thrown to the caller (the 409 of a key in progress, the 422 of a mismatch
+// included) is recorded on the span, whose status is then ERROR.
+// Metrics (OpenTelemetry's names): idempotency.client.claims (a counter) and
+// idempotency.client.duration (seconds, a histogram), with idempotency.helper and
+// idempotency.outcome ("error" when there is none).
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { performance } from 'node:perf_hooks';
+import { CLIENT_VERSION } from './versions.js';
+
+let api = null;
+try {
+  api = await import('@opentelemetry/api');
+} catch {
+  // not installed: every call below is skipped
+}
+
+const NAME = '@idempotency/client';
+const settings = { recordKeys: false, tracerProvider: undefined, meterProvider: undefined };
+let enabled = api !== null;
+let instruments = null; // made on the first observed call, again after configureTelemetry
+const roundTrips = new AsyncLocalStorage();
+
+// configureTelemetry({ recordKeys, tracerProvider, meterProvider, enabled }): the providers to
+// use instead of the global ones, whether spans carry the key, and a switch (enabled: false
+// measures nothing). Instruments are made on the next call: the global MeterProvider must be
+// registered before the first call, or configureTelemetry() called after registering it.
+export function configureTelemetry(options = {}) {
+  settings.recordKeys = options.recordKeys === true;
+  settings.tracerProvider = options.tracerProvider;
+  settings.meterProvider = options.meterProvider;
+  enabled = api !== null && options.enabled !== false;
+  instruments = null;
+}
+
+// Whether @opentelemetry/api was found (the helpers are then observed unless disabled).
+export const telemetryAvailable = () => api !== null;
+
+function makeInstruments() {
+  const tracer = (settings.tracerProvider ?? api.trace).getTracer(NAME, CLIENT_VERSION);
+  const meter = (settings.meterProvider ?? api.metrics).getMeter(NAME, CLIENT_VERSION);
+  return {
+    tracer,
+    claims: meter.createCounter('idempotency.client.claims', {
+      description: 'Calls of the helpers by outcome of their claim', unit: '{claim}' }),
+    duration: meter.createHistogram('idempotency.client.duration', {
+      description: 'Time of a helper call, the work included', unit: 's' }),
+  };
+}
+
+// Counts one round trip of the helper being observed (connection.js calls it per statement or
+// batch sent); nothing when no helper is observed.
+export function noteRoundTrip() {
+  if (!enabled) return;
+  const count = roundTrips.getStore();
+  if (count !== undefined) count.n += 1;
+}
+
+// observed(helper, scope, key, run, outcomeOf): run()'s promise, inside a span when telemetry
+// is on. outcomeOf(result) gives { outcome, attempt, status } of a call that returned (status:
+// the HTTP status the middleware answered with).
+export function observed(helper, scope, key, run, outcomeOf) {
+  if (!enabled) return run();
+  if (instruments === null) instruments = makeInstruments();
+  const attributes = { 'idempotency.helper': helper, 'idempotency.scope': scope };
+  if (settings.recordKeys) attributes['idempotency.key'] = key;
+  const started = performance.now();
+  return instruments.tracer.startActiveSpan(`idempotency ${helper}`, { attributes }, (span) => {
+    const count = { n: 0 };
+    return roundTrips.run(count, run).then((result) => {
+      const { outcome, attempt, status } = outcomeOf(result);
+      if (status !== undefined) span.setAttribute('http.response.status_code', status);
+      finish(span, helper, outcome, attempt, count.n, started, null);
+      return result;
+    }, (err) => {
+      finish(span, helper, err?.constructor?.outcome, err?.reservation?.attempt, count.n, started,
+        err);
+      throw err;
+    });
+  });
+}
+
+function finish(span, helper, outcome, attempt, trips, started, err) {
+  if (outcome !== undefined) {
+    span.setAttribute('idempotency.outcome', outcome);
+    span.setAttribute('idempotency.replayed', outcome === 'replay');
+  }
+  if (attempt !== undefined && attempt !== null) span.setAttribute('idempotency.attempt', attempt);
+  span.setAttribute('idempotency.round_trips', trips);
+  if (err !== null) {
+    span.setAttribute('error.type', err?.name ?? 'Error');
+    if (err?.httpStatus !== undefined) span.setAttribute('idempotency.http_status', err.httpStatus);
+    span.recordException(err);
+    span.setStatus({ code: api.SpanStatusCode.ERROR, message: String(err?.message ?? err) });
+  }
+  span.end();
+  const labels = { 'idempotency.helper': helper, 'idempotency.outcome': outcome ?? 'error' };
+  instruments.claims.add(1, labels);
+  instruments.duration.record((performance.now() - started) / 1000, labels);
+}

@@ -1,0 +1,229 @@
+"""Exactly-once Celery tasks: ExactlyOnceTask, a task base class.
+
+    from pg_idempotency.celery import ExactlyOnceTask
+
+    @app.task(base=ExactlyOnceTask, bind=True)
+    def charge(self, order_id, amount):
+        self.db.execute("INSERT INTO charges (order_id, amount) VALUES (%s, %s)",
+                        (order_id, amount))
+        return {"charged": amount}
+
+Each run claims a key (scope: the task's name unless idempotency_scope says otherwise; key:
+the task id, or idempotency_key(*args, **kwargs) for a business key) on the worker process's
+own database connection, `self.db`, runs the body inside the claim's transaction and stores
+its return value (JSON) as the key's answer in the same COMMIT. A redelivery of a task that
+committed (the worker died after COMMIT and before the broker got its ack, or a producer sent
+it twice) returns the stored value without running the body. A body that raises rolls its
+writes and the claim back together.
+
+At-least-once delivery is Celery's part: the class sets acks_late (the message is acked after
+the task returns, so a worker that dies mid-task leaves it for redelivery) and
+reject_on_worker_lost (a pool child that dies requeues its message instead of failing it);
+a task that sets either to False is refused when it is defined (ExactlyOnceConfigError).
+
+max_attempts (None by default) bounds a task that fails every time (a poison task): each
+failure is recorded on the key and the message is requeued (Reject(requeue=True)); the
+max_attempts-th failure records the key dead (idempotency.failed_keys) and rejects the message
+without requeue, to the queue's dead-letter exchange if it has one. self.retry() is not a
+failure: the claim rolls back and Celery's retry message runs the body again under the same
+key. A soft time limit (SoftTimeLimitExceeded) is a failure of the body like any exception; a
+hard time limit kills the pool child, whose open transaction the server rolls back.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Optional
+
+import psycopg
+from celery import Task
+from celery.exceptions import Ignore, Reject, Retry
+
+from .consumer import _check_max_attempts, _counted, _record_failure
+from .errors import ConnectionLost, IdempotencyError, KeyInProgress, lost_connection
+from .transactions import claim
+
+# The answer stored for a task: its return value under one name, so None is a value too.
+_RESULT = "result"
+_STATUS = 200
+
+
+class ExactlyOnceConfigError(IdempotencyError, TypeError):
+    """A task configuration that would lose tasks or run them twice, refused at definition."""
+
+
+def _refuse_lossy(cls):
+    for attr, why in (
+            ("acks_late", "an early ack loses the task when the worker dies mid-task"),
+            ("reject_on_worker_lost", "a pool child that dies would fail the task instead of "
+                                      "requeueing it")):
+        if vars(cls).get(attr, True) is False:
+            raise ExactlyOnceConfigError(
+                f"task {cls.__dict__.get('name') or cls.__name__}: {attr}=False cannot run "
+                f"exactly once: {why}; leave {attr} to ExactlyOnceTask (it sets it to True)")
+    _check_max_attempts(vars(cls).get("max_attempts"))
+    key = vars(cls).get("idempotency_key")
+    if key is not None and not callable(key) and not isinstance(key, (str, staticmethod)):
+        raise ExactlyOnceConfigError(
+            "idempotency_key must be a callable of the task's arguments or the name of one")
+    if callable(key) and not isinstance(key, staticmethod):
+        cls.idempotency_key = staticmethod(key)  # called with the arguments, never self
+
+
+class _WorkerConnection:
+    """One database connection per worker process (a prefork child opens its own after the
+    fork), opened on first use and again after it broke."""
+
+    def __init__(self):
+        self.conn: Optional[psycopg.Connection] = None
+        self.pid = None
+
+    def get(self, connect: Callable[[], psycopg.Connection]) -> psycopg.Connection:
+        if self.conn is None or self.conn.closed or self.conn.broken or self.pid != os.getpid():
+            self.conn, self.pid = connect(), os.getpid()
+        return self.conn
+
+    def drop(self):
+        if self.conn is not None and self.pid == os.getpid():
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001 — a broken connection may refuse to close cleanly
+                pass
+        self.conn = None
+
+
+# One connection per worker process and way of connecting (a task class's connect() and DSN).
+_worker_connections: dict = {}
+
+
+class ExactlyOnceTask(Task):
+    """A Celery task base class that applies each task exactly once (see the module's doc).
+
+    Options (class attributes, or keyword arguments of @app.task):
+      idempotency_scope   the scope of the keys (default: the task's name)
+      idempotency_key     None (the task id), a callable of the task's arguments returning the
+                          key, or the name of a keyword argument holding it
+      idempotency_dsn     the connection string (default: app.conf.idempotency_dsn, else the
+                          PG* environment)
+      max_attempts        failures of the body before the task is dead-lettered (None: no
+                          bound; Celery's own failure handling applies)
+      lock_wait           how long a run waits for another worker holding the same key
+      retention           how long a completed key is kept (redeliveries within it replay)
+    """
+
+    acks_late = True
+    reject_on_worker_lost = True
+    idempotency_scope: Optional[str] = None
+    idempotency_key: Any = None
+    idempotency_dsn: Optional[str] = None
+    max_attempts: Optional[int] = None
+    lock_wait = "30 seconds"
+    lock_ttl = "5 minutes"
+    retention = "24 hours"
+    # How long a run waits before it requeues its task when the database cannot be reached
+    # (so a database restart does not turn into a tight redelivery loop).
+    reconnect_pause = 0.5
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _refuse_lossy(cls)
+
+    # ---- the connection ----
+
+    def dsn(self) -> str:
+        return self.idempotency_dsn or self.app.conf.get("idempotency_dsn") or ""
+
+    def connect(self) -> psycopg.Connection:
+        """Opens the worker process's connection; override for other settings."""
+        return psycopg.connect(self.dsn())
+
+    def _connection(self) -> _WorkerConnection:
+        way = (getattr(type(self).connect, "__func__", type(self).connect), self.dsn())
+        return _worker_connections.setdefault(way, _WorkerConnection())
+
+    @property
+    def db(self) -> psycopg.Connection:
+        """The worker process's connection; inside the body, in the claim's transaction."""
+        return self._connection().get(self.connect)
+
+    # ---- the key ----
+
+    def idempotency_names(self, args, kwargs) -> tuple[str, str]:
+        scope = self.idempotency_scope or self.name
+        key = self.idempotency_key
+        if key is None:
+            key = self.request.id
+            if key is None:
+                raise ExactlyOnceConfigError(f"task {self.name}: no task id to key the run on "
+                                             "(called directly? use .delay / .apply)")
+        elif callable(key):
+            key = key(*args, **kwargs)
+        else:
+            if key not in kwargs:
+                raise ExactlyOnceConfigError(
+                    f"task {self.name}: idempotency_key names the keyword argument {key!r}, "
+                    "which this call does not pass")
+            key = kwargs[key]
+        return scope, str(key)
+
+    # ---- the run ----
+
+    def __call__(self, *args, **kwargs):
+        scope, key = self.idempotency_names(args, kwargs)
+        try:
+            conn = self.db
+        except psycopg.OperationalError as e:
+            self._requeue_later(f"the database cannot be reached: {e}")
+        ran = False
+        try:
+            with claim(conn, scope, key, lock_ttl=self.lock_ttl, retention=self.retention,
+                       wait=self.lock_wait) as c:
+                if c.replayed:
+                    return (c.response or {}).get(_RESULT)
+                ran = True
+                result = super().__call__(*args, **kwargs)
+                c.complete(_STATUS, {_RESULT: result})
+                return result
+        except (Retry, Ignore, Reject):
+            raise  # Celery's own control flow: the claim is rolled back, nothing counted
+        except KeyInProgress:
+            # Another worker runs the same key (a producer duplicate) past lock_wait.
+            raise Reject(f"{scope}/{key} is being run by another worker", requeue=True)
+        except Exception as exc:
+            if isinstance(exc, ConnectionLost) or lost_connection(conn, exc) is not None:
+                self._connection().drop()
+                self._requeue_later(f"the database connection was lost: {exc}")
+            if not ran or self.max_attempts is None or not _counted(conn, exc):
+                raise
+            self._count_failure(conn, scope, key, exc)
+            raise
+
+    def _requeue_later(self, why):
+        time.sleep(self.reconnect_pause)
+        raise Reject(why, requeue=True)
+
+    def _count_failure(self, conn, scope, key, exc):
+        """Records the failure on the key: requeues the task below max_attempts, dead-letters
+        it at max_attempts (the key is then recorded dead)."""
+        try:
+            outcome, attempt, doc = _record_failure(conn, scope, key, exc, self.max_attempts,
+                                                    self.retention, self.lock_wait)
+        except psycopg.Error:
+            self._connection().drop()
+            self._requeue_later("the failure could not be recorded")
+        if outcome == "replay":
+            return  # another worker has applied it meanwhile: the redelivery replays
+        if doc is not None and doc["dead"]:
+            raise Reject(f"{scope}/{key} failed {attempt} times, dead-lettered: "
+                         f"{doc['error']}", requeue=False) from exc
+        raise Reject(f"{scope}/{key} failed (attempt {attempt} of {self.max_attempts}): "
+                     f"{doc['error'] if doc else exc}", requeue=True) from exc
+
+
+def stored_result(conn, scope: str, key: str):
+    """The return value stored for (scope, key), or None if the key is not completed."""
+    from .keys import lookup
+    record = lookup(conn, scope, key)
+    if not record or record.get("state") != "completed":
+        return None
+    return (record.get("response") or {}).get(_RESULT)

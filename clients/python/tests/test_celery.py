@@ -1,0 +1,92 @@
+"""ExactlyOnceTask in Celery's eager mode (no broker: the jobs suite runs it under RabbitMQ):
+the stored value on a rerun, a business key, a raising body rolled back, poison counting, and
+the configurations refused."""
+import celery  # python3-celery (scripts/lib.sh's IDEM_PACKAGES)
+import pytest
+from celery.exceptions import Reject
+
+from pg_idempotency.celery import ExactlyOnceConfigError, ExactlyOnceTask, stored_result
+
+
+@pytest.fixture
+def app(dsn, conn):
+    conn.execute("CREATE TABLE IF NOT EXISTS charges (order_id text, amount int)")
+    conn.execute("TRUNCATE charges")
+    conn.commit()
+    a = celery.Celery("test_celery")
+    a.conf.task_always_eager = True
+    a.conf.idempotency_dsn = dsn
+    return a
+
+
+def charges(conn):
+    return conn.execute("SELECT count(*) FROM charges").fetchone()[0]
+
+
+def test_a_rerun_returns_the_stored_value_without_running(app, conn):
+    ran = []
+
+    @app.task(base=ExactlyOnceTask, bind=True)
+    def charge(self, order_id, amount):
+        ran.append(order_id)
+        self.db.execute("INSERT INTO charges VALUES (%s, %s)", (order_id, amount))
+        return {"charged": amount}
+
+    assert charge.apply(("o-1", 5), task_id="t-1").get() == {"charged": 5}
+    assert charge.apply(("o-1", 5), task_id="t-1").get() == {"charged": 5}
+    assert ran == ["o-1"] and charges(conn) == 1
+    assert stored_result(conn, charge.name, "t-1") == {"charged": 5}
+
+
+def test_a_business_key_from_the_arguments(app, conn):
+    @app.task(base=ExactlyOnceTask, bind=True, idempotency_key=lambda order_id, amount: order_id)
+    def charge(self, order_id, amount):
+        self.db.execute("INSERT INTO charges VALUES (%s, %s)", (order_id, amount))
+        return amount
+
+    assert charge.apply(("o-2", 7)).get() == 7
+    assert charge.apply(("o-2", 7)).get() == 7  # another task id, the same order
+    assert charges(conn) == 1
+
+
+def test_a_raising_body_keeps_nothing(app, conn):
+    @app.task(base=ExactlyOnceTask, bind=True)
+    def charge(self, order_id):
+        self.db.execute("INSERT INTO charges VALUES (%s, 1)", (order_id,))
+        raise ValueError("declined")
+
+    with pytest.raises(ValueError):
+        charge.apply(("o-3",), task_id="t-3").get()
+    assert charges(conn) == 0
+    assert stored_result(conn, charge.name, "t-3") is None
+
+
+def test_a_poison_task_is_requeued_then_rejected_without_requeue(app, conn):
+    @app.task(base=ExactlyOnceTask, bind=True, max_attempts=2)
+    def charge(self, order_id):
+        self.db.execute("INSERT INTO charges VALUES (%s, 1)", (order_id,))
+        raise ValueError("declined")
+
+    outcomes = []
+    for _ in range(2):
+        result = charge.apply(("o-4",), task_id="t-4")
+        assert result.state == "REJECTED" and isinstance(result.result, Reject)
+        outcomes.append(result.result.requeue)
+    assert outcomes == [True, False]
+    assert charges(conn) == 0
+    dead = conn.execute("SELECT last_error FROM idempotency.lookup(%s, 't-4')",
+                        (charge.name,)).fetchone()[0]
+    assert dead["dead"] is True and dead["attempt"] == 2
+
+
+@pytest.mark.parametrize("option", ["acks_late", "reject_on_worker_lost"])
+def test_settings_that_lose_tasks_are_refused(app, option):
+    with pytest.raises(ExactlyOnceConfigError, match=option):
+        @app.task(base=ExactlyOnceTask, name=f"lossy_{option}", **{option: False})
+        def lossy():
+            pass
+        lossy.run  # noqa: B018 — Celery creates the task class lazily
+
+
+def test_the_class_sets_what_at_least_once_delivery_needs():
+    assert ExactlyOnceTask.acks_late is True and ExactlyOnceTask.reject_on_worker_lost is True

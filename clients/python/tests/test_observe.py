@@ -1,0 +1,90 @@
+"""pg_idempotency.observe: a ClaimEvent per run_once / run_external call (new, replay, the 422
+of a mismatch, the 409 of a key in progress, with the attempt; the key only when asked), the
+DEBUG log record, and prometheus_client's counter and histogram fed from them."""
+import logging
+import uuid
+
+import prometheus_client
+import pytest
+
+import pg_idempotency as pi
+from pg_idempotency import observe
+
+SCOPE = "acct_observe"
+STATEMENT = "SELECT $1::text AS item"
+
+
+@pytest.fixture
+def events():
+    got = []
+    observe.add_claim_listener(got.append)
+    yield got
+    observe.remove_claim_listener(got.append)
+    observe.record_keys(False)
+
+
+def test_each_outcome_is_an_event(conn, conn2, events):
+    key = str(uuid.uuid4())
+    conn.autocommit = True
+    pi.run_once(conn, SCOPE, key, request={"item": "lamp"}, statement=STATEMENT, params=["lamp"])
+    pi.run_once(conn, SCOPE, key, request={"item": "lamp"}, statement=STATEMENT, params=["lamp"])
+    with pytest.raises(pi.KeyMismatch) as mismatch:
+        pi.run_once(conn, SCOPE, key, request={"item": "sofa"}, statement=STATEMENT,
+                    params=["sofa"])
+    held = str(uuid.uuid4())
+    with conn2.transaction():
+        pi.reserve(conn2, SCOPE, held)
+        observe.record_keys(True)
+        with pytest.raises(pi.KeyInProgress) as in_progress:
+            pi.run_once(conn, SCOPE, held, statement=STATEMENT, params=["x"])
+        observe.record_keys(False)
+    pi.run_external(conn, SCOPE, str(uuid.uuid4()), lambda attempt: (200, None))
+    assert [(e.helper, e.outcome, e.key) for e in events] == [
+        ("run_once", "new", None), ("run_once", "replay", None), ("run_once", "mismatch", None),
+        ("run_once", "in_progress", held), ("run_external", "new", None)]
+    assert all(e.scope == SCOPE and e.seconds > 0 for e in events)
+    assert events[0].attempt == 1 and events[0].error is None and events[1].error is None
+    assert events[2].error is mismatch.value and mismatch.value.http_status == 422
+    assert events[3].error is in_progress.value and in_progress.value.http_status == 409
+
+
+def test_a_failing_listener_is_not_the_calls_failure(conn, caplog):
+    def broken(event):
+        raise RuntimeError("a listener's bug")
+    observe.add_claim_listener(broken)
+    try:
+        conn.autocommit = True
+        with caplog.at_level(logging.ERROR, logger="pg_idempotency.claims"):
+            r = pi.run_once(conn, SCOPE, str(uuid.uuid4()), statement=STATEMENT, params=["x"])
+    finally:
+        observe.remove_claim_listener(broken)
+    assert not r.replayed
+    assert "a claim listener failed" in caplog.text
+
+
+def test_the_debug_log_record(conn, caplog):
+    conn.autocommit = True
+    with caplog.at_level(logging.DEBUG, logger="pg_idempotency.claims"):
+        pi.run_once(conn, SCOPE, str(uuid.uuid4()), statement=STATEMENT, params=["x"])
+    [record] = [r for r in caplog.records if r.name == "pg_idempotency.claims"]
+    assert record.idempotency["outcome"] == "new" and record.idempotency["key"] is None
+    assert record.idempotency["helper"] == "run_once"
+
+
+def test_prometheus_metrics(conn):
+    registry = prometheus_client.CollectorRegistry()
+    listener, _, _ = observe.prometheus_metrics(registry)
+    try:
+        conn.autocommit = True
+        key = str(uuid.uuid4())
+        for _ in range(3):
+            pi.run_once(conn, SCOPE, key, statement=STATEMENT, params=["x"])
+    finally:
+        observe.remove_claim_listener(listener)
+    value = registry.get_sample_value
+    assert value("idempotency_client_claims_total",
+                 {"helper": "run_once", "outcome": "new"}) == 1
+    assert value("idempotency_client_claims_total",
+                 {"helper": "run_once", "outcome": "replay"}) == 2
+    assert value("idempotency_client_call_seconds_count",
+                 {"helper": "run_once", "outcome": "replay"}) == 2
