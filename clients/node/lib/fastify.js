@@ -128,8 +128,9 @@ function routeHooks(options) {
     return answer.body;
   }
 
-  // A request that ended without reaching onSend (the client went away, a hijacked reply):
-  // its transaction is rolled back.
+  // A response that ended without passing onSend (a hijacked reply): its transaction is rolled
+  // back. (A client that goes away is not one: Fastify still sends the handler's answer through
+  // onSend, and the handler keeps its connection until then.)
   async function onResponse(request) {
     const state = request[STATE];
     if (state?.hold && !state.sent) {
@@ -146,8 +147,7 @@ function routeHooks(options) {
     return fallback.call(this, error, request, reply);
   };
 
-  return { preParsing, preHandler, onSend, onResponse, onRequestAbort: onResponse,
-    errorHandlerOver };
+  return { preParsing, preHandler, onSend, onResponse, errorHandlerOver };
 }
 
 const hooksOf = (existing, hook) =>
@@ -164,7 +164,7 @@ async function idempotency(fastify, options) {
     const hooks = routeHooks(merged);
     const bodyLimit = merged.limit ?? limit;
     if (bodyLimit !== undefined && route.bodyLimit === undefined) route.bodyLimit = bodyLimit;
-    for (const name of ['preParsing', 'preHandler', 'onSend', 'onResponse', 'onRequestAbort'])
+    for (const name of ['preParsing', 'preHandler', 'onSend', 'onResponse'])
       route[name] = hooksOf(route[name], hooks[name]);
     route.errorHandler = hooks.errorHandlerOver(route.errorHandler ?? this.errorHandler);
   });
