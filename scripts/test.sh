@@ -6,7 +6,7 @@
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
 #                                        go java browser brokers jobs docs sanitizers faults
-#                                        packaging managed)
+#                                        packaging managed monitoring)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 #   IDEM_BUSY_CORES=2 ...                (N CPU burners at nice IDEM_BUSY_NICE, default 5,
 #                                        while the tests run: they must pass on a busy machine)
