@@ -6,7 +6,7 @@
 #   IDEM_SUITES="unit regress" bash scripts/test.sh    (a subset of: unit regress
 #                                        isolation pgtap scripted examples citus clients
 #                                        go java browser brokers jobs docs sanitizers faults
-#                                        packaging managed)
+#                                        packaging managed monitoring)
 #   IDEM_SCRIPTED="storm pg_upgrade" ...  (only these scripted tests)
 #   IDEM_BUSY_CORES=2 ...                (N CPU burners at nice IDEM_BUSY_NICE, default 5,
 #                                        while the tests run: they must pass on a busy machine)
@@ -298,7 +298,7 @@ run_clients_node() {
   # that node_modules.
   local copy=$IDEM_ROOT/build/node-pg-oldest
   rm -rf "$copy" && mkdir -p "$copy" &&
-    cp -r "$IDEM_ROOT"/clients/node/{index.js,index.d.ts,action.d.ts,package.json,package-lock.json,lib,test} "$copy" &&
+    cp -r "$IDEM_ROOT"/clients/node/{index.js,index.d.ts,action.d.ts,fastify.d.ts,package.json,package-lock.json,lib,test} "$copy" &&
     rm -rf "$copy/test/pg-oldest/node_modules" &&
     ln -s "$IDEM_ROOT/clients/node/test/pg-oldest/node_modules" "$copy/node_modules"
   run_node_suite clients-node-pg-oldest "$IDEM_ROOT/clients/node/test/pg-oldest" "$copy"

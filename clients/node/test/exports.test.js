@@ -1,18 +1,22 @@
-// The public API by name: what index.js and lib/action.js (the package's two entry points)
-// export at run time, and what index.d.ts and action.d.ts declare, against fixed lists. Moving
-// code between the modules of lib/ must leave these lists as they are; a change to them is a
-// change to the package's API.
+// The public API by name: what index.js, lib/action.js and lib/fastify.js (the package's entry
+// points) export at run time, and what index.d.ts, action.d.ts and fastify.d.ts declare,
+// against fixed lists. Moving code between the modules of lib/ must leave these lists as they
+// are; a change to them is a change to the package's API.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import * as action from '../lib/action.js';
+import * as fastify from '../lib/fastify.js';
 import * as api from '../index.js';
 
 const ACTION = [
   'backoffDelay', 'IdempotentAction', 'idempotentFetch', 'IdempotentFetchError',
   'isRetryableStatus', 'retryAfterMs', 'uuidv7', 'uuidv7Time',
 ];
+
+const FASTIFY = ['idempotencyPlugin'];
+const FASTIFY_TYPES = ['IdempotencyPluginOptions'];
 
 const INDEX = [
   ...ACTION,
@@ -101,4 +105,14 @@ test('action.d.ts declares exactly the listed names: the run-time ones as values
   const { values, types } = declared('action.d.ts');
   assert.deepEqual(values, sorted(ACTION));
   assert.deepEqual(types, sorted(ACTION_TYPES));
+});
+
+test('lib/fastify.js (@idempotency/client/fastify) exports exactly the listed names', () => {
+  assert.deepEqual(sorted(Object.keys(fastify)), sorted(FASTIFY));
+});
+
+test('fastify.d.ts declares exactly the listed names: the run-time ones as values', () => {
+  const { values, types } = declared('fastify.d.ts');
+  assert.deepEqual(values, sorted(FASTIFY));
+  assert.deepEqual(types, sorted(FASTIFY_TYPES));
 });

@@ -11,7 +11,7 @@ import * as client from '../index.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
-test('index.d.ts compiles with tsc --strict against test/types/usage.ts', async () => {
+test('index.d.ts and fastify.d.ts compile with tsc --strict against test/types/*.ts', async () => {
   const tsc = `${root}node_modules/typescript/bin/tsc`;
   const { stdout, stderr } = await promisify(execFile)(process.execPath,
     [tsc, '-p', `${root}test/types/tsconfig.json`]).catch((err) => err);
@@ -36,4 +36,12 @@ test('action.d.ts declares exactly the run-time exports of lib/action.js', () =>
   const declared = new Set([...dts.matchAll(/^export (?:declare )?(?:function|class|const) (\w+)/gm)]
     .map((m) => m[1]));
   assert.deepEqual([...declared].sort(), Object.keys(action).sort());
+});
+
+test('fastify.d.ts declares exactly the run-time exports of lib/fastify.js', async () => {
+  const plugin = await import('../lib/fastify.js');
+  const dts = fs.readFileSync(`${root}fastify.d.ts`, 'utf8');
+  const declared = new Set([...dts.matchAll(/^export (?:declare )?(?:function|class|const) (\w+)/gm)]
+    .map((m) => m[1]));
+  assert.deepEqual([...declared].sort(), Object.keys(plugin).sort());
 });
