@@ -574,6 +574,10 @@ run_docs() {
       --python "$venv/bin/python" --node-app test/docs/node-app --root "$IDEM_ROOT" "$@"
   }
   "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/test/docs/node-app" >>"$log" 2>&1 </dev/null || true
+  # node-app links the client (file:), whose own imports (fastify-plugin for the Fastify
+  # page) resolve from clients/node/node_modules: installed here too when the docs suite runs
+  # without the clients suite.
+  "$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/clients/node" >>"$log" 2>&1 </dev/null || true
   # docs/consumers.md's walk runs a broker of its own (examples/consumers/broker.sh).
   ensure_rabbitmq >>"$log" 2>&1 </dev/null || true
   # docs/operations.md's Monitoring section runs promtool.
