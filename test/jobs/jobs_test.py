@@ -140,14 +140,16 @@ def reset_database():
 
 
 def effects(run):
-    for _ in range(100):  # the database may be restarting
+    deadline = time.monotonic() + WAIT
+    while True:  # the database may be restarting
         try:
             with db() as c:
                 return dict(c.execute("SELECT message_id, count(*) FROM ledger "
                                       "WHERE consumer = %s GROUP BY 1", (run,)).fetchall())
         except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise Failure(f"the database did not come back within {WAIT} s")
             time.sleep(0.1)
-    raise Failure("the database did not come back")
 
 
 def counts(run, keys):
