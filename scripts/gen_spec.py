@@ -284,6 +284,34 @@ def js_object(pairs, indent="  "):
     return "Object.freeze({\n" + "".join(f"{indent}{k}: {v},\n" for k, v in pairs) + "})"
 
 
+def py_dict(pairs):
+    return "{\n" + "".join(f"    {k}: {v},\n" for k, v in pairs) + "}"
+
+
+def shared_values(spec, problem):
+    """The tables and constants Node's spec.js and Python's spec.py both hold: (comment, name,
+    a text or (key, value) pairs); problem(status, detail) is a PROBLEMS value."""
+    yield ("The SQLSTATEs of the reserve outcomes' errors (claim_once).", "OUTCOME_SQLSTATES",
+           [(literal(e["sqlstate"]), literal(e["outcome"])) for e in spec["sqlstates"]
+            if e.get("outcome")])
+    yield ("SQLSTATEs of the server that count as another.", "SQLSTATE_ALIASES",
+           [(literal(k), literal(v)) for k, v in spec["aliases"].items()])
+    yield ("Every SQLSTATE of the spec by its name.", "SQLSTATES",
+           [(literal(upper_snake(e["name"])), literal(e["sqlstate"])) for e in spec["sqlstates"]])
+    for name, value in spec["defaults"].items():
+        yield (f"The interval sent for {name} when the caller gives none.",
+               f"DEFAULT_{name.upper()}", literal(value))
+    yield ('A duration is sent as the interval text "<n> microseconds", n an integer.',
+           "DURATION_UNIT", literal(spec["duration"]["unit"]))
+    yield ("An answer's \"type\" is this followed by its code (docs/http.md, one section a code).",
+           "PROBLEM_TYPE_BASE", literal(spec["problem_type_base"]))
+    yield ("The \"title\" of each code's problem details.", "PROBLEM_TITLES",
+           [(literal(k), literal(v)) for k, v in spec["titles"].items()])
+    yield ("The status and detail of the answers that are always the same.", "PROBLEMS",
+           [(literal(k), problem(p["status"], literal(p["detail"])))
+            for k, p in spec["problems"].items()])
+
+
 def node_spec_file(spec):
     out = [f"// {SPEC_HEADER}.", "import { sqlstateError } from './error_base.js';", "",
            "// The errors of one SQLSTATE with a class of their own and nothing more to them."]
@@ -294,41 +322,22 @@ def node_spec_file(spec):
     out += ["", "// The classes above a server error of their SQLSTATE becomes.",
             "export const TRANSLATED_ERRORS = Object.freeze(["]
     out += [f"  {node_class(e)}," for e in spec["sqlstates"] if e.get("class") and e.get("translated")]
-    out += ["]);", "", "// The SQLSTATEs of the reserve outcomes' errors (claim_once).",
-            "export const OUTCOME_SQLSTATES = " + js_object(
-                (literal(e["sqlstate"]), literal(e["outcome"])) for e in spec["sqlstates"]
-                if e.get("outcome")) + ";",
-            "", "// SQLSTATEs of the server that count as another.",
-            "export const SQLSTATE_ALIASES = " + js_object(
-                (literal(k), literal(v)) for k, v in spec["aliases"].items()) + ";",
-            "", "// Every SQLSTATE of the spec by its name.",
-            "export const SQLSTATES = " + js_object(
-                (upper_snake(e["name"]), literal(e["sqlstate"])) for e in spec["sqlstates"]) + ";",
-            "", "// The intervals sent when the caller gives none."]
-    for name, value in spec["defaults"].items():
-        out.append(f"export const DEFAULT_{name.upper()} = {literal(value)};")
-    out += ["", "// A duration is sent as the interval text \"<n> microseconds\", n an integer.",
-            f"export const DURATION_UNIT = {literal(spec['duration']['unit'])};",
-            "", "// An answer's \"type\" is this followed by its code (docs/http.md, one section a code).",
-            f"export const PROBLEM_TYPE_BASE = {literal(spec['problem_type_base'])};",
-            "", "// The \"title\" of each code's problem details.",
-            "export const PROBLEM_TITLES = " + js_object(
-                (k, literal(v)) for k, v in spec["titles"].items()) + ";",
-            "", "// The status and detail of the answers that are always the same.",
-            "export const PROBLEMS = " + js_object(
-                (k, f"Object.freeze({{ status: {p['status']}, detail: {literal(p['detail'])} }})")
-                for k, p in spec["problems"].items()) + ";", ""]
+    out.append("]);")
+    for comment, name, value in shared_values(
+            spec, lambda status, detail: f"Object.freeze({{ status: {status}, detail: {detail} }})"):
+        text = value if isinstance(value, str) else js_object(value)
+        out += ["", f"// {comment}", f"export const {name} = {text};"]
+    out.append("")
     return "\n".join(out)
-
-
-def py_dict(pairs):
-    return "{\n" + "".join(f"    {k}: {v},\n" for k, v in pairs) + "}"
 
 
 def python_spec_file(spec):
     out = [f"# {SPEC_HEADER}.",
            '"""The SQLSTATEs and their errors, the defaults, the duration encoding and the problem',
-           'details every client shares."""', "from .error_base import IdempotencyError", ""]
+           'details every client shares."""', "from .error_base import IdempotencyError", "",
+           "# The classes below (errors.py imports them with *).",
+           "__all__ = [" + ", ".join(literal(e["name"]) for e in spec["sqlstates"] if e.get("class"))
+           + "]", ""]
     for e in spec["sqlstates"]:
         if e.get("class"):
             bases = "IdempotencyError, ValueError" if e.get("value_error") else "IdempotencyError"
@@ -337,32 +346,12 @@ def python_spec_file(spec):
                     f"    sqlstate = {literal(e['sqlstate'])}", ""]
     out += ["", "# The classes above a server error of their SQLSTATE becomes.",
             "TRANSLATED = (" + ", ".join(e["name"] for e in spec["sqlstates"]
-                                          if e.get("class") and e.get("translated")) + ")",
-            "# The SQLSTATEs of the reserve outcomes' errors (claim_once).",
-            "OUTCOME_SQLSTATES = " + py_dict(
-                (literal(e["sqlstate"]), literal(e["outcome"])) for e in spec["sqlstates"]
-                if e.get("outcome")),
-            "# SQLSTATEs of the server that count as another.",
-            "SQLSTATE_ALIASES = " + py_dict(
-                (literal(k), literal(v)) for k, v in spec["aliases"].items()),
-            "# Every SQLSTATE of the spec by its name.",
-            "SQLSTATES = " + py_dict(
-                (literal(upper_snake(e["name"])), literal(e["sqlstate"])) for e in spec["sqlstates"]),
-            "", "# The intervals sent when the caller gives none."]
-    for name, value in spec["defaults"].items():
-        out.append(f"DEFAULT_{name.upper()} = {literal(value)}")
-    out += ["", '# A duration is sent as the interval text "<n> microseconds", n an integer.',
-            f"DURATION_UNIT = {literal(spec['duration']['unit'])}",
-            "", "# An answer's \"type\" is this followed by its code (docs/http.md, one section a code).",
-            f"PROBLEM_TYPE_BASE = {literal(spec['problem_type_base'])}",
-            "# The \"title\" of each code's problem details.",
-            "PROBLEM_TITLES = " + py_dict((literal(k), literal(v)) for k, v in spec["titles"].items()),
-            "# The (status, detail) of the answers that are always the same.",
-            "PROBLEMS = " + py_dict((literal(k), f"({p['status']}, {literal(p['detail'])})")
-                                    for k, p in spec["problems"].items()),
-            ""]
+                                          if e.get("class") and e.get("translated")) + ")"]
+    for comment, name, value in shared_values(spec, lambda status, detail: f"({status}, {detail})"):
+        text = value if isinstance(value, str) else py_dict(value)
+        out += [f"# {comment}", f"{name} = {text}"]
+    out.append("")
     return "\n".join(out)
-
 
 def main():
     check = sys.argv[1:] == ["--check"]

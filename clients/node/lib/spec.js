@@ -86,39 +86,45 @@ export const SQLSTATE_ALIASES = Object.freeze({
 
 // Every SQLSTATE of the spec by its name.
 export const SQLSTATES = Object.freeze({
-  NULL_VALUE_NOT_ALLOWED: "22004",
-  INVALID_PARAMETER_VALUE: "22023",
-  PROGRAM_LIMIT_EXCEEDED: "54000",
-  ARRAY_SUBSCRIPT_ERROR: "2202E",
-  OBJECT_NOT_IN_PREREQUISITE_STATE: "55000",
-  STALE_ATTEMPT: "IK001",
-  RESULT_CONFLICT: "IK002",
-  KEY_IN_PROGRESS: "IK003",
-  KEY_TOO_OLD: "IK004",
-  READ_ONLY_SQL_TRANSACTION: "25006",
-  SERIALIZATION_FAILURE: "40001",
-  LOCK_NOT_AVAILABLE: "55P03",
-  QUERY_CANCELED: "57014",
-  UNDEFINED_OBJECT: "42704",
-  DUPLICATE_OBJECT: "42710",
-  SEQUENCE_GENERATOR_LIMIT_EXCEEDED: "2200H",
-  FEATURE_NOT_SUPPORTED: "0A000",
-  INVALID_JSON: "22P02",
-  UNTRANSLATABLE_CHARACTER: "22P05",
-  STATEMENT_SYNTAX_ERROR: "42601",
-  INVALID_TRANSACTION_TERMINATION: "2D000",
-  CARDINALITY_VIOLATION: "21000",
-  OBJECT_IN_USE: "55006",
-  TRANSACTION_ABORTED: "25P02",
-  TRANSACTION_OPEN: "25001",
-  UNDEFINED_FUNCTION: "42883",
-  CONNECTION_LOST: "08006",
+  "NULL_VALUE_NOT_ALLOWED": "22004",
+  "INVALID_PARAMETER_VALUE": "22023",
+  "PROGRAM_LIMIT_EXCEEDED": "54000",
+  "ARRAY_SUBSCRIPT_ERROR": "2202E",
+  "OBJECT_NOT_IN_PREREQUISITE_STATE": "55000",
+  "STALE_ATTEMPT": "IK001",
+  "RESULT_CONFLICT": "IK002",
+  "KEY_IN_PROGRESS": "IK003",
+  "KEY_TOO_OLD": "IK004",
+  "READ_ONLY_SQL_TRANSACTION": "25006",
+  "SERIALIZATION_FAILURE": "40001",
+  "LOCK_NOT_AVAILABLE": "55P03",
+  "QUERY_CANCELED": "57014",
+  "UNDEFINED_OBJECT": "42704",
+  "DUPLICATE_OBJECT": "42710",
+  "SEQUENCE_GENERATOR_LIMIT_EXCEEDED": "2200H",
+  "FEATURE_NOT_SUPPORTED": "0A000",
+  "INVALID_JSON": "22P02",
+  "UNTRANSLATABLE_CHARACTER": "22P05",
+  "STATEMENT_SYNTAX_ERROR": "42601",
+  "INVALID_TRANSACTION_TERMINATION": "2D000",
+  "CARDINALITY_VIOLATION": "21000",
+  "OBJECT_IN_USE": "55006",
+  "TRANSACTION_ABORTED": "25P02",
+  "TRANSACTION_OPEN": "25001",
+  "UNDEFINED_FUNCTION": "42883",
+  "CONNECTION_LOST": "08006",
 });
 
-// The intervals sent when the caller gives none.
+// The interval sent for lock_ttl when the caller gives none.
 export const DEFAULT_LOCK_TTL = "5 minutes";
+
+// The interval sent for retention when the caller gives none.
 export const DEFAULT_RETENTION = "24 hours";
+
+// The interval sent for wait when the caller gives none.
 export const DEFAULT_WAIT = "0";
+
+// The interval sent for job_wait when the caller gives none.
 export const DEFAULT_JOB_WAIT = "30 seconds";
 
 // A duration is sent as the interval text "<n> microseconds", n an integer.
@@ -129,33 +135,33 @@ export const PROBLEM_TYPE_BASE = "https://github.com/pgidempotency/idempotency/b
 
 // The "title" of each code's problem details.
 export const PROBLEM_TITLES = Object.freeze({
-  idempotency_key_missing: "Idempotency-Key is missing",
-  idempotency_key_malformed: "Idempotency-Key is malformed",
-  idempotency_scope_missing: "Idempotency scope is missing",
-  idempotency_scope_malformed: "Idempotency scope is malformed",
-  invalid_json: "Request body is not JSON",
-  invalid_request: "Request is invalid",
-  body_unreadable: "Request body could not be read",
-  body_too_large: "Request body is too large",
-  unauthorized: "Request is not authorized",
-  idempotency_key_in_use: "A request is outstanding for this Idempotency-Key",
-  idempotency_key_reused: "Idempotency-Key is already used",
-  idempotency_key_too_old: "Idempotency-Key is too old",
-  idempotency_key_conflict: "Idempotency-Key conflict",
-  database_unavailable: "Database is unavailable",
-  internal_error: "Request failed",
+  "idempotency_key_missing": "Idempotency-Key is missing",
+  "idempotency_key_malformed": "Idempotency-Key is malformed",
+  "idempotency_scope_missing": "Idempotency scope is missing",
+  "idempotency_scope_malformed": "Idempotency scope is malformed",
+  "invalid_json": "Request body is not JSON",
+  "invalid_request": "Request is invalid",
+  "body_unreadable": "Request body could not be read",
+  "body_too_large": "Request body is too large",
+  "unauthorized": "Request is not authorized",
+  "idempotency_key_in_use": "A request is outstanding for this Idempotency-Key",
+  "idempotency_key_reused": "Idempotency-Key is already used",
+  "idempotency_key_too_old": "Idempotency-Key is too old",
+  "idempotency_key_conflict": "Idempotency-Key conflict",
+  "database_unavailable": "Database is unavailable",
+  "internal_error": "Request failed",
 });
 
 // The status and detail of the answers that are always the same.
 export const PROBLEMS = Object.freeze({
-  idempotency_key_missing: Object.freeze({ status: 400, detail: "the Idempotency-Key header is required" }),
-  idempotency_key_malformed: Object.freeze({ status: 400, detail: "the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters" }),
-  idempotency_scope_missing: Object.freeze({ status: 400, detail: "the request does not say whose it is: the scope of its Idempotency-Key is missing" }),
-  invalid_json: Object.freeze({ status: 400, detail: "the request body is sent as JSON but is not JSON, or is over the limits of the fingerprint" }),
-  body_too_large: Object.freeze({ status: 413, detail: "the request body is over the limit of the idempotency middleware" }),
-  idempotency_key_in_use: Object.freeze({ status: 409, detail: "a request with this Idempotency-Key is still being processed; retry later" }),
-  idempotency_key_reused: Object.freeze({ status: 422, detail: "this Idempotency-Key was already used with a different request body" }),
-  idempotency_key_too_old: Object.freeze({ status: 422, detail: "this Idempotency-Key was created before the retention window, so the request cannot be told apart from a new one; check whether the first request took effect, then use a new key" }),
-  database_unavailable: Object.freeze({ status: 503, detail: "the database could not be reached; retry with the same Idempotency-Key" }),
-  internal_error: Object.freeze({ status: 500, detail: "the request failed; retry with the same Idempotency-Key" }),
+  "idempotency_key_missing": Object.freeze({ status: 400, detail: "the Idempotency-Key header is required" }),
+  "idempotency_key_malformed": Object.freeze({ status: 400, detail: "the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters" }),
+  "idempotency_scope_missing": Object.freeze({ status: 400, detail: "the request does not say whose it is: the scope of its Idempotency-Key is missing" }),
+  "invalid_json": Object.freeze({ status: 400, detail: "the request body is sent as JSON but is not JSON, or is over the limits of the fingerprint" }),
+  "body_too_large": Object.freeze({ status: 413, detail: "the request body is over the limit of the idempotency middleware" }),
+  "idempotency_key_in_use": Object.freeze({ status: 409, detail: "a request with this Idempotency-Key is still being processed; retry later" }),
+  "idempotency_key_reused": Object.freeze({ status: 422, detail: "this Idempotency-Key was already used with a different request body" }),
+  "idempotency_key_too_old": Object.freeze({ status: 422, detail: "this Idempotency-Key was created before the retention window, so the request cannot be told apart from a new one; check whether the first request took effect, then use a new key" }),
+  "database_unavailable": Object.freeze({ status: 503, detail: "the database could not be reached; retry with the same Idempotency-Key" }),
+  "internal_error": Object.freeze({ status: 500, detail: "the request failed; retry with the same Idempotency-Key" }),
 });

@@ -3,6 +3,9 @@
 details every client shares."""
 from .error_base import IdempotencyError
 
+# The classes below (errors.py imports them with *).
+__all__ = ["NullValueNotAllowed", "InvalidParameterValue", "ProgramLimitExceeded", "ArraySubscriptError", "ObjectNotInPrerequisiteState", "StaleAttempt", "ResultConflict", "ReadOnlySqlTransaction", "SerializationFailure", "LockNotAvailable", "QueryCanceled", "UndefinedObject", "DuplicateObject", "SequenceGeneratorLimitExceeded", "FeatureNotSupported", "InvalidJson", "StatementSyntaxError", "InvalidTransactionTermination", "CardinalityViolation", "ObjectInUse", "TransactionAborted", "TransactionOpen"]
+
 
 class NullValueNotAllowed(IdempotencyError):
     "22004: a NULL argument"
@@ -156,16 +159,16 @@ SQLSTATES = {
     "UNDEFINED_FUNCTION": "42883",
     "CONNECTION_LOST": "08006",
 }
-
-# The intervals sent when the caller gives none.
+# The interval sent for lock_ttl when the caller gives none.
 DEFAULT_LOCK_TTL = "5 minutes"
+# The interval sent for retention when the caller gives none.
 DEFAULT_RETENTION = "24 hours"
+# The interval sent for wait when the caller gives none.
 DEFAULT_WAIT = "0"
+# The interval sent for job_wait when the caller gives none.
 DEFAULT_JOB_WAIT = "30 seconds"
-
 # A duration is sent as the interval text "<n> microseconds", n an integer.
 DURATION_UNIT = "microseconds"
-
 # An answer's "type" is this followed by its code (docs/http.md, one section a code).
 PROBLEM_TYPE_BASE = "https://github.com/pgidempotency/idempotency/blob/main/docs/http.md#"
 # The "title" of each code's problem details.
@@ -186,7 +189,7 @@ PROBLEM_TITLES = {
     "database_unavailable": "Database is unavailable",
     "internal_error": "Request failed",
 }
-# The (status, detail) of the answers that are always the same.
+# The status and detail of the answers that are always the same.
 PROBLEMS = {
     "idempotency_key_missing": (400, "the Idempotency-Key header is required"),
     "idempotency_key_malformed": (400, "the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters"),
