@@ -36,7 +36,7 @@ class SpecTest {
     assertFalse(vectors.isEmpty());
     for (Object o : vectors) {
       Map<String, Object> v = (Map<String, Object>) o;
-      long micros = ((Number) v.get("microseconds")).longValue();
+      long micros = Long.parseLong(((Json.Num) v.get("microseconds")).canonical());
       assertEquals(v.get("text"), Idempotency.interval(Duration.ofNanos(micros * 1000)), "" + v);
     }
   }
