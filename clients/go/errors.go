@@ -15,8 +15,8 @@ import (
 // The SQLSTATEs (Code*), their sentinels (Err*) and the table of those translated are
 // generated from test/vectors/client.json: spec_gen.go.
 
-// Error is an error of the server with one of the SQLSTATEs of spec_gen.go, or one the client raised
-// with the same meaning. Err is the driver's error, if any.
+// Error is an error of the server with one of the SQLSTATEs of spec_gen.go, or one the client
+// raised with the same meaning. Err is the driver's error, if any.
 type Error struct {
 	Code    string
 	Message string
@@ -36,9 +36,9 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is matches a sentinel of the same SQLSTATE (or the one it is an alias of: 22P05 and 22021
-// count as invalid JSON), and the
-// server's IK003 / IK004 as the outcomes in_progress / too_old).
+// Is matches a sentinel of the same SQLSTATE, or of the one it is an alias of (22P05 and
+// 22021 count as invalid JSON), and the server's IK003 / IK004 as the outcomes in_progress /
+// too_old.
 func (e *Error) Is(target error) bool {
 	switch t := target.(type) {
 	case Code:
@@ -64,9 +64,9 @@ func (e *Error) HTTPStatus() int {
 	return 0
 }
 
-// Code is a SQLSTATE as an error: the sentinels (Err*, spec_gen.go) are constants of it, so nothing a
-// program does can change what errors.Is(err, ErrStaleAttempt) matches. An *Error matches the
-// sentinel of its Code (22P05 and 22021 count as invalid JSON).
+// Code is a SQLSTATE as an error: the sentinels (Err*, spec_gen.go) are constants of it, so
+// nothing a program does can change what errors.Is(err, ErrStaleAttempt) matches. An *Error
+// matches the sentinel of its Code (22P05 and 22021 count as invalid JSON).
 type Code string
 
 func (c Code) Error() string { return "idempotency: SQLSTATE " + string(c) }
