@@ -1,0 +1,183 @@
+// The Idempotency-Key header in NestJS, on its Express and its Fastify adapter: the adapter of
+// the decision flow (decision.js) to Nest's interceptors. A route (or a controller) takes the
+// header with @Idempotent(options), which records its options and puts IdempotencyInterceptor
+// on it; IdempotencyModule.forRoot(options) gives every route the options they share (the pool,
+// the scope...), each route's own winning.
+//   The interceptor runs after Nest's body parser and guards. It holds back whatever Nest
+//   writes on node's response (Express's res, or Fastify's reply.raw) from the start:
+//   - an answer of the flow's own (a refusal, a replay, 409, 422, 503, the statement form's
+//     answer): the handler is not called, Nest writes an empty answer, and this one is sent in
+//     its place;
+//   - a new key: the handler runs inside the claim's transaction, the claim ({ client, scope,
+//     key, attempt, ... }) as request.idempotency and through @Idempotency(); its answer, as
+//     Nest wrote it, is sent once the transaction has committed with it stored (a commit that
+//     fails replaces it with the 500 / 503 of answers.js). A handler that throws (an exception
+//     of a pipe included) rolls the transaction back; Nest's exception filters answer, and
+//     nothing is stored.
+// The options are idempotencyMiddleware's (middleware.js); their functions (scope, key, request,
+// params) get the adapter's request (Express's req, Fastify's request), which reads the same
+// for headers. A JSON body is fingerprinted by its exact bytes when the application is made
+// with { rawBody: true }, by its parsed value otherwise.
+import {
+  applyDecorators, createParamDecorator, Inject, Injectable, Module, Optional, SetMetadata,
+  UseInterceptors,
+} from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import { Observable } from 'rxjs';
+import { styledAnswer, unavailableAnswer } from './answers.js';
+import { isConnectionLost } from './connection.js';
+import { DecisionFlow } from './decision.js';
+import { holdAnswer, sendAnswer } from './held_answer.js';
+
+// The injection token of the options IdempotencyModule gives every route.
+export const IDEMPOTENCY_OPTIONS = 'IDEMPOTENCY_OPTIONS';
+// The metadata key of a route's own options (@Idempotent).
+export const IDEMPOTENT_ROUTE = 'idempotency:route';
+// A request an interceptor took already (the interceptor put on a route twice, say once by
+// @Idempotent and once globally): the second passes it on.
+const TAKEN = Symbol('idempotency taken');
+
+export class IdempotencyInterceptor {
+  #flows = new WeakMap(); // a route's handler => its DecisionFlow, or null: not idempotent
+
+  constructor(reflector, options) {
+    this.reflector = reflector ?? new Reflector();
+    this.options = options ?? {};
+  }
+
+  #flowOf(context) {
+    const handler = context.getHandler();
+    let flow = this.#flows.get(handler);
+    if (flow === undefined) {
+      const own = this.reflector.getAllAndOverride(IDEMPOTENT_ROUTE,
+        [handler, context.getClass()]);
+      flow = own === undefined || own === null ? null : new DecisionFlow({ ...this.options, ...own });
+      this.#flows.set(handler, flow);
+    }
+    return flow;
+  }
+
+  intercept(context, next) {
+    if (context.getType() !== 'http') return next.handle();
+    const flow = this.#flowOf(context);
+    const http = context.switchToHttp();
+    const request = http.getRequest();
+    if (flow === null || request[TAKEN]) return next.handle();
+    request[TAKEN] = true;
+    const response = http.getResponse();
+    return claimed(flow, request, response.raw ?? response, next);
+  }
+}
+
+// The Observable Nest awaits for the route's result, around the decision flow.
+function claimed(flow, request, res, next) {
+  return new Observable((subscriber) => {
+    const holding = holdAnswer(res);
+    let handlerRan = false;
+    let delivered = false; // the result was handed to Nest, to write
+    let abandoned = false; // Nest gave up before the result (the client went away)
+    let handlerFinished = false;
+    let handlerFailure = null;
+    let claimClient = null;
+    let failRun = null;
+    const deliver = (value) => {
+      delivered = true;
+      subscriber.next(value);
+      subscriber.complete();
+    };
+
+    // An answer of the flow's own in place of the route's: Nest writes an empty answer, held,
+    // then this one is sent.
+    const answerInstead = (answer) => {
+      holding.answer.then(() => sendAnswer(res, holding, answer));
+      deliver(null);
+    };
+    const respond = (answer) => (handlerRan ? sendAnswer(res, holding, answer)
+      : answerInstead(answer));
+
+    const run = (claim) => new Promise((resolve, reject) => {
+      handlerRan = true;
+      request.idempotency = claim;
+      claimClient = claim.client;
+      failRun = reject;
+      let result = null;
+      next.handle().subscribe({
+        next: (value) => { result = value; },
+        error: (err) => {
+          handlerFinished = true;
+          handlerFailure = err;
+          reject(err);
+        },
+        complete: () => {
+          handlerFinished = true;
+          if (abandoned) {
+            reject(new Error('the request was abandoned before its answer'));
+            return;
+          }
+          holding.answer.then(resolve);
+          deliver(result);
+        },
+      });
+    });
+
+    flow.handle(request, { run, respond }).catch((err) => {
+      if (abandoned) return holding.restore();
+      // A handler that failed because the claim's connection was lost (the server went away):
+      // 503, retry with the same key, as when the commit meets it.
+      if (err === handlerFailure && isConnectionLost(err, claimClient))
+        return answerInstead(styledAnswer(unavailableAnswer(err), flow.answerOptions));
+      holding.restore();
+      return subscriber.error(err); // to Nest's exception filters
+    });
+
+    // Nest unsubscribes before the result when the client goes away: the transaction is rolled
+    // back once the handler has finished with its client (never while it still uses it).
+    return () => {
+      if (delivered) return;
+      abandoned = true;
+      if (handlerFinished) failRun?.(new Error('the request was abandoned before its answer'));
+    };
+  });
+}
+
+Injectable()(IdempotencyInterceptor);
+Inject(Reflector)(IdempotencyInterceptor, undefined, 0);
+Inject(IDEMPOTENCY_OPTIONS)(IdempotencyInterceptor, undefined, 1);
+Optional()(IdempotencyInterceptor, undefined, 1);
+
+// @Idempotent(options) on a route's method or a controller: the route takes Idempotency-Key,
+// with options over IdempotencyModule's (pool and scope here or there).
+export function Idempotent(options = {}) {
+  if (options === null || typeof options !== 'object')
+    throw new TypeError('@Idempotent takes an object of options');
+  return applyDecorators(SetMetadata(IDEMPOTENT_ROUTE, options),
+    UseInterceptors(IdempotencyInterceptor));
+}
+
+// @Idempotency() a parameter of the handler: the claim ({ client, scope, key, attempt,
+// recoveryPoint, reservation }); @Idempotency('client'): one of its fields.
+export const Idempotency = createParamDecorator((field, context) => {
+  const claim = context.switchToHttp().getRequest().idempotency ?? null;
+  return field === undefined || claim === null ? claim : claim[field];
+});
+
+// IdempotencyModule.forRoot(options), or forRootAsync({ imports, inject, useFactory }) for
+// options made from other providers (a pool from the configuration): the options every
+// @Idempotent route starts from, in every module (a global module).
+export class IdempotencyModule {
+  static forRoot(options) {
+    return IdempotencyModule.#of([], { provide: IDEMPOTENCY_OPTIONS, useValue: options });
+  }
+
+  static forRootAsync({ imports = [], inject = [], useFactory }) {
+    if (typeof useFactory !== 'function')
+      throw new TypeError('IdempotencyModule.forRootAsync needs a useFactory');
+    return IdempotencyModule.#of(imports, { provide: IDEMPOTENCY_OPTIONS, useFactory, inject });
+  }
+
+  static #of(imports, provider) {
+    return { module: IdempotencyModule, global: true, imports, providers: [provider],
+      exports: [IDEMPOTENCY_OPTIONS] };
+  }
+}
+Module({})(IdempotencyModule);

@@ -1,0 +1,267 @@
+// The NestJS interceptor and decorators (lib/nestjs.js) on a real Nest application, on its
+// Express and its Fastify adapter, and PostgreSQL: the answers of test/vectors/http_answers.json,
+// a replay byte for byte the first answer, a burst of one key, handlers that throw, the statement
+// form on a pipelined pool, and the faults: a backend terminated mid-request, and every
+// connection cut while new ones are refused (what a restart with -m immediate does to the
+// service), through the tests' TCP proxy. The controllers are plain JS classes, decorated by
+// calling Nest's decorators.
+import 'reflect-metadata';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import {
+  Body, ConflictException, Controller, Get, Headers, Module, Post, Res,
+} from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import pg from 'pg';
+import { Idempotency, Idempotent, IdempotencyModule } from '../lib/nestjs.js';
+import { connect, databases, until } from './db.js';
+import { Proxy } from './proxy.js';
+
+const vectors = JSON.parse(readFileSync(
+  new URL('../../../test/vectors/http_answers.json', import.meta.url), 'utf8'));
+const DOCUMENTATION = 'https://api.example.com/docs/idempotency';
+const APP = 'nestjs_interceptor';
+const ADAPTERS = { express: () => new ExpressAdapter(), fastify: () => new FastifyAdapter() };
+
+let db;
+let check;
+let proxy;
+let pool;
+let pipelined;
+const gates = new Map(); // key => a promise the handler waits for
+
+// Decorates a method of cls: decorators (method decorators, then [index, parameter decorator]).
+function decorate(cls, name, ...decorators) {
+  const descriptor = Object.getOwnPropertyDescriptor(cls.prototype, name);
+  for (const d of decorators) {
+    if (Array.isArray(d)) d[1](cls.prototype, name, d[0]);
+    else d(cls.prototype, name, descriptor);
+  }
+}
+
+class Orders {
+  async create(client, key, body, headers, res) {
+    await gates.get(headers['x-gate']);
+    const { rows } = await client.query(
+      'INSERT INTO orders (k, item) VALUES ($1, $2) RETURNING id', [key, body.item]);
+    if (body.fail === 'error') throw new Error('the handler failed');
+    if (body.fail === 'conflict') throw new ConflictException('out of stock');
+    res.header('location', `/orders/${rows[0].id}`);
+    return { id: rows[0].id };
+  }
+
+  documented(...args) {
+    return this.create(...args);
+  }
+
+  legacy(...args) {
+    return this.create(...args);
+  }
+
+  statement() {
+    throw new Error('the statement form never calls the handler');
+  }
+
+  alive() {
+    return { ok: true };
+  }
+}
+const orderParams = [[0, Idempotency('client')], [1, Idempotency('key')], [2, Body()],
+  [3, Headers()], [4, Res({ passthrough: true })]];
+Controller()(Orders);
+decorate(Orders, 'create', Post('orders'), Idempotent(), ...orderParams);
+decorate(Orders, 'documented', Post('documented'), Idempotent({ documentation: DOCUMENTATION }),
+  ...orderParams);
+decorate(Orders, 'legacy', Post('legacy'), Idempotent({ legacyAnswers: true }), ...orderParams);
+decorate(Orders, 'alive', Get('alive'));
+
+before(async () => {
+  ({ source: db } = await databases('nestjs'));
+  check = await connect(db);
+  await check.query('CREATE TABLE orders (id serial PRIMARY KEY, k text NOT NULL, item text)');
+  proxy = new Proxy();
+  const port = await proxy.listen();
+  pool = new pg.Pool({ database: db, host: '127.0.0.1', port, application_name: APP, max: 4,
+    connectionTimeoutMillis: 5000 });
+  pool.on('error', () => {});
+  pipelined = new pg.Pool({ database: db, max: 2, pipeline: true });
+  decorate(Orders, 'statement', Post('statement'), Idempotent({ pool: pipelined,
+    statement: 'INSERT INTO orders (k, item) VALUES ($1, $2) RETURNING id, item',
+    params: (req) => [req.headers['idempotency-key'], req.body.item] }));
+});
+after(async () => {
+  proxy?.close();
+  await pool?.end();
+  await pipelined?.end();
+  await check?.end();
+});
+
+const ordersOf = async (k) =>
+  (await check.query('SELECT id FROM orders WHERE k = $1 ORDER BY id', [k])).rows.map((r) => r.id);
+const json = (r) => JSON.parse(r.bytes.toString('utf8'));
+
+// The pid of the test's request once it waits inside its transaction.
+async function inTransaction() {
+  let pid;
+  await until('the request in its transaction', async () => {
+    ({ pid } = (await check.query(`SELECT pid FROM pg_stat_activity WHERE application_name = $1
+      AND state = 'idle in transaction'`, [APP])).rows[0] ?? {});
+    return pid !== undefined;
+  });
+  return pid;
+}
+
+// The vectors' answer name: problem details, or the legacy body; with Link for documentation.
+function expectAnswer(got, name, { legacy = false, documentation } = {}) {
+  const want = (legacy ? vectors.answers : vectors.problems)[name];
+  assert.equal(got.status, want.status, name);
+  for (const [header, value] of Object.entries(want.headers))
+    assert.equal(got.headers.get(header), value, `${name}: ${header}`);
+  assert.deepEqual(json(got), want.body, name);
+  assert.equal(got.headers.get('link'), documentation ? `<${documentation}>; rel="describedby"` : null);
+}
+
+for (const [adapterName, adapter] of Object.entries(ADAPTERS)) {
+  describe(`on the ${adapterName} adapter`, () => {
+    let app;
+    let base;
+    before(async () => {
+      class AppModule {}
+      Module({ imports: [IdempotencyModule.forRoot({ pool,
+        scope: (req) => req.headers['x-account'] })], controllers: [Orders] })(AppModule);
+      app = await NestFactory.create(AppModule, adapter(), { logger: false, rawBody: true });
+      await app.listen(0, '127.0.0.1');
+      base = `http://127.0.0.1:${app.getHttpServer().address().port}`;
+    });
+    after(async () => {
+      await app?.close();
+    });
+
+    async function post(path, headers, body = '{"item": "book"}') {
+      const all = { 'content-type': 'application/json', 'x-account': 'acct', ...headers };
+      const res = await fetch(`${base}${path}`, { method: 'POST', body,
+        headers: Object.fromEntries(Object.entries(all).filter(([, v]) => v !== undefined)) });
+      return { status: res.status, headers: res.headers, bytes: Buffer.from(await res.arrayBuffer()) };
+    }
+
+    test('the answers of its own are those of http_answers.json, in every style', async () => {
+      for (const [path, style] of [['/orders', {}], ['/documented', { documentation: DOCUMENTATION }],
+        ['/legacy', { legacy: true }]]) {
+        expectAnswer(await post(path, {}), 'idempotency_key_missing', style);
+        expectAnswer(await post(path, { 'idempotency-key': 'a b' }), 'idempotency_key_malformed', style);
+        expectAnswer(await post(path, { 'idempotency-key': randomUUID(), 'x-account': undefined }),
+          'idempotency_scope_missing', style);
+        const k = randomUUID();
+        assert.equal((await post(path, { 'idempotency-key': k })).status, 201);
+        expectAnswer(await post(path, { 'idempotency-key': k }, '{"item": "pen"}'),
+          'idempotency_key_reused', style);
+      }
+    });
+
+    test('201, then a replay byte for byte the first answer; one order', async () => {
+      const k = randomUUID();
+      const first = await post('/orders', { 'idempotency-key': `"${k}"` });
+      assert.equal(first.status, 201);
+      assert.equal(first.headers.get('idempotent-replayed'), null);
+      assert.match(first.headers.get('location'), /^\/orders\/\d+$/);
+      const again = await post('/orders', { 'idempotency-key': k }, '{"item":"book"}');
+      assert.equal(again.status, 201);
+      assert.equal(again.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(again.bytes, first.bytes);
+      for (const header of ['content-type', 'location', 'content-length'])
+        assert.equal(again.headers.get(header), first.headers.get(header), header);
+      assert.deepEqual(await ordersOf(k), [json(first).id]);
+    });
+
+    test('409 with Retry-After while the first request runs; then its answer replays', async () => {
+      const k = randomUUID();
+      let open;
+      gates.set(k, new Promise((r) => { open = r; }));
+      const first = post('/orders', { 'idempotency-key': k, 'x-gate': k });
+      await inTransaction();
+      expectAnswer(await post('/orders', { 'idempotency-key': k }), 'idempotency_key_in_use');
+      open();
+      assert.equal((await first).status, 201);
+      const again = await post('/orders', { 'idempotency-key': k });
+      assert.equal(again.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await ordersOf(k), [json(again).id]);
+    });
+
+    test('a handler that throws: Nest answers, nothing is committed or stored, the retry runs', async () => {
+      const k = randomUUID();
+      const failed = await post('/orders', { 'idempotency-key': k }, '{"item": "x", "fail": "error"}');
+      assert.equal(failed.status, 500);
+      assert.equal(json(failed).statusCode, 500); // Nest's own exception filter answered
+      const refused = await post('/orders', { 'idempotency-key': k }, '{"item": "x", "fail": "conflict"}');
+      assert.equal(refused.status, 409);
+      assert.equal(json(refused).message, 'out of stock');
+      assert.deepEqual(await ordersOf(k), []);
+      assert.equal((await check.query('SELECT 1 FROM idempotency.keys WHERE key = $1', [k])).rows.length, 0);
+      const retry = await post('/orders', { 'idempotency-key': k }, '{"item": "x"}');
+      assert.equal(retry.status, 201);
+      assert.deepEqual(await ordersOf(k), [json(retry).id]);
+    });
+
+    test('a burst of one key from 16 clients makes exactly one order', async () => {
+      const k = randomUUID();
+      const answers = await Promise.all(Array.from({ length: 16 }, () =>
+        post('/orders', { 'idempotency-key': k })));
+      const statuses = answers.map((a) => a.status);
+      assert.ok(statuses.every((s) => s === 201 || s === 409), statuses.join(' '));
+      const firsts = answers.filter((a) => a.status === 201 && !a.headers.get('idempotent-replayed'));
+      assert.equal(firsts.length, 1, statuses.join(' '));
+      for (const replay of answers.filter((a) => a.headers.get('idempotent-replayed')))
+        assert.deepEqual(replay.bytes, firsts[0].bytes);
+      assert.deepEqual(await ordersOf(k), [json(firsts[0]).id]);
+    });
+
+    test('the statement form on a pipelined pool: one row, its replay the same bytes', async () => {
+      const k = randomUUID();
+      const first = await post('/statement', { 'idempotency-key': k });
+      assert.equal(first.status, 201);
+      assert.equal(json(first).item, 'book');
+      const [again, other] = await Promise.all([post('/statement', { 'idempotency-key': k }),
+        post('/statement', { 'idempotency-key': k }, '{"item": "pen"}')]);
+      assert.equal(again.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(again.bytes, first.bytes);
+      expectAnswer(other, 'idempotency_key_reused');
+      assert.equal((await ordersOf(k)).length, 1);
+    });
+
+    test('a backend terminated mid-request: 503, nothing committed, the next request served', async () => {
+      const k = randomUUID();
+      let open;
+      gates.set(k, new Promise((r) => { open = r; }));
+      const pending = post('/orders', { 'idempotency-key': k, 'x-gate': k });
+      await check.query('SELECT pg_terminate_backend($1)', [await inTransaction()]);
+      open();
+      expectAnswer(await pending, 'database_unavailable');
+      assert.deepEqual(await ordersOf(k), []);
+      assert.equal((await check.query('SELECT 1 FROM idempotency.keys WHERE key = $1', [k])).rows.length, 0);
+      const retry = await post('/orders', { 'idempotency-key': k });
+      assert.equal(retry.status, 201);
+      assert.deepEqual(await ordersOf(k), [json(retry).id]);
+    });
+
+    test('every connection cut and new ones refused, as in a crash restart: 503, then the first request after is answered', async () => {
+      // the pool holds idle connections that the cut breaks
+      assert.equal((await post('/orders', { 'idempotency-key': randomUUID() })).status, 201);
+      proxy.refuse(true);
+      proxy.cut();
+      const k = randomUUID();
+      try {
+        expectAnswer(await post('/orders', { 'idempotency-key': k }), 'database_unavailable');
+        assert.equal((await fetch(`${base}/alive`)).status, 200);
+      } finally {
+        proxy.refuse(false);
+      }
+      const first = await post('/orders', { 'idempotency-key': k });
+      assert.equal(first.status, 201);
+      assert.deepEqual(await ordersOf(k), [json(first).id]);
+    });
+  });
+}
