@@ -74,14 +74,14 @@ function claimed(flow, request, res, next) {
   return new Observable((subscriber) => {
     const holding = holdAnswer(res);
     let handlerRan = false;
-    let delivered = false; // the result was handed to Nest, to write
+    let ended = false; // the result (or an error) was handed to Nest
     let abandoned = false; // Nest gave up before the result (the client went away)
     let handlerFinished = false;
     let handlerFailure = null;
     let claimClient = null;
     let failRun = null;
     const deliver = (value) => {
-      delivered = true;
+      ended = true;
       subscriber.next(value);
       subscriber.complete();
     };
@@ -127,13 +127,14 @@ function claimed(flow, request, res, next) {
       if (err === handlerFailure && isConnectionLost(err, claimClient))
         return answerInstead(styledAnswer(unavailableAnswer(err), flow.answerOptions));
       holding.restore();
+      ended = true;
       return subscriber.error(err); // to Nest's exception filters
     });
 
     // Nest unsubscribes before the result when the client goes away: the transaction is rolled
     // back once the handler has finished with its client (never while it still uses it).
     return () => {
-      if (delivered) return;
+      if (ended) return;
       abandoned = true;
       if (handlerFinished) failRun?.(new Error('the request was abandoned before its answer'));
     };

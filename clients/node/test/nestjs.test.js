@@ -17,6 +17,7 @@ import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import pg from 'pg';
+import { from } from 'rxjs';
 import { Idempotency, Idempotent, IdempotencyModule } from '../lib/nestjs.js';
 import { connect, databases, until } from './db.js';
 import { Proxy } from './proxy.js';
@@ -25,7 +26,14 @@ const vectors = JSON.parse(readFileSync(
   new URL('../../../test/vectors/http_answers.json', import.meta.url), 'utf8'));
 const DOCUMENTATION = 'https://api.example.com/docs/idempotency';
 const APP = 'nestjs_interceptor';
-const ADAPTERS = { express: () => new ExpressAdapter(), fastify: () => new FastifyAdapter() };
+// Express keeps the body's bytes (rawBody: a JSON body is fingerprinted by its text); Fastify
+// does not (by the value Nest parsed), and gets its options from forRootAsync.
+const ADAPTERS = {
+  express: { adapter: () => new ExpressAdapter(), rawBody: true,
+    options: (options) => IdempotencyModule.forRoot(options) },
+  fastify: { adapter: () => new FastifyAdapter(), rawBody: false,
+    options: (options) => IdempotencyModule.forRootAsync({ useFactory: async () => options }) },
+};
 
 let db;
 let check;
@@ -62,6 +70,10 @@ class Orders {
     return this.create(...args);
   }
 
+  observed(...args) { // an Observable: Nest unsubscribes from it when the client goes away
+    return from(this.create(...args));
+  }
+
   statement() {
     throw new Error('the statement form never calls the handler');
   }
@@ -77,6 +89,7 @@ decorate(Orders, 'create', Post('orders'), Idempotent(), ...orderParams);
 decorate(Orders, 'documented', Post('documented'), Idempotent({ documentation: DOCUMENTATION }),
   ...orderParams);
 decorate(Orders, 'legacy', Post('legacy'), Idempotent({ legacyAnswers: true }), ...orderParams);
+decorate(Orders, 'observed', Post('observed'), Idempotent(), ...orderParams);
 decorate(Orders, 'alive', Get('alive'));
 
 before(async () => {
@@ -125,15 +138,15 @@ function expectAnswer(got, name, { legacy = false, documentation } = {}) {
   assert.equal(got.headers.get('link'), documentation ? `<${documentation}>; rel="describedby"` : null);
 }
 
-for (const [adapterName, adapter] of Object.entries(ADAPTERS)) {
+for (const [adapterName, { adapter, rawBody, options }] of Object.entries(ADAPTERS)) {
   describe(`on the ${adapterName} adapter`, () => {
     let app;
     let base;
     before(async () => {
       class AppModule {}
-      Module({ imports: [IdempotencyModule.forRoot({ pool,
-        scope: (req) => req.headers['x-account'] })], controllers: [Orders] })(AppModule);
-      app = await NestFactory.create(AppModule, adapter(), { logger: false, rawBody: true });
+      Module({ imports: [options({ pool, scope: (req) => req.headers['x-account'] })],
+        controllers: [Orders] })(AppModule);
+      app = await NestFactory.create(AppModule, adapter(), { logger: false, rawBody });
       await app.listen(0, '127.0.0.1');
       base = `http://127.0.0.1:${app.getHttpServer().address().port}`;
     });
@@ -230,6 +243,26 @@ for (const [adapterName, adapter] of Object.entries(ADAPTERS)) {
       assert.deepEqual(again.bytes, first.bytes);
       expectAnswer(other, 'idempotency_key_reused');
       assert.equal((await ordersOf(k)).length, 1);
+    });
+
+    for (const path of ['/orders', '/observed']) test(`a client that goes away mid-request (${path}): the connection comes back, the key ends with one order`, async () => {
+      const k = randomUUID();
+      let open;
+      gates.set(k, new Promise((r) => { open = r; }));
+      const gone = new AbortController();
+      const pending = fetch(`${base}${path}`, { method: 'POST', body: '{"item": "book"}',
+        signal: gone.signal, headers: { 'content-type': 'application/json', 'x-account': 'acct',
+          'idempotency-key': k, 'x-gate': k } }).catch((err) => err);
+      await inTransaction();
+      gone.abort();
+      assert.equal((await pending).name, 'AbortError');
+      open();
+      await until('the request ended', async () => (await check.query(
+        `SELECT 1 FROM pg_stat_activity WHERE application_name = $1
+           AND state IN ('active', 'idle in transaction')`, [APP])).rows.length === 0);
+      const retry = await post(path, { 'idempotency-key': k });
+      assert.equal(retry.status, 201);
+      assert.deepEqual(await ordersOf(k), [json(retry).id]);
     });
 
     test('a backend terminated mid-request: 503, nothing committed, the next request served', async () => {
