@@ -1,6 +1,6 @@
 // Type declarations of @idempotency/client/nestjs (lib/nestjs.js): the Idempotency-Key header in
-// NestJS, on its Express and its Fastify adapter. @nestjs/common, @nestjs/core and rxjs are
-// optional peer dependencies.
+// NestJS, on its Express and its Fastify adapter. @nestjs/common and rxjs are optional peer
+// dependencies.
 import type {
   CallHandler, DynamicModule, ExecutionContext, InjectionToken, ModuleMetadata, NestInterceptor,
   OptionalFactoryDependency,
@@ -49,7 +49,7 @@ export declare const Idempotency: (field?: keyof IdempotencyContext) => Paramete
 
 /** The interceptor @Idempotent puts on a route (one per request, however often it is put). */
 export declare class IdempotencyInterceptor implements NestInterceptor {
-  constructor(reflector?: unknown, options?: IdempotentOptions | null);
+  constructor(options?: IdempotentOptions | null);
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown>;
 }
 

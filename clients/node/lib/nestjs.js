@@ -22,7 +22,6 @@ import {
   applyDecorators, createParamDecorator, Inject, Injectable, Module, Optional, SetMetadata,
   UseInterceptors,
 } from '@nestjs/common';
-import { Reflector } from '@nestjs/core';
 import { Observable } from 'rxjs';
 import { styledAnswer, unavailableAnswer } from './answers.js';
 import { isConnectionLost } from './connection.js';
@@ -40,8 +39,7 @@ const TAKEN = Symbol('idempotency taken');
 export class IdempotencyInterceptor {
   #flows = new WeakMap(); // a route's handler => its DecisionFlow, or null: not idempotent
 
-  constructor(reflector, options) {
-    this.reflector = reflector ?? new Reflector();
+  constructor(options) {
     this.options = options ?? {};
   }
 
@@ -49,8 +47,10 @@ export class IdempotencyInterceptor {
     const handler = context.getHandler();
     let flow = this.#flows.get(handler);
     if (flow === undefined) {
-      const own = this.reflector.getAllAndOverride(IDEMPOTENT_ROUTE,
-        [handler, context.getClass()]);
+      // the method's options, else its controller's (read with Reflect, not Nest's Reflector,
+      // whose class an application may have twice: one copy its own, one this package's)
+      const own = Reflect.getMetadata(IDEMPOTENT_ROUTE, handler) ??
+        Reflect.getMetadata(IDEMPOTENT_ROUTE, context.getClass());
       flow = own === undefined || own === null ? null : new DecisionFlow({ ...this.options, ...own });
       this.#flows.set(handler, flow);
     }
@@ -142,9 +142,8 @@ function claimed(flow, request, res, next) {
 }
 
 Injectable()(IdempotencyInterceptor);
-Inject(Reflector)(IdempotencyInterceptor, undefined, 0);
-Inject(IDEMPOTENCY_OPTIONS)(IdempotencyInterceptor, undefined, 1);
-Optional()(IdempotencyInterceptor, undefined, 1);
+Inject(IDEMPOTENCY_OPTIONS)(IdempotencyInterceptor, undefined, 0);
+Optional()(IdempotencyInterceptor, undefined, 0);
 
 // @Idempotent(options) on a route's method or a controller: the route takes Idempotency-Key,
 // with options over IdempotencyModule's (pool and scope here or there).

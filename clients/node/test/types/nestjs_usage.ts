@@ -34,4 +34,4 @@ export const later = IdempotencyModule.forRootAsync({
   useFactory: async () => ({ pool, scope: 'tenant' }),
   inject: [],
 });
-export const interceptor: IdempotencyInterceptor = new IdempotencyInterceptor(undefined, { pool });
+export const interceptor: IdempotencyInterceptor = new IdempotencyInterceptor({ pool });
