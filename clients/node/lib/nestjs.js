@@ -22,6 +22,8 @@ import {
   applyDecorators, createParamDecorator, Inject, Injectable, Module, Optional, SetMetadata,
   UseInterceptors,
 } from '@nestjs/common';
+import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
+import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { Observable } from 'rxjs';
 import { styledAnswer, unavailableAnswer } from './answers.js';
 import { isConnectionLost } from './connection.js';
@@ -47,11 +49,14 @@ export class IdempotencyInterceptor {
     const handler = context.getHandler();
     let flow = this.#flows.get(handler);
     if (flow === undefined) {
+      const cls = context.getClass();
       // the method's options, else its controller's (read with Reflect, not Nest's Reflector,
       // whose class an application may have twice: one copy its own, one this package's)
       const own = Reflect.getMetadata(IDEMPOTENT_ROUTE, handler) ??
-        Reflect.getMetadata(IDEMPOTENT_ROUTE, context.getClass());
-      flow = own === undefined || own === null ? null : new DecisionFlow({ ...this.options, ...own });
+        Reflect.getMetadata(IDEMPOTENT_ROUTE, cls);
+      flow = own === undefined || own === null ? null
+        : { decisions: new DecisionFlow({ ...this.options, ...own }),
+          nestSends: nestSendsResult(cls, handler.name) };
       this.#flows.set(handler, flow);
     }
     return flow;
@@ -65,12 +70,24 @@ export class IdempotencyInterceptor {
     if (flow === null || request[TAKEN]) return next.handle();
     request[TAKEN] = true;
     const response = http.getResponse();
-    return claimed(flow, request, response.raw ?? response, next);
+    return claimed(flow.decisions, flow.nestSends, request, response.raw ?? response, next);
   }
 }
 
-// The Observable Nest awaits for the route's result, around the decision flow.
-function claimed(flow, request, res, next) {
+// Whether Nest sends the route's result: not when the handler takes the response (@Res() or
+// @Next() without passthrough) to answer on it itself.
+function nestSendsResult(cls, name) {
+  const params = Reflect.getMetadata(ROUTE_ARGS_METADATA, cls, name) ?? {};
+  const takesResponse = Object.keys(params).some((key) => {
+    const type = Number(key.split(':')[0]);
+    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
+  });
+  return !takesResponse || Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, cls, name) === true;
+}
+
+// The Observable Nest awaits for the route's result, around the decision flow. nestSends:
+// whether Nest sends the result (see nestSendsResult).
+function claimed(flow, nestSends, request, res, next) {
   return new Observable((subscriber) => {
     const holding = holdAnswer(res);
     let handlerRan = false;
@@ -87,9 +104,10 @@ function claimed(flow, request, res, next) {
     };
 
     // An answer of the flow's own in place of the route's: Nest writes an empty answer, held,
-    // then this one is sent.
+    // then this one is sent (at once, on a route where Nest sends nothing).
     const answerInstead = (answer) => {
-      holding.answer.then(() => sendAnswer(res, holding, answer));
+      if (nestSends) holding.answer.then(() => sendAnswer(res, holding, answer));
+      else sendAnswer(res, holding, answer);
       deliver(null);
     };
     const respond = (answer) => (handlerRan ? sendAnswer(res, holding, answer)

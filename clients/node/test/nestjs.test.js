@@ -74,6 +74,13 @@ class Orders {
     return from(this.create(...args));
   }
 
+  // answers on the response itself (@Res() without passthrough): Nest sends nothing of its own
+  async own(client, key, body, res) {
+    const { rows } = await client.query(
+      'INSERT INTO orders (k, item) VALUES ($1, $2) RETURNING id', [key, body.item]);
+    res.status(201).send({ id: rows[0].id, own: true });
+  }
+
   statement() {
     throw new Error('the statement form never calls the handler');
   }
@@ -90,6 +97,8 @@ decorate(Orders, 'documented', Post('documented'), Idempotent({ documentation: D
   ...orderParams);
 decorate(Orders, 'legacy', Post('legacy'), Idempotent({ legacyAnswers: true }), ...orderParams);
 decorate(Orders, 'observed', Post('observed'), Idempotent(), ...orderParams);
+decorate(Orders, 'own', Post('own'), Idempotent(), [0, Idempotency('client')],
+  [1, Idempotency('key')], [2, Body()], [3, Res()]);
 decorate(Orders, 'alive', Get('alive'));
 
 before(async () => {
@@ -187,6 +196,19 @@ for (const [adapterName, { adapter, rawBody, options }] of Object.entries(ADAPTE
       assert.deepEqual(again.bytes, first.bytes);
       for (const header of ['content-type', 'location', 'content-length'])
         assert.equal(again.headers.get(header), first.headers.get(header), header);
+      assert.deepEqual(await ordersOf(k), [json(first).id]);
+    });
+
+    test('a handler that answers on the response itself (@Res()): held, stored, replayed; own answers too', async () => {
+      const k = randomUUID();
+      const first = await post('/own', { 'idempotency-key': k });
+      assert.equal(first.status, 201);
+      assert.equal(json(first).own, true);
+      const again = await post('/own', { 'idempotency-key': k });
+      assert.equal(again.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(again.bytes, first.bytes);
+      expectAnswer(await post('/own', {}), 'idempotency_key_missing');
+      expectAnswer(await post('/own', { 'idempotency-key': k }, '{"item": "pen"}'), 'idempotency_key_reused');
       assert.deepEqual(await ordersOf(k), [json(first).id]);
     });
 
