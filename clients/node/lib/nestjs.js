@@ -7,13 +7,13 @@
 //   writes on node's response (Express's res, or Fastify's reply.raw) from the start:
 //   - an answer of the flow's own (a refusal, a replay, 409, 422, 503, the statement form's
 //     answer): the handler is not called, Nest writes an empty answer, and this one is sent in
-//     its place;
+//     its place (at once on a route whose handler takes the response: Nest sends nothing);
 //   - a new key: the handler runs inside the claim's transaction, the claim ({ client, scope,
 //     key, attempt, ... }) as request.idempotency and through @Idempotency(); its answer, as
 //     Nest wrote it, is sent once the transaction has committed with it stored (a commit that
 //     fails replaces it with the 500 / 503 of answers.js). A handler that throws (an exception
 //     of a pipe included) rolls the transaction back; Nest's exception filters answer, and
-//     nothing is stored.
+//     nothing is stored (503 when it failed because the claim's connection was lost).
 // The options are idempotencyMiddleware's (middleware.js); their functions (scope, key, request,
 // params) get the adapter's request (Express's req, Fastify's request), which reads the same
 // for headers. A JSON body is fingerprinted by its exact bytes when the application is made
@@ -39,7 +39,8 @@ export const IDEMPOTENT_ROUTE = 'idempotency:route';
 const TAKEN = Symbol('idempotency taken');
 
 export class IdempotencyInterceptor {
-  #flows = new WeakMap(); // a route's handler => its DecisionFlow, or null: not idempotent
+  // a route's handler => { decisions: its DecisionFlow, nestSends }, or null: not idempotent
+  #flows = new WeakMap();
 
   constructor(options) {
     this.options = options ?? {};
@@ -142,8 +143,10 @@ function claimed(flow, nestSends, request, res, next) {
       if (abandoned) return holding.restore();
       // A handler that failed because the claim's connection was lost (the server went away):
       // 503, retry with the same key, as when the commit meets it.
-      if (err === handlerFailure && isConnectionLost(err, claimClient))
+      if (err === handlerFailure && isConnectionLost(err, claimClient)) {
+        console.error(`idempotency: the handler failed, its connection lost: ${err.message}`);
         return answerInstead(styledAnswer(unavailableAnswer(err), flow.answerOptions));
+      }
       holding.restore();
       ended = true;
       return subscriber.error(err); // to Nest's exception filters
