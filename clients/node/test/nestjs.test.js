@@ -1,14 +1,12 @@
 // The NestJS interceptor and decorators (lib/nestjs.js) on a real Nest application, on its
-// Express and its Fastify adapter, and PostgreSQL: the answers of test/vectors/http_answers.json,
-// a replay byte for byte the first answer, a burst of one key, handlers that throw, the statement
-// form on a pipelined pool, and the faults: a backend terminated mid-request, and every
-// connection cut while new ones are refused (what a restart with -m immediate does to the
-// service), through the tests' TCP proxy. The controllers are plain JS classes, decorated by
-// calling Nest's decorators.
+// Express and its Fastify adapter, and PostgreSQL: the answers of test/vectors/http_answers.json
+// in every style, handlers that throw, one that answers on the response itself, a client that
+// goes away, and the cases of every framework adapter (http_cases.js: replays, 409, a burst of
+// one key, the statement form, a backend terminated mid-request, the database cut as in a crash
+// restart). The controllers are plain JS classes, decorated by calling Nest's decorators.
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import {
   Body, ConflictException, Controller, Get, Headers, Module, Post, Res,
@@ -20,11 +18,11 @@ import pg from 'pg';
 import { from } from 'rxjs';
 import { Idempotency, Idempotent, IdempotencyModule } from '../lib/nestjs.js';
 import { connect, databases, until } from './db.js';
+import {
+  DOCUMENTATION, expectAnswer, frameworkCases, inTransaction, json, ordersOf, post,
+} from './http_cases.js';
 import { Proxy } from './proxy.js';
 
-const vectors = JSON.parse(readFileSync(
-  new URL('../../../test/vectors/http_answers.json', import.meta.url), 'utf8'));
-const DOCUMENTATION = 'https://api.example.com/docs/idempotency';
 const APP = 'nestjs_interceptor';
 // Express keeps the body's bytes (rawBody: a JSON body is fingerprinted by its text); Fastify
 // does not (by the value Nest parsed), and gets its options from forRootAsync.
@@ -122,149 +120,66 @@ after(async () => {
   await check?.end();
 });
 
-const ordersOf = async (k) =>
-  (await check.query('SELECT id FROM orders WHERE k = $1 ORDER BY id', [k])).rows.map((r) => r.id);
-const json = (r) => JSON.parse(r.bytes.toString('utf8'));
-
-// The pid of the test's request once it waits inside its transaction.
-async function inTransaction() {
-  let pid;
-  await until('the request in its transaction', async () => {
-    ({ pid } = (await check.query(`SELECT pid FROM pg_stat_activity WHERE application_name = $1
-      AND state = 'idle in transaction'`, [APP])).rows[0] ?? {});
-    return pid !== undefined;
-  });
-  return pid;
-}
-
-// The vectors' answer name: problem details, or the legacy body; with Link for documentation.
-function expectAnswer(got, name, { legacy = false, documentation } = {}) {
-  const want = (legacy ? vectors.answers : vectors.problems)[name];
-  assert.equal(got.status, want.status, name);
-  for (const [header, value] of Object.entries(want.headers))
-    assert.equal(got.headers.get(header), value, `${name}: ${header}`);
-  assert.deepEqual(json(got), want.body, name);
-  assert.equal(got.headers.get('link'), documentation ? `<${documentation}>; rel="describedby"` : null);
-}
-
 for (const [adapterName, { adapter, rawBody, options }] of Object.entries(ADAPTERS)) {
   describe(`on the ${adapterName} adapter`, () => {
     let app;
-    let base;
+    const service = { app: APP, gates }; // for http_cases.js
     before(async () => {
       class AppModule {}
       Module({ imports: [options({ pool, scope: (req) => req.headers['x-account'] })],
         controllers: [Orders] })(AppModule);
       app = await NestFactory.create(AppModule, adapter(), { logger: false, rawBody });
       await app.listen(0, '127.0.0.1');
-      base = `http://127.0.0.1:${app.getHttpServer().address().port}`;
+      Object.assign(service, { check, proxy,
+        base: `http://127.0.0.1:${app.getHttpServer().address().port}` });
     });
     after(async () => {
       await app?.close();
     });
 
-    async function post(path, headers, body = '{"item": "book"}') {
-      const all = { 'content-type': 'application/json', 'x-account': 'acct', ...headers };
-      const res = await fetch(`${base}${path}`, { method: 'POST', body,
-        headers: Object.fromEntries(Object.entries(all).filter(([, v]) => v !== undefined)) });
-      return { status: res.status, headers: res.headers, bytes: Buffer.from(await res.arrayBuffer()) };
-    }
+    const postTo = (...args) => post(service, ...args);
+    frameworkCases(service);
 
     test('the answers of its own are those of http_answers.json, in every style', async () => {
       for (const [path, style] of [['/orders', {}], ['/documented', { documentation: DOCUMENTATION }],
         ['/legacy', { legacy: true }]]) {
-        expectAnswer(await post(path, {}), 'idempotency_key_missing', style);
-        expectAnswer(await post(path, { 'idempotency-key': 'a b' }), 'idempotency_key_malformed', style);
-        expectAnswer(await post(path, { 'idempotency-key': randomUUID(), 'x-account': undefined }),
+        expectAnswer(await postTo(path, {}), 'idempotency_key_missing', style);
+        expectAnswer(await postTo(path, { 'idempotency-key': 'a b' }), 'idempotency_key_malformed', style);
+        expectAnswer(await postTo(path, { 'idempotency-key': randomUUID(), 'x-account': undefined }),
           'idempotency_scope_missing', style);
         const k = randomUUID();
-        assert.equal((await post(path, { 'idempotency-key': k })).status, 201);
-        expectAnswer(await post(path, { 'idempotency-key': k }, '{"item": "pen"}'),
+        assert.equal((await postTo(path, { 'idempotency-key': k })).status, 201);
+        expectAnswer(await postTo(path, { 'idempotency-key': k }, '{"item": "pen"}'),
           'idempotency_key_reused', style);
       }
     });
 
-    test('201, then a replay byte for byte the first answer; one order', async () => {
-      const k = randomUUID();
-      const first = await post('/orders', { 'idempotency-key': `"${k}"` });
-      assert.equal(first.status, 201);
-      assert.equal(first.headers.get('idempotent-replayed'), null);
-      assert.match(first.headers.get('location'), /^\/orders\/\d+$/);
-      const again = await post('/orders', { 'idempotency-key': k }, '{"item":"book"}');
-      assert.equal(again.status, 201);
-      assert.equal(again.headers.get('idempotent-replayed'), 'true');
-      assert.deepEqual(again.bytes, first.bytes);
-      for (const header of ['content-type', 'location', 'content-length'])
-        assert.equal(again.headers.get(header), first.headers.get(header), header);
-      assert.deepEqual(await ordersOf(k), [json(first).id]);
-    });
-
     test('a handler that answers on the response itself (@Res()): held, stored, replayed; own answers too', async () => {
       const k = randomUUID();
-      const first = await post('/own', { 'idempotency-key': k });
+      const first = await postTo('/own', { 'idempotency-key': k });
       assert.equal(first.status, 201);
       assert.equal(json(first).own, true);
-      const again = await post('/own', { 'idempotency-key': k });
+      const again = await postTo('/own', { 'idempotency-key': k });
       assert.equal(again.headers.get('idempotent-replayed'), 'true');
       assert.deepEqual(again.bytes, first.bytes);
-      expectAnswer(await post('/own', {}), 'idempotency_key_missing');
-      expectAnswer(await post('/own', { 'idempotency-key': k }, '{"item": "pen"}'), 'idempotency_key_reused');
-      assert.deepEqual(await ordersOf(k), [json(first).id]);
-    });
-
-    test('409 with Retry-After while the first request runs; then its answer replays', async () => {
-      const k = randomUUID();
-      let open;
-      gates.set(k, new Promise((r) => { open = r; }));
-      const first = post('/orders', { 'idempotency-key': k, 'x-gate': k });
-      await inTransaction();
-      expectAnswer(await post('/orders', { 'idempotency-key': k }), 'idempotency_key_in_use');
-      open();
-      assert.equal((await first).status, 201);
-      const again = await post('/orders', { 'idempotency-key': k });
-      assert.equal(again.headers.get('idempotent-replayed'), 'true');
-      assert.deepEqual(await ordersOf(k), [json(again).id]);
+      expectAnswer(await postTo('/own', {}), 'idempotency_key_missing');
+      expectAnswer(await postTo('/own', { 'idempotency-key': k }, '{"item": "pen"}'), 'idempotency_key_reused');
+      assert.deepEqual(await ordersOf(service, k), [json(first).id]);
     });
 
     test('a handler that throws: Nest answers, nothing is committed or stored, the retry runs', async () => {
       const k = randomUUID();
-      const failed = await post('/orders', { 'idempotency-key': k }, '{"item": "x", "fail": "error"}');
+      const failed = await postTo('/orders', { 'idempotency-key': k }, '{"item": "x", "fail": "error"}');
       assert.equal(failed.status, 500);
       assert.equal(json(failed).statusCode, 500); // Nest's own exception filter answered
-      const refused = await post('/orders', { 'idempotency-key': k }, '{"item": "x", "fail": "conflict"}');
+      const refused = await postTo('/orders', { 'idempotency-key': k }, '{"item": "x", "fail": "conflict"}');
       assert.equal(refused.status, 409);
       assert.equal(json(refused).message, 'out of stock');
-      assert.deepEqual(await ordersOf(k), []);
+      assert.deepEqual(await ordersOf(service, k), []);
       assert.equal((await check.query('SELECT 1 FROM idempotency.keys WHERE key = $1', [k])).rows.length, 0);
-      const retry = await post('/orders', { 'idempotency-key': k }, '{"item": "x"}');
+      const retry = await postTo('/orders', { 'idempotency-key': k }, '{"item": "x"}');
       assert.equal(retry.status, 201);
-      assert.deepEqual(await ordersOf(k), [json(retry).id]);
-    });
-
-    test('a burst of one key from 16 clients makes exactly one order', async () => {
-      const k = randomUUID();
-      const answers = await Promise.all(Array.from({ length: 16 }, () =>
-        post('/orders', { 'idempotency-key': k })));
-      const statuses = answers.map((a) => a.status);
-      assert.ok(statuses.every((s) => s === 201 || s === 409), statuses.join(' '));
-      const firsts = answers.filter((a) => a.status === 201 && !a.headers.get('idempotent-replayed'));
-      assert.equal(firsts.length, 1, statuses.join(' '));
-      for (const replay of answers.filter((a) => a.headers.get('idempotent-replayed')))
-        assert.deepEqual(replay.bytes, firsts[0].bytes);
-      assert.deepEqual(await ordersOf(k), [json(firsts[0]).id]);
-    });
-
-    test('the statement form on a pipelined pool: one row, its replay the same bytes', async () => {
-      const k = randomUUID();
-      const first = await post('/statement', { 'idempotency-key': k });
-      assert.equal(first.status, 201);
-      assert.equal(json(first).item, 'book');
-      const [again, other] = await Promise.all([post('/statement', { 'idempotency-key': k }),
-        post('/statement', { 'idempotency-key': k }, '{"item": "pen"}')]);
-      assert.equal(again.headers.get('idempotent-replayed'), 'true');
-      assert.deepEqual(again.bytes, first.bytes);
-      expectAnswer(other, 'idempotency_key_reused');
-      assert.equal((await ordersOf(k)).length, 1);
+      assert.deepEqual(await ordersOf(service, k), [json(retry).id]);
     });
 
     for (const path of ['/orders', '/observed']) test(`a client that goes away mid-request (${path}): the connection comes back, the key ends with one order`, async () => {
@@ -272,51 +187,20 @@ for (const [adapterName, { adapter, rawBody, options }] of Object.entries(ADAPTE
       let open;
       gates.set(k, new Promise((r) => { open = r; }));
       const gone = new AbortController();
-      const pending = fetch(`${base}${path}`, { method: 'POST', body: '{"item": "book"}',
+      const pending = fetch(`${service.base}${path}`, { method: 'POST', body: '{"item": "book"}',
         signal: gone.signal, headers: { 'content-type': 'application/json', 'x-account': 'acct',
           'idempotency-key': k, 'x-gate': k } }).catch((err) => err);
-      await inTransaction();
+      await inTransaction(service);
       gone.abort();
       assert.equal((await pending).name, 'AbortError');
       open();
       await until('the request ended', async () => (await check.query(
         `SELECT 1 FROM pg_stat_activity WHERE application_name = $1
            AND state IN ('active', 'idle in transaction')`, [APP])).rows.length === 0);
-      const retry = await post(path, { 'idempotency-key': k });
+      const retry = await postTo(path, { 'idempotency-key': k });
       assert.equal(retry.status, 201);
-      assert.deepEqual(await ordersOf(k), [json(retry).id]);
+      assert.deepEqual(await ordersOf(service, k), [json(retry).id]);
     });
 
-    test('a backend terminated mid-request: 503, nothing committed, the next request served', async () => {
-      const k = randomUUID();
-      let open;
-      gates.set(k, new Promise((r) => { open = r; }));
-      const pending = post('/orders', { 'idempotency-key': k, 'x-gate': k });
-      await check.query('SELECT pg_terminate_backend($1)', [await inTransaction()]);
-      open();
-      expectAnswer(await pending, 'database_unavailable');
-      assert.deepEqual(await ordersOf(k), []);
-      assert.equal((await check.query('SELECT 1 FROM idempotency.keys WHERE key = $1', [k])).rows.length, 0);
-      const retry = await post('/orders', { 'idempotency-key': k });
-      assert.equal(retry.status, 201);
-      assert.deepEqual(await ordersOf(k), [json(retry).id]);
-    });
-
-    test('every connection cut and new ones refused, as in a crash restart: 503, then the first request after is answered', async () => {
-      // the pool holds idle connections that the cut breaks
-      assert.equal((await post('/orders', { 'idempotency-key': randomUUID() })).status, 201);
-      proxy.refuse(true);
-      proxy.cut();
-      const k = randomUUID();
-      try {
-        expectAnswer(await post('/orders', { 'idempotency-key': k }), 'database_unavailable');
-        assert.equal((await fetch(`${base}/alive`)).status, 200);
-      } finally {
-        proxy.refuse(false);
-      }
-      const first = await post('/orders', { 'idempotency-key': k });
-      assert.equal(first.status, 201);
-      assert.deepEqual(await ordersOf(k), [json(first).id]);
-    });
   });
 }
