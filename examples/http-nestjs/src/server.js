@@ -14,7 +14,8 @@ const ADAPTERS = { express: () => new ExpressAdapter(), fastify: () => new Fasti
 
 export async function start({ adapter = 'express', host = '127.0.0.1', port = 3000, pool } = {}) {
   if (!ADAPTERS[adapter]) throw new Error(`ADAPTER must be one of ${Object.keys(ADAPTERS)}`);
-  await pool.query(fs.readFileSync(new URL('../schema.sql', import.meta.url), 'utf8'));
+  // the orders examples' schema (examples/http-node/schema.sql)
+  await pool.query(fs.readFileSync(new URL('../../http-node/schema.sql', import.meta.url), 'utf8'));
   // rawBody: a JSON body is fingerprinted by its exact bytes
   const app = await NestFactory.create(ordersModule(pool), ADAPTERS[adapter](),
     { rawBody: true, logger: ['error', 'warn'] });
