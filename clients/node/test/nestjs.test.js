@@ -99,6 +99,20 @@ decorate(Orders, 'own', Post('own'), Idempotent(), [0, Idempotency('client')],
   [1, Idempotency('key')], [2, Body()], [3, Res()]);
 decorate(Orders, 'alive', Get('alive'));
 
+// @Idempotent on the controller (every route) and on a method (its options win): the
+// interceptor is on that route twice, and takes the request once.
+class Tickets {
+  async open(client, key) {
+    const { rows } = await client.query(
+      "INSERT INTO orders (k, item) VALUES ($1, 'ticket') RETURNING id", [key]);
+    return { id: rows[0].id };
+  }
+}
+Controller('tickets')(Tickets);
+Idempotent()(Tickets);
+decorate(Tickets, 'open', Post(), Idempotent({ legacyAnswers: true }),
+  [0, Idempotency('client')], [1, Idempotency('key')]);
+
 before(async () => {
   ({ source: db } = await databases('nestjs'));
   check = await connect(db);
@@ -127,7 +141,7 @@ for (const [adapterName, { adapter, rawBody, options }] of Object.entries(ADAPTE
     before(async () => {
       class AppModule {}
       Module({ imports: [options({ pool, scope: (req) => req.headers['x-account'] })],
-        controllers: [Orders] })(AppModule);
+        controllers: [Orders, Tickets] })(AppModule);
       app = await NestFactory.create(AppModule, adapter(), { logger: false, rawBody });
       await app.listen(0, '127.0.0.1');
       Object.assign(service, { check, proxy,
@@ -152,6 +166,17 @@ for (const [adapterName, { adapter, rawBody, options }] of Object.entries(ADAPTE
         expectAnswer(await postTo(path, { 'idempotency-key': k }, '{"item": "pen"}'),
           'idempotency_key_reused', style);
       }
+    });
+
+    test("@Idempotent on a controller and its method: the method's options, one claim", async () => {
+      expectAnswer(await postTo('/tickets', {}), 'idempotency_key_missing', { legacy: true });
+      const k = randomUUID();
+      const first = await postTo('/tickets', { 'idempotency-key': k });
+      assert.equal(first.status, 201);
+      const again = await postTo('/tickets', { 'idempotency-key': k });
+      assert.equal(again.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(again.bytes, first.bytes);
+      assert.deepEqual(await ordersOf(service, k), [json(first).id]);
     });
 
     test('a handler that answers on the response itself (@Res()): held, stored, replayed; own answers too', async () => {
