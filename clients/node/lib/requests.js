@@ -86,8 +86,9 @@ async function defaultRequestHash(req, exclude, limit) {
   const json = isJsonType(req.headers['content-type']);
   let bytes = req.rawBody;
   if (bytes === undefined || bytes === null) {
-    if (!req._body && !req.readableEnded) {
-      bytes = await readBody(req, limit);
+    const stream = req.raw ?? req; // node's request, under a framework's (Fastify's request.raw)
+    if (!req._body && !stream.readableEnded) {
+      bytes = await readBody(stream, limit);
       req.rawBody = bytes;
     } else if (typeof req.body === 'string' || Buffer.isBuffer(req.body)) {
       bytes = req.body;
