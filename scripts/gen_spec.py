@@ -296,8 +296,6 @@ def shared_values(spec, problem):
             if e.get("outcome")])
     yield ("SQLSTATEs of the server that count as another.", "SQLSTATE_ALIASES",
            [(literal(k), literal(v)) for k, v in spec["aliases"].items()])
-    yield ("Every SQLSTATE of the spec by its name.", "SQLSTATES",
-           [(literal(upper_snake(e["name"])), literal(e["sqlstate"])) for e in spec["sqlstates"]])
     for name, value in spec["defaults"].items():
         yield (f"The interval sent for {name} when the caller gives none.",
                f"DEFAULT_{name.upper()}", literal(value))
