@@ -73,6 +73,26 @@ void lock_attempt(void *arg) noexcept {
     AtEOXact_GUC(true, level);
 }
 
+void take_exclusive_lock(Oid keys) noexcept {
+    if (ConditionalLockRelationOid(keys, AccessExclusiveLock)) return;
+    TimestampTz deadline =
+        TimestampTzPlusMilliseconds(GetCurrentTimestamp(), maintenance_lock_timeout_ms());
+    for (;;) {
+        long left_ms = long((deadline - GetCurrentTimestamp()) / 1000);
+        int attempt_ms = int(Max(1L, Min(long(kLockAttemptMs), left_ms)));
+        ErrorData *edata = nullptr;
+        if (run_in_subtransaction(lock_attempt, &attempt_ms, &edata)) return;
+        if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE || GetCurrentTimestamp() >= deadline)
+            ReThrowError(edata);
+        FreeErrorData(edata);
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                        Min(kLockPauseMs, Max(1L, left_ms)), PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+        if (ConditionalLockRelationOid(keys, AccessExclusiveLock)) return;
+    }
+}
+
 const char *const kSkipped =
     "could not lock idempotency.keys within "
     "idempotency.maintenance_lock_timeout; retried on the next run";
@@ -383,23 +403,11 @@ void set_pinned(const char *name, const char *value) {
 // passed, when the last attempt's lock timeout error (55P03) ends the step as skipped.
 void lock_keys_exclusively() noexcept {
     Oid keys = key_table_oid();
-    if (ConditionalLockRelationOid(keys, AccessExclusiveLock)) return;
-    TimestampTz deadline =
-        TimestampTzPlusMilliseconds(GetCurrentTimestamp(), maintenance_lock_timeout_ms());
-    for (;;) {
-        long left_ms = long((deadline - GetCurrentTimestamp()) / 1000);
-        int attempt_ms = int(Max(1L, Min(long(kLockAttemptMs), left_ms)));
-        ErrorData *edata = nullptr;
-        if (run_in_subtransaction(lock_attempt, &attempt_ms, &edata)) return;
-        if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE || GetCurrentTimestamp() >= deadline)
-            ReThrowError(edata);
-        FreeErrorData(edata);
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                        Min(kLockPauseMs, Max(1L, left_ms)), PG_WAIT_EXTENSION);
-        ResetLatch(MyLatch);
-        CHECK_FOR_INTERRUPTS();
-        if (ConditionalLockRelationOid(keys, AccessExclusiveLock)) return;
-    }
+    take_exclusive_lock(keys);
+    // Citus propagates a LOCK statement to the workers' shards: granted here already, it
+    // waits only there (maintenance_lock_timeout).
+    if (is_citus_table(keys))
+        spi_run("LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE", SPI_OK_UTILITY);
 }
 
 Oid key_table_oid() {
