@@ -39,7 +39,7 @@ LARGEST=$(tr ' ' '\n' <<<"$SIZES" | sort -n | tail -n1)
 DROP_KEYS=${DROP_KEYS:-$LARGEST}
 SHARED_BUFFERS=${SHARED_BUFFERS:-512MB}
 PARTITION_WIDTH=${PARTITION_WIDTH:-1d}
-OUT=${SCALE_OUT:-$BENCH/out/scale$([[ $SMOKE == 1 ]] && echo -smoke)}
+OUT=${SCALE_OUT:-$BENCH/out/scale$([[ $SMOKE == 1 ]] && echo -smoke || true)}
 RETENTION_S=86400
 LOADED_S=$((22 * 3600))
 
