@@ -3,12 +3,13 @@
 // outcome, recorded by whatever SDK the application registered. Without the package nothing
 // is measured and the helpers run as they would without this module.
 //
-// A span "idempotency <helper>" (runOnce, runExternal, consumeOnce, ...), a child of the
-// active span, with the attributes
+// A span "idempotency <helper>" (runOnce, runExternal, middleware, claimOnce, consumeOnce,
+// applyOnce, the outbox consumer's included), a child of the active span, with the attributes
 //   idempotency.helper, idempotency.scope, idempotency.key (only with recordKeys: keys may
 //   carry customer data), idempotency.outcome (new, replay, in_progress, mismatch, too_old;
 //   absent when the call failed before the server answered the claim), idempotency.replayed,
-//   idempotency.attempt, idempotency.round_trips (the helper's own, not the work's),
+//   idempotency.attempt (the claim's; claimOnce, consumeOnce and applyOnce have none but a
+//   poison message's), idempotency.round_trips (the helper's own, not the work's),
 //   idempotency.http_status (409, 422, ... for an error that has one), error.type, and for
 //   the middleware ("idempotency middleware") http.response.status_code, the status it
 //   answered with (a 409 or 422 of its own is an answer there, not an error);
@@ -69,28 +70,54 @@ export function noteRoundTrip() {
   if (count !== undefined) count.n += 1;
 }
 
-// observed(helper, scope, key, run, outcomeOf): run()'s promise, inside a span when telemetry
-// is on. outcomeOf(result) gives { outcome, attempt, status } of a call that returned (status:
-// the HTTP status the middleware answered with).
-export function observed(helper, scope, key, run, outcomeOf) {
-  if (!enabled) return run();
+// Whether helper calls are observed now: the helpers call their bare function when not (no
+// wrapper, no closure, nothing allocated), and observed() when they are.
+export const observing = () => enabled;
+
+// observed(helper, scope, key, run, outcomeOf): run()'s promise inside a span (call it only when
+// observing()). key: the key or a function giving it (computed only with recordKeys).
+// outcomeOf(result) gives { outcome, attempt, status } of a call that returned (status: the
+// HTTP status the middleware answered with).
+export async function observed(helper, scope, key, run, outcomeOf) {
   if (instruments === null) instruments = makeInstruments();
   const attributes = { 'idempotency.helper': helper, 'idempotency.scope': scope };
-  if (settings.recordKeys) attributes['idempotency.key'] = key;
+  if (settings.recordKeys) attributes['idempotency.key'] = typeof key === 'function' ? key() : key;
   const started = performance.now();
-  return instruments.tracer.startActiveSpan(`idempotency ${helper}`, { attributes }, (span) => {
-    const count = { n: 0 };
-    return roundTrips.run(count, run).then((result) => {
-      const { outcome, attempt, status } = outcomeOf(result);
-      if (status !== undefined) span.setAttribute('http.response.status_code', status);
-      finish(span, helper, outcome, attempt, count.n, started, null);
-      return result;
-    }, (err) => {
-      finish(span, helper, err?.constructor?.outcome, err?.reservation?.attempt, count.n, started,
-        err);
-      throw err;
-    });
-  });
+  const parent = api.context.active();
+  const span = instruments.tracer.startSpan(spanName(helper), { attributes }, parent);
+  const count = { n: 0 };
+  let result;
+  try {
+    result = await api.context.with(api.trace.setSpan(parent, span), roundTrips.run, roundTrips,
+      count, run);
+  } catch (err) {
+    finish(span, helper, err?.constructor?.outcome, err?.reservation?.attempt ?? err?.attempt,
+      count.n, started, err);
+    throw err;
+  }
+  const { outcome, attempt, status } = outcomeOf(result);
+  if (status !== undefined) span.setAttribute('http.response.status_code', status);
+  finish(span, helper, outcome, attempt, count.n, started, null);
+  return result;
+}
+
+const spanNames = new Map();
+function spanName(helper) {
+  let name = spanNames.get(helper);
+  if (name === undefined) spanNames.set(helper, name = `idempotency ${helper}`);
+  return name;
+}
+
+// The metric attributes of a helper and outcome, made once: the SDK keys its series by them.
+const metricAttributes = new Map();
+function labelsOf(helper, outcome) {
+  const id = `${helper}\0${outcome}`;
+  let labels = metricAttributes.get(id);
+  if (labels === undefined) {
+    labels = Object.freeze({ 'idempotency.helper': helper, 'idempotency.outcome': outcome });
+    metricAttributes.set(id, labels);
+  }
+  return labels;
 }
 
 function finish(span, helper, outcome, attempt, trips, started, err) {
@@ -107,7 +134,7 @@ function finish(span, helper, outcome, attempt, trips, started, err) {
     span.setStatus({ code: api.SpanStatusCode.ERROR, message: String(err?.message ?? err) });
   }
   span.end();
-  const labels = { 'idempotency.helper': helper, 'idempotency.outcome': outcome ?? 'error' };
+  const labels = labelsOf(helper, outcome ?? 'error');
   instruments.claims.add(1, labels);
   instruments.duration.record((performance.now() - started) / 1000, labels);
 }
