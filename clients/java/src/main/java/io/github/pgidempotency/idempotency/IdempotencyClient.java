@@ -34,10 +34,13 @@ public final class IdempotencyClient {
    * before the server answered the claim; consumeOnce and applyOnce: new when applied, replay
    * for a redelivery), the attempt (0 when unknown, always for the consumers), the call's time
    * and what it threw (null for new and replay; KeyInProgress is the 409, KeyMismatch the 422).
+   * The IdempotencyFilter's listener gets one per request once its key was read, helper
+   * "filter", with status the HTTP status it answered (its own 409 or 422 is an answer there,
+   * not an error); status is 0 for the other helpers.
    */
   public record ClaimEvent(
       String helper, String scope, String key, String outcome, int attempt, long nanos,
-      Throwable error) {}
+      Throwable error, int status) {}
 
   /** Gets a ClaimEvent after each helper call, on the caller's thread; keep it quick. */
   @FunctionalInterface
@@ -73,7 +76,7 @@ public final class IdempotencyClient {
       long start) {
     String outcome = result != null ? (result.replayed() ? "replay" : "new") : outcomeOf(error);
     tell(l, new ClaimEvent(helper, req.scope(), listenerSeesKeys ? req.key() : null, outcome,
-        result != null ? result.attempt() : 0, System.nanoTime() - start, error));
+        result != null ? result.attempt() : 0, System.nanoTime() - start, error, 0));
   }
 
   private static String outcomeOf(Throwable error) {
@@ -83,7 +86,7 @@ public final class IdempotencyClient {
         : null;
   }
 
-  private static void tell(ClaimListener l, ClaimEvent event) {
+  static void tell(ClaimListener l, ClaimEvent event) {
     try {
       l.onClaim(event);
     } catch (RuntimeException ignored) {
@@ -102,11 +105,12 @@ public final class IdempotencyClient {
     try {
       applied = call.getAsBoolean();
     } catch (RuntimeException | Error e) {
-      tell(l, new ClaimEvent(helper, scope, seenKey, outcomeOf(e), 0, System.nanoTime() - start, e));
+      tell(l, new ClaimEvent(
+          helper, scope, seenKey, outcomeOf(e), 0, System.nanoTime() - start, e, 0));
       throw e;
     }
     tell(l, new ClaimEvent(helper, scope, seenKey, applied ? "new" : "replay", 0,
-        System.nanoTime() - start, null));
+        System.nanoTime() - start, null, 0));
     return applied;
   }
 
