@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The Node client's telemetry cost on the statement form (clients/node/bench/telemetry.mjs):
-# ROUNDS rounds (default 5) of the three modes, the order rotated each round, SECONDS each
-# (default 3), against the database of the PG* environment (it needs the extension); prints
-# each run, then the median of each mode's throughput and of the client's CPU per call, and
-# their ratios to `absent`, with the load average.
+# ROUNDS rounds (default 5) of the three modes (absent: no @opentelemetry/api; api: the API, no
+# SDK; sdk: an SDK registered), the order rotated each round, SECONDS_EACH seconds each
+# (default 3), against the database of the PG* environment (it needs the extension). Prints
+# each run with the 1-minute load average when it ended, then per mode the median throughput
+# and client CPU per call, the ratio of those medians to `absent`'s, and the median of the
+# per-round ratios (each mode against `absent` of the same round, run minutes apart at most:
+# the figure least moved by a machine whose load changes during the run).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../clients/node"
 rounds=${ROUNDS:-5}
@@ -16,24 +19,29 @@ for ((r = 0; r < rounds; r++)); do
   for ((i = 0; i < 3; i++)); do
     m=${modes[$(((i + r) % 3))]}
     if [[ $m == absent ]]; then
-      node --import ./bench/hide-otel.mjs bench/telemetry.mjs "$m" "$secs"
+      line=$(node --import ./bench/hide-otel.mjs bench/telemetry.mjs "$m" "$secs")
     else
-      node bench/telemetry.mjs "$m" "$secs"
+      line=$(node bench/telemetry.mjs "$m" "$secs")
     fi
+    echo "$r $line $(cut -d' ' -f1 /proc/loadavg)"
   done
 done | tee "$out"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$out" <<'PY'
 import statistics, sys
-runs, cpu = {}, {}
+runs, cpu, rounds = {}, {}, {}
 for line in open(sys.argv[1]):
-    mode, rate, us = line.split()
+    r, mode, rate, us, _load = line.split()
     runs.setdefault(mode, []).append(float(rate))
     cpu.setdefault(mode, []).append(float(us))
+    rounds.setdefault(r, {})[mode] = (float(rate), float(us))
 base = statistics.median(runs["absent"])
 base_cpu = statistics.median(cpu["absent"])
 for mode in ("absent", "api", "sdk"):
     m, c = statistics.median(runs[mode]), statistics.median(cpu[mode])
-    print(f"{mode:7} median {m:8.0f} calls/s ({m / base:5.3f} of absent), "
-          f"client CPU {c:6.1f} us/call ({c / base_cpu:5.3f}); runs {runs[mode]}, {cpu[mode]}")
+    rate_ratio = statistics.median(x[mode][0] / x["absent"][0] for x in rounds.values())
+    cpu_ratio = statistics.median(x[mode][1] / x["absent"][1] for x in rounds.values())
+    print(f"{mode:7} median {m:8.0f} calls/s ({m / base:5.3f} of absent; per round "
+          f"{rate_ratio:5.3f}), client CPU {c:6.1f} us/call ({c / base_cpu:5.3f}; per round "
+          f"{cpu_ratio:5.3f})")
 PY

@@ -15,7 +15,7 @@
 //   answered with (a 409 or 422 of its own is an answer there, not an error);
 // an error thrown to the caller (the 409 of a key in progress, the 422 of a mismatch
 // included) is recorded on the span, whose status is then ERROR.
-// Metrics (OpenTelemetry's names): idempotency.client.claims (a counter) and
+// Metrics (OpenTelemetry's names): idempotency.client.claims (an observable counter) and
 // idempotency.client.duration (seconds, a histogram), with idempotency.helper and
 // idempotency.outcome ("error" when there is none).
 import { AsyncLocalStorage } from 'node:async_hooks';
@@ -50,24 +50,60 @@ export function configureTelemetry(options = {}) {
 // Whether @opentelemetry/api was found (the helpers are then observed unless disabled).
 export const telemetryAvailable = () => api !== null;
 
+// The claims per helper and outcome since the process started: { labels, n } by helper, then
+// by outcome. The counter idempotency.client.claims is an observable one that reads them when
+// the SDK collects, so a call adds 1 to a number instead of hashing its attributes a second
+// time (the SDK hashes them on each record: the histogram's is the call's one).
+const claimCounts = new Map();
+
+function claimCount(helper, outcome) {
+  let byOutcome = claimCounts.get(helper);
+  if (byOutcome === undefined) claimCounts.set(helper, byOutcome = new Map());
+  let count = byOutcome.get(outcome);
+  if (count === undefined) {
+    count = { labels: Object.freeze({ 'idempotency.helper': helper, 'idempotency.outcome': outcome }),
+      n: 0 };
+    byOutcome.set(outcome, count);
+  }
+  return count;
+}
+
+function observeClaims(result) {
+  for (const byOutcome of claimCounts.values())
+    for (const { labels, n } of byOutcome.values()) result.observe(n, labels);
+}
+
 function makeInstruments() {
+  instruments?.claims.removeCallback(observeClaims);
   const tracer = (settings.tracerProvider ?? api.trace).getTracer(NAME, CLIENT_VERSION);
   const meter = (settings.meterProvider ?? api.metrics).getMeter(NAME, CLIENT_VERSION);
+  const claims = meter.createObservableCounter('idempotency.client.claims', {
+    description: 'Calls of the helpers by outcome of their claim', unit: '{claim}' });
+  claims.addCallback(observeClaims);
   return {
     tracer,
-    claims: meter.createCounter('idempotency.client.claims', {
-      description: 'Calls of the helpers by outcome of their claim', unit: '{claim}' }),
+    claims,
     duration: meter.createHistogram('idempotency.client.duration', {
       description: 'Time of a helper call, the work included', unit: 's' }),
   };
 }
 
+// The round trips of the helper call being observed ({ n }): a value of the call's
+// OpenTelemetry context (the context manager the application registered carries it, no
+// second AsyncLocalStorage per call), or, with no context manager registered (the API's
+// default keeps no context), in roundTrips.
+const ROUND_TRIPS = api?.createContextKey('idempotency round trips');
+
 // Counts one round trip of the helper being observed (connection.js calls it per statement or
 // batch sent); nothing when no helper is observed.
 export function noteRoundTrip() {
   if (!enabled) return;
-  const count = roundTrips.getStore();
+  const count = api.context.active().getValue(ROUND_TRIPS) ?? roundTrips.getStore();
   if (count !== undefined) count.n += 1;
+}
+
+function runCounted(context, count, run) {
+  return api.context.active() === context ? run() : roundTrips.run(count, run);
 }
 
 // Whether helper calls are observed now: the helpers call their bare function when not (no
@@ -86,10 +122,10 @@ export async function observed(helper, scope, key, run, outcomeOf) {
   const parent = api.context.active();
   const span = instruments.tracer.startSpan(spanName(helper), { attributes }, parent);
   const count = { n: 0 };
+  const context = api.trace.setSpan(parent, span).setValue(ROUND_TRIPS, count);
   let result;
   try {
-    result = await api.context.with(api.trace.setSpan(parent, span), roundTrips.run, roundTrips,
-      count, run);
+    result = await api.context.with(context, runCounted, undefined, context, count, run);
   } catch (err) {
     finish(span, helper, err?.constructor?.outcome, err?.reservation?.attempt ?? err?.attempt,
       count.n, started, err);
@@ -108,18 +144,6 @@ function spanName(helper) {
   return name;
 }
 
-// The metric attributes of a helper and outcome, made once: the SDK keys its series by them.
-const metricAttributes = new Map();
-function labelsOf(helper, outcome) {
-  const id = `${helper}\0${outcome}`;
-  let labels = metricAttributes.get(id);
-  if (labels === undefined) {
-    labels = Object.freeze({ 'idempotency.helper': helper, 'idempotency.outcome': outcome });
-    metricAttributes.set(id, labels);
-  }
-  return labels;
-}
-
 function finish(span, helper, outcome, attempt, trips, started, err) {
   if (outcome !== undefined) {
     span.setAttribute('idempotency.outcome', outcome);
@@ -134,7 +158,7 @@ function finish(span, helper, outcome, attempt, trips, started, err) {
     span.setStatus({ code: api.SpanStatusCode.ERROR, message: String(err?.message ?? err) });
   }
   span.end();
-  const labels = labelsOf(helper, outcome ?? 'error');
-  instruments.claims.add(1, labels);
-  instruments.duration.record((performance.now() - started) / 1000, labels);
+  const count = claimCount(helper, outcome ?? 'error');
+  count.n += 1;
+  instruments.duration.record((performance.now() - started) / 1000, count.labels);
 }

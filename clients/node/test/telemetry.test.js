@@ -214,6 +214,19 @@ test('the consumers: claimOnce, consumeOnce, applyOnce; a redelivery, a 409, a p
     assert.equal(attrs(finished()[0])['idempotency.key'], positionKey('p0', 8));
   });
 
+test('round trips are counted without a context manager too', async () => {
+  configureTelemetry({ tracerProvider, meterProvider });
+  context.disable(); // the API's default: no context is kept across calls
+  spans.reset();
+  try {
+    await runOnce(client, { scope: 'telemetry', key: randomUUID(), statement: STATEMENT, params: ['x'] });
+    await consumeOnce(client, 'telemetry_queue', randomUUID(), async () => {});
+  } finally {
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  }
+  assert.deepEqual(finished().map((s) => attrs(s)['idempotency.round_trips']), [1, 2]);
+});
+
 test('the key only when asked; nothing when disabled', async () => {
   configureTelemetry({ tracerProvider, meterProvider, recordKeys: true });
   spans.reset();
