@@ -91,7 +91,9 @@ function makeInstruments() {
 // The round trips of the helper call being observed ({ n }): a value of the call's
 // OpenTelemetry context (the context manager the application registered carries it, no
 // second AsyncLocalStorage per call), or, with no context manager registered (the API's
-// default keeps no context), in roundTrips.
+// default keeps no context) but a span that records, in roundTrips. A span that does not
+// record (no SDK) counts none: on Node 20 the first AsyncLocalStorage.run turns on promise
+// hooks for the whole process, a cost of tens of microseconds per request for nothing.
 const ROUND_TRIPS = api?.createContextKey('idempotency round trips');
 
 // Counts one round trip of the helper being observed (connection.js calls it per statement or
@@ -102,8 +104,9 @@ export function noteRoundTrip() {
   if (count !== undefined) count.n += 1;
 }
 
-function runCounted(context, count, run) {
-  return api.context.active() === context ? run() : roundTrips.run(count, run);
+function runCounted(context, span, count, run) {
+  if (api.context.active() === context || !span.isRecording()) return run();
+  return roundTrips.run(count, run);
 }
 
 // Whether helper calls are observed now: the helpers call their bare function when not (no
@@ -125,7 +128,7 @@ export async function observed(helper, scope, key, run, outcomeOf) {
   const context = api.trace.setSpan(parent, span).setValue(ROUND_TRIPS, count);
   let result;
   try {
-    result = await api.context.with(context, runCounted, undefined, context, count, run);
+    result = await api.context.with(context, runCounted, undefined, context, span, count, run);
   } catch (err) {
     finish(span, helper, err?.constructor?.outcome, err?.reservation?.attempt ?? err?.attempt,
       count.n, started, err);
