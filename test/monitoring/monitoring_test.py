@@ -221,6 +221,10 @@ def setup_databases():
     with connect("extension") as db:
         db.execute("CREATE EXTENSION idempotency")
         db.execute(docs_sql_block("CREATE ROLE exporter LOGIN"))
+        # The launcher started before the database existed and backs off doubling from 1 s;
+        # a reload makes it forget that at once (on a loaded machine the setup can take long
+        # enough for the next try to come after the wait for the worker's first run).
+        db.execute("SELECT pg_reload_conf()")
     subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1", "-d",
                     DATABASES["managed"], "-U", "postgres", "-f",
                     managed_script()],
