@@ -35,6 +35,7 @@ import * as streams from './streams.js';
 import { accept, lsnKey, lsnKeyParts } from './streams.js';
 import { observed, observing } from './telemetry.js';
 import { transactionWith } from './transactions.js';
+import { DEFAULT_RETENTION, DEFAULT_WAIT } from './spec.js';
 
 export class OutboxConsumer {
   // source: a connected pg client of the database with the slot (used outside transactions);
@@ -161,7 +162,7 @@ export function claimOnce(client, scope, key, options) {
     appliedOf);
 }
 
-async function claimOnceBare(client, scope, key, { retention = '24 hours', wait = '0' } = {}) {
+async function claimOnceBare(client, scope, key, { retention = DEFAULT_RETENTION, wait = DEFAULT_WAIT } = {}) {
   checkNames(scope, key);
   try {
     return firstValue(await query(client, CLAIM_ONCE,
@@ -179,7 +180,7 @@ async function claimOnceBare(client, scope, key, { retention = '24 hours', wait 
 // (TransactionAbortedError); a connection that breaks rejects with ConnectionLostError (nothing
 // of the transaction was kept, unless it broke during COMMIT: the redelivery then gives false).
 async function consumeOnceBare(client, scope, key, work,
-  { retention = '24 hours', wait = '0' } = {}) {
+  { retention = DEFAULT_RETENTION, wait = DEFAULT_WAIT } = {}) {
   checkNames(scope, key);
   try {
     return await transactionWith(client, PREPARED.claim_once,
@@ -280,7 +281,7 @@ export function consumeOnce(c, scope, key, work, options = {}) {
 }
 
 async function consumeOnceCounted(c, scope, key, work, options) {
-  const { maxAttempts = null, retention = '24 hours', wait = '0' } = options;
+  const { maxAttempts = null, retention = DEFAULT_RETENTION, wait = DEFAULT_WAIT } = options;
   checkMaxAttempts(maxAttempts);
   if (maxAttempts === null) return consumeOnceBare(c, scope, key, work, options);
   let ran = false;
@@ -323,7 +324,7 @@ export function applyOnce(c, consumer, partition, position, fn, options = {}) {
 }
 
 async function applyOnceCounted(c, consumer, partition, position, fn, options) {
-  const { maxAttempts = null, retention = '24 hours', strict = false } = options;
+  const { maxAttempts = null, retention = DEFAULT_RETENTION, strict = false } = options;
   checkMaxAttempts(maxAttempts);
   if (maxAttempts === null) return streams.applyOnce(c, consumer, partition, position, fn, { strict });
   let ran = false;
@@ -337,7 +338,7 @@ async function applyOnceCounted(c, consumer, partition, position, fn, options) {
     const key = positionKey(partition, position);
     checkNames(consumer, key);
     const { attempt, doc } = await recordFailure(c, consumer, key, err, {
-      maxAttempts, retention, wait: '0',
+      maxAttempts, retention, wait: DEFAULT_WAIT,
       where: { partition: String(partition), position: String(position) },
       whenDead: () => accept(c, consumer, partition, position),
     });
