@@ -210,6 +210,7 @@ field ClaimEvent.Helper
 field ClaimEvent.Key
 field ClaimEvent.Outcome
 field ClaimEvent.Scope
+field ClaimEvent.Status
 field ClaimOnceOptions.Retention
 field ClaimOnceOptions.Wait
 field Client.DB

@@ -33,7 +33,12 @@ func ClaimOnce(ctx context.Context, q Querier, scope, key string, o ClaimOnceOpt
 // returns: acknowledge the message after. An error in work rolls the claim back with it, and
 // so does a work that returns inside a failed transaction (ErrTransactionAborted).
 func (c *Client) ConsumeOnce(ctx context.Context, scope, key string, o ClaimOnceOptions,
-	work func(ctx context.Context, tx Querier) error) (bool, error) {
+	work func(ctx context.Context, tx Querier) error) (ran bool, err error) {
+	if c.Observer != nil {
+		defer func(start time.Time) {
+			c.observeApplied(ctx, "ConsumeOnce", scope, func() string { return key }, start, ran, err)
+		}(time.Now())
+	}
 	if err := CheckNames(scope, key); err != nil {
 		return false, err
 	}
@@ -51,8 +56,16 @@ func (c *Client) ConsumeOnce(ctx context.Context, scope, key string, o ClaimOnce
 // ran, false for a position at or below the watermark (a redelivery). An error in fn rolls
 // the watermark move back too. strict: a position below the watermark (not equal to it) is a
 // *PositionBelowWatermarkError, for partitions that must arrive in order.
+//
+// Observed as helper ApplyOnce, scope the consumer, key "<partition>@<position>".
 func (c *Client) ApplyOnce(ctx context.Context, consumer, partition string, position Position, strict bool,
-	fn func(ctx context.Context, tx Querier) error) (bool, error) {
+	fn func(ctx context.Context, tx Querier) error) (ran bool, err error) {
+	if c.Observer != nil {
+		defer func(start time.Time) {
+			c.observeApplied(ctx, "ApplyOnce", consumer,
+				func() string { return partition + "@" + position.text }, start, ran, err)
+		}(time.Now())
+	}
 	return c.inTransaction(ctx, acceptStatement(position), []string{consumer, partition, position.text},
 		func(accepted bool, tx Querier) error {
 			if accepted {

@@ -458,8 +458,14 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		return
 	}
 
+	var seen *servedClaim
+	if c.Observer != nil {
+		seen = &servedClaim{ResponseWriter: w}
+		w = seen
+		defer func(start time.Time) { c.observeServed(r.Context(), scope, key, start, seen) }(time.Now())
+	}
 	if o.Statement != nil {
-		c.serveStatement(w, r, o, scope, key, hash, body)
+		c.serveStatement(w, r, o, scope, key, hash, body, seen)
 		return
 	}
 
@@ -475,6 +481,7 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		fail(err, fixedProblem("internal_error", nil))
 		return
 	}
+	seen.saw(reservation)
 	if reservation.Outcome != OutcomeNew {
 		// Nothing was written: the transaction BEGIN + reserve opened (if any) is rolled back.
 		s.rollback()
@@ -561,7 +568,7 @@ func writeStored(w http.ResponseWriter, reservation *Reservation, o MiddlewareOp
 // autocommit (one round trip), then the statement's answer, the replay, or the outcome's
 // refusal.
 func (c *Client) serveStatement(w http.ResponseWriter, r *http.Request, o MiddlewareOptions, scope, key string,
-	hash, body []byte) {
+	hash, body []byte, seen *servedClaim) {
 	st := o.Statement
 	var params []interface{}
 	if st.Params != nil { // none: a statement without parameters
@@ -583,6 +590,7 @@ func (c *Client) serveStatement(w http.ResponseWriter, r *http.Request, o Middle
 		fixedProblem("internal_error", nil).Write(w, o.Answers)
 		return
 	}
+	seen.saw(reservation)
 	switch reservation.Outcome {
 	case OutcomeNew, OutcomeReplay:
 		writeStored(w, reservation, o, reservation.Outcome == OutcomeReplay)

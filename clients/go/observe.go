@@ -3,15 +3,21 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 )
 
-// ClaimEvent is what one call of a Client helper (RunOnce, RunOnceStatement, RunExternal)
-// came to, for the ClaimObserver: the outcome of its claim (new, replay, in_progress,
-// mismatch, too_old; empty when the call failed before the server answered the claim, say a
-// lost connection), the attempt, and the error the helper returned (nil for new and replay;
-// an *OutcomeError for in_progress, mismatch and too_old, the 409 and 422 of the HTTP
-// answers). Key is empty unless Client.ObserveKeys is set: keys may carry customer data.
+// ClaimEvent is what one claim of a Client came to, for the ClaimObserver: a call of a
+// helper (RunOnce, RunOnceStatement, RunExternal, ConsumeOnce, ApplyOnce) or a request of the
+// Middleware once its key was read (Helper "Middleware"). Outcome is the claim's (new,
+// replay, in_progress, mismatch, too_old; empty when the call failed before the server
+// answered the claim, say a lost connection; ConsumeOnce and ApplyOnce: new when applied,
+// replay for a redelivery), Attempt its attempt (none for ConsumeOnce and ApplyOnce), Err the
+// error the helper returned (nil for new and replay; an *OutcomeError for in_progress,
+// mismatch and too_old, the 409 and 422 of the HTTP answers), Status the HTTP status the
+// Middleware answered with (its own 409 or 422 is an answer there, not an Err; 0 for the
+// other helpers). Key is empty unless Client.ObserveKeys is set: keys may carry customer
+// data.
 type ClaimEvent struct {
 	Helper   string
 	Scope    string
@@ -20,6 +26,7 @@ type ClaimEvent struct {
 	Attempt  int
 	Duration time.Duration
 	Err      error
+	Status   int
 }
 
 // ClaimObserver receives a ClaimEvent after each call of a Client helper, on the caller's
@@ -53,6 +60,70 @@ func (c *Client) observe(ctx context.Context, helper string, req Request, start 
 		if outcome.Reservation != nil {
 			e.Attempt = outcome.Reservation.Attempt
 		}
+	}
+	c.Observer.ObserveClaim(ctx, e)
+}
+
+// observeApplied reports a ConsumeOnce or ApplyOnce call (applied: a new key; not: a
+// redelivery) to c.Observer.
+func (c *Client) observeApplied(ctx context.Context, helper, scope string, key func() string,
+	start time.Time, applied bool, err error) {
+	e := ClaimEvent{Helper: helper, Scope: scope, Duration: time.Since(start), Err: err}
+	if c.ObserveKeys {
+		e.Key = key()
+	}
+	var outcome *OutcomeError
+	switch {
+	case err == nil && applied:
+		e.Outcome = OutcomeNew
+	case err == nil:
+		e.Outcome = OutcomeReplay
+	case errors.As(err, &outcome):
+		e.Outcome = outcome.Outcome
+	case errors.Is(err, ErrKeyInProgress): // claim_once's IK003
+		e.Outcome = OutcomeInProgress
+	case errors.Is(err, ErrKeyTooOld):
+		e.Outcome = OutcomeTooOld
+	}
+	c.Observer.ObserveClaim(ctx, e)
+}
+
+// servedClaim is the Middleware's ResponseWriter while c.Observer is set: it keeps the status
+// answered, and the claim's outcome and attempt once the server answered it.
+type servedClaim struct {
+	http.ResponseWriter
+	status  int
+	outcome Outcome
+	attempt int
+}
+
+func (s *servedClaim) WriteHeader(status int) {
+	if s.status == 0 {
+		s.status = status
+	}
+	s.ResponseWriter.WriteHeader(status)
+}
+
+func (s *servedClaim) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// saw keeps reservation's outcome and attempt (s may be nil: not observed).
+func (s *servedClaim) saw(reservation *Reservation) {
+	if s != nil {
+		s.outcome, s.attempt = reservation.Outcome, reservation.Attempt
+	}
+}
+
+// observeServed reports a request the Middleware answered to c.Observer.
+func (c *Client) observeServed(ctx context.Context, scope, key string, start time.Time, s *servedClaim) {
+	e := ClaimEvent{Helper: "Middleware", Scope: scope, Outcome: s.outcome, Attempt: s.attempt,
+		Duration: time.Since(start), Status: s.status}
+	if c.ObserveKeys {
+		e.Key = key
 	}
 	c.Observer.ObserveClaim(ctx, e)
 }

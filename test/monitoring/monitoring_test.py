@@ -4,7 +4,10 @@ environment: PGHOST, PGPORT, MONITORING_DIR, PROMETHEUS_PORT, EXPORTER_PORT,
 MANAGED_EXPORTER_PORT).
 
 1. promtool: alerts.yml is valid, its unit tests (alerts_test.yml) pass, and every rule has a
-   case where it fires and one where it does not.
+   case where it fires and one where it does not. Those tests run the rules as shipped, with
+   their real `for` windows (the live chain below scales them down to seconds): each rule's
+   tests must fail with its `for` cut to 0 and with it doubled, so they pin the window on both
+   sides.
 2. The metric families the queries files yield are the ones docs/operations.md
    ("Monitoring") lists, for each edition.
 3. Live: the extension in database `monitoring` (its worker maintaining it every second), the
@@ -25,8 +28,10 @@ Prints "ok"/"FAILED" per check and ends with "# passed N failed M".
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -137,6 +142,21 @@ def docs_sql_block(marker):
     return matching[0]
 
 
+def rule_tests_pass(rule, changed):
+    """Whether alerts_test.yml passes on a copy of alerts.yml whose rule has its `for` set to
+    changed ("0s", or "doubled": twice the shipped window)."""
+    groups = yaml.safe_load(open(RULES))
+    for r in (r for g in groups["groups"] for r in g["rules"] if r.get("alert") == rule):
+        seconds = {"s": 1, "m": 60, "h": 3600}[r["for"][-1]] * int(r["for"][:-1])
+        r["for"] = "0s" if changed == "0s" else f"{2 * seconds}s"
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "alerts.yml"), "w") as f:
+            yaml.safe_dump(groups, f, sort_keys=False)
+        shutil.copy(RULE_TESTS, d)
+        return subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], cwd=d,
+                              capture_output=True).returncode == 0
+
+
 def check_rule_files():
     for args in (["check", "rules", RULES], ["test", "rules", RULE_TESTS]):
         out = subprocess.run(["promtool", *args], capture_output=True, text=True,
@@ -152,6 +172,10 @@ def check_rule_files():
         quiet = [c for c in cases if c["alertname"] == rule and not c.get("exp_alerts")]
         check(f"alerts_test.yml tests {rule} firing ({len(firing)}) and not firing "
               f"({len(quiet)})", firing and quiet)
+    for rule in rules:
+        for changed in ("0s", "doubled"):
+            check(f"alerts_test.yml fails with {rule}'s `for` {changed}",
+                  not rule_tests_pass(rule, changed))
     expected = {"IdempotencyMaintenanceFailing", "IdempotencyMaintenanceNotRunning",
                 "IdempotencyPremadePartitionsLow", "IdempotencyExpiredPartitionsNotDropped",
                 "IdempotencyAbandonedClaimsRising", "IdempotencyClaimsPastLease",
@@ -197,6 +221,10 @@ def setup_databases():
     with connect("extension") as db:
         db.execute("CREATE EXTENSION idempotency")
         db.execute(docs_sql_block("CREATE ROLE exporter LOGIN"))
+        # The launcher started before the database existed and backs off doubling from 1 s;
+        # a reload makes it forget that at once (on a loaded machine the setup can take long
+        # enough for the next try to come after the wait for the worker's first run).
+        db.execute("SELECT pg_reload_conf()")
     subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1", "-d",
                     DATABASES["managed"], "-U", "postgres", "-f",
                     managed_script()],

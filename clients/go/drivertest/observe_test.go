@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"net/http/httptest"
+	"sync"
 	"testing"
 
 	"github.com/pgidempotency/idempotency/clients/go"
@@ -83,4 +85,103 @@ func TestClaimObserverError(t *testing.T) {
 	if err == nil || len(events) != 1 || events[0].Outcome != "" || events[0].Err != err {
 		t.Fatalf("err %v, events %+v", err, events)
 	}
+}
+
+// ConsumeOnce and ApplyOnce are observed: new when applied, replay for a redelivery,
+// in_progress (409) with its error; ApplyOnce's scope is the consumer.
+func TestClaimObserverConsumers(t *testing.T) {
+	eachClient(t, func(t *testing.T, ctx context.Context, db *sql.DB, c *idempotency.Client) {
+		var events []idempotency.ClaimEvent
+		c.Observer = idempotency.ClaimObserverFunc(func(_ context.Context, e idempotency.ClaimEvent) {
+			events = append(events, e)
+		})
+		work := func(ctx context.Context, tx idempotency.Querier) error { return nil }
+		key, held := newKey("consume"), newKey("consume-held")
+		for i := 0; i < 2; i++ {
+			_, err := c.ConsumeOnce(ctx, "queue_observe", key, idempotency.ClaimOnceOptions{}, work)
+			must(t, err)
+		}
+		tx := holdKey(t, ctx, db, "queue_observe", held)
+		_, inProgress := c.ConsumeOnce(ctx, "queue_observe", held, idempotency.ClaimOnceOptions{}, work)
+		must(t, tx.Rollback())
+		consumer := newKey("stream_observe")
+		c.ObserveKeys = true
+		for i := 0; i < 2; i++ {
+			_, err := c.ApplyOnce(ctx, consumer, "p0", idempotency.PositionInt(7), false, work)
+			must(t, err)
+		}
+		want := []struct {
+			helper, scope, key string
+			outcome            idempotency.Outcome
+		}{
+			{"ConsumeOnce", "queue_observe", "", idempotency.OutcomeNew},
+			{"ConsumeOnce", "queue_observe", "", idempotency.OutcomeReplay},
+			{"ConsumeOnce", "queue_observe", "", idempotency.OutcomeInProgress},
+			{"ApplyOnce", consumer, "p0@7", idempotency.OutcomeNew},
+			{"ApplyOnce", consumer, "p0@7", idempotency.OutcomeReplay},
+		}
+		if len(events) != len(want) {
+			t.Fatalf("%d events: %+v", len(events), events)
+		}
+		for i, w := range want {
+			e := events[i]
+			if e.Helper != w.helper || e.Scope != w.scope || e.Key != w.key || e.Outcome != w.outcome {
+				t.Fatalf("event %d: %+v, want %+v", i, e, w)
+			}
+		}
+		var status interface{ HTTPStatus() int }
+		if events[2].Err != inProgress || !errors.As(inProgress, &status) || status.HTTPStatus() != 409 {
+			t.Fatalf("in progress: %v", events[2].Err)
+		}
+	})
+}
+
+// Each request of the Middleware, once its key is read, is observed with the status it
+// answered: new 201, replay 201, the 422 of a mismatch and the 409 of a key in progress as
+// answers (no Err); a request without a key is not a claim.
+func TestClaimObserverMiddleware(t *testing.T) {
+	eachDriver(t, func(t *testing.T, db *sql.DB) {
+		var mu sync.Mutex
+		var events []idempotency.ClaimEvent
+		c := idempotency.New(db)
+		c.Observer = idempotency.ClaimObserverFunc(func(_ context.Context, e idempotency.ClaimEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, e)
+		})
+		srv := httptest.NewServer(c.Middleware(idempotency.MiddlewareOptions{Scope: scopeFromHeader})(orderHandler(t)))
+		defer srv.Close()
+		key, held := newKey("mw-observe"), newKey("mw-observe-held")
+		statuses := []int{
+			post(t, srv.URL, key, "application/json", `{"item": "lamp"}`).status,
+			post(t, srv.URL, key, "application/json", `{"item": "lamp"}`).status,
+			post(t, srv.URL, key, "application/json", `{"item": "sofa"}`).status,
+		}
+		tx := holdKey(t, context.Background(), db, "acct_mw", held)
+		statuses = append(statuses, post(t, srv.URL, held, "application/json", `{}`).status)
+		must(t, tx.Rollback())
+		post(t, srv.URL, "", "application/json", `{}`)
+		mu.Lock()
+		defer mu.Unlock()
+		want := []struct {
+			outcome idempotency.Outcome
+			status  int
+		}{
+			{idempotency.OutcomeNew, 201}, {idempotency.OutcomeReplay, 201},
+			{idempotency.OutcomeMismatch, 422}, {idempotency.OutcomeInProgress, 409},
+		}
+		if len(events) != len(want) {
+			t.Fatalf("%d events: %+v (statuses %v)", len(events), events, statuses)
+		}
+		for i, w := range want {
+			e := events[i]
+			if e.Helper != "Middleware" || e.Scope != "acct_mw" || e.Outcome != w.outcome ||
+				e.Status != w.status || e.Err != nil || e.Duration <= 0 {
+				t.Fatalf("event %d: %+v, want %+v", i, e, w)
+			}
+		}
+		if events[0].Attempt != 1 {
+			t.Fatalf("attempt: %+v", events[0])
+		}
+	})
 }

@@ -2,17 +2,24 @@
 // a statement, a new key per call, one connection, for SECONDS, in one of three modes:
 //   absent  @opentelemetry/api cannot be imported (run with bench/hide-otel.mjs, see below)
 //   api     the API is installed, no SDK registered (its no-op tracer and meter)
-//   sdk     an SDK registered: BasicTracerProvider with a BatchSpanProcessor into an exporter
-//           that drops the spans, a MeterProvider with a reader that is never collected
+//   sdk     an SDK registered as NodeSDK would: the AsyncLocalStorage context manager, a
+//           BasicTracerProvider with a BatchSpanProcessor into an exporter that drops the
+//           spans, a MeterProvider with a reader that is never collected
+//   sdk-off the same SDK, the helpers not observed (configureTelemetry({ enabled: false })):
+//           what the application pays for its SDK (the context manager's promise hooks on
+//           Node 20) without the client's instrumentation; sdk against sdk-off is the
+//           instrumentation's own cost
 // Prints "MODE calls/s CPU-microseconds/call". bench/telemetry.sh runs the modes in rotated rounds.
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 
 const mode = process.argv[2];
 const seconds = Number(process.argv[3] ?? 3);
-if (mode === 'sdk') {
+if (mode === 'sdk' || mode === 'sdk-off') {
   const api = await import('@opentelemetry/api');
+  const { AsyncLocalStorageContextManager } = await import('@opentelemetry/context-async-hooks');
   const { BasicTracerProvider, BatchSpanProcessor } = await import('@opentelemetry/sdk-trace-base');
+  api.context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   const { MeterProvider, MetricReader } = await import('@opentelemetry/sdk-metrics');
   const dropped = { export: (spans, done) => done({ code: 0 }), shutdown: async () => {} };
   api.trace.setGlobalTracerProvider(new BasicTracerProvider({
@@ -23,7 +30,8 @@ if (mode === 'sdk') {
   }
   api.metrics.setGlobalMeterProvider(new MeterProvider({ readers: [new Reader()] }));
 }
-const { runOnce, telemetryAvailable } = await import('../index.js');
+const { configureTelemetry, runOnce, telemetryAvailable } = await import('../index.js');
+if (mode === 'sdk-off') configureTelemetry({ enabled: false });
 if (telemetryAvailable() !== (mode !== 'absent')) throw new Error(`mode ${mode}: api found ${telemetryAvailable()}`);
 const client = new pg.Client();
 await client.connect();

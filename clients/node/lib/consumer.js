@@ -33,6 +33,7 @@ import {
 } from './statements.js';
 import * as streams from './streams.js';
 import { accept, lsnKey, lsnKeyParts } from './streams.js';
+import { observed, observing } from './telemetry.js';
 import { transactionWith } from './transactions.js';
 import { DEFAULT_RETENTION, DEFAULT_WAIT } from './spec.js';
 
@@ -108,7 +109,7 @@ export class OutboxConsumer {
         key: lsnKey(commitLsn, lsn), topic: line.topic, payload: line.payload, commitLsn, lsn,
         xid: line.xid, commitTime: line.commit_time,
       };
-      const ran = await streams.applyOnce(this.target, this.consumer, this.partition, message.key,
+      const ran = await applyOnce(this.target, this.consumer, this.partition, message.key,
         async (client) => {
           await handle(client, message);
           await this.onPhase('applied_uncommitted', message);
@@ -151,7 +152,17 @@ function withKey(err, scope, key) {
   return err;
 }
 
-export async function claimOnce(client, scope, key, { retention = DEFAULT_RETENTION, wait = DEFAULT_WAIT } = {}) {
+// What claimOnce, consumeOnce and applyOnce came to, for telemetry.js: true (applied: a new
+// key) or false (a redelivery: a replay).
+const appliedOf = (ran) => ({ outcome: ran ? 'new' : 'replay' });
+
+export function claimOnce(client, scope, key, options) {
+  if (!observing()) return claimOnceBare(client, scope, key, options);
+  return observed('claimOnce', scope, key, () => claimOnceBare(client, scope, key, options),
+    appliedOf);
+}
+
+async function claimOnceBare(client, scope, key, { retention = DEFAULT_RETENTION, wait = DEFAULT_WAIT } = {}) {
   checkNames(scope, key);
   try {
     return firstValue(await query(client, CLAIM_ONCE,
@@ -263,7 +274,13 @@ export function checkMaxAttempts(maxAttempts) {
 // PoisonMessageError (reject the message without requeue, to a dead-letter exchange). A message
 // redelivered after it was recorded dead (a replay after a fix) gets one more attempt;
 // idempotency.forget(scope, key) first gives it maxAttempts again.
-export async function consumeOnce(c, scope, key, work, options = {}) {
+export function consumeOnce(c, scope, key, work, options = {}) {
+  if (!observing()) return consumeOnceCounted(c, scope, key, work, options);
+  return observed('consumeOnce', scope, key,
+    () => consumeOnceCounted(c, scope, key, work, options), appliedOf);
+}
+
+async function consumeOnceCounted(c, scope, key, work, options) {
   const { maxAttempts = null, retention = DEFAULT_RETENTION, wait = DEFAULT_WAIT } = options;
   checkMaxAttempts(maxAttempts);
   if (maxAttempts === null) return consumeOnceBare(c, scope, key, work, options);
@@ -298,7 +315,15 @@ export function positionKey(partition, position) {
 // (consumer, positionKey(partition, position)), kept for retention; the maxAttempts-th moves
 // the watermark past the position in the same transaction and throws PoisonMessageError
 // (acknowledge the message and go on: the failure stays in idempotency.failed_keys).
-export async function applyOnce(c, consumer, partition, position, fn, options = {}) {
+//
+// Observed (telemetry.js) as helper applyOnce, scope the consumer, key the position's key.
+export function applyOnce(c, consumer, partition, position, fn, options = {}) {
+  if (!observing()) return applyOnceCounted(c, consumer, partition, position, fn, options);
+  return observed('applyOnce', consumer, () => positionKey(partition, position),
+    () => applyOnceCounted(c, consumer, partition, position, fn, options), appliedOf);
+}
+
+async function applyOnceCounted(c, consumer, partition, position, fn, options) {
   const { maxAttempts = null, retention = DEFAULT_RETENTION, strict = false } = options;
   checkMaxAttempts(maxAttempts);
   if (maxAttempts === null) return streams.applyOnce(c, consumer, partition, position, fn, { strict });

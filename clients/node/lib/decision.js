@@ -18,7 +18,7 @@ import {
 import { requestIdentity } from './requests.js';
 import { StatementForm } from './statement_form.js';
 import { BEGIN, COMMIT, ROLLBACK } from './statements.js';
-import { observed } from './telemetry.js';
+import { observed, observing } from './telemetry.js';
 import { serverEdition } from './versions.js';
 
 export class DecisionFlow {
@@ -79,12 +79,16 @@ export class DecisionFlow {
       claim.status = a?.status;
       return respond(a);
     };
-    return observed('middleware', identity.scope, identity.key, async () => {
-      if (this.statementForm === null) return this.#claimAndRun(identity, run, answer, claim);
-      const { scope, key, hash } = identity;
-      const values = await this.statementForm.valuesFor(req, scope, key, hash); // TypeError: thrown
-      return answer(await this.#answerStatement(identity, values, claim));
-    }, () => claim);
+    if (!observing()) return this.#claimed(req, identity, run, answer, claim);
+    return observed('middleware', identity.scope, identity.key,
+      () => this.#claimed(req, identity, run, answer, claim), () => claim);
+  }
+
+  async #claimed(req, identity, run, answer, claim) {
+    if (this.statementForm === null) return this.#claimAndRun(identity, run, answer, claim);
+    const { scope, key, hash } = identity;
+    const values = await this.statementForm.valuesFor(req, scope, key, hash); // TypeError: thrown
+    return answer(await this.#answerStatement(identity, values, claim));
   }
 
   // The statement form's answer (see StatementForm).

@@ -16,7 +16,7 @@ import {
   reserveAfter, sendsUnnamed, sendUnnamed,
 } from './keys.js';
 import { BEGIN, COMMIT, HELPER_SAVEPOINT, ROLLBACK } from './statements.js';
-import { observed } from './telemetry.js';
+import { observed, observing } from './telemetry.js';
 
 function raiseFor(scope, key, r) {
   switch (r.outcome) {
@@ -171,6 +171,7 @@ const reserveOptions = (o) => ({ lockTtl: o.lockTtl, retention: o.retention, wai
 // transaction open the call commits by itself; inside the caller's transaction it commits or
 // rolls back with it. An error of the statement is thrown and the key stays new.
 export function runOnce(client, options, work) {
+  if (!observing()) return doRunOnce(client, options, work);
   return observed('runOnce', options?.scope, options?.key, () => doRunOnce(client, options, work),
     claimOf);
 }
@@ -230,6 +231,7 @@ export function idempotent(fn, options) {
 // attempt + 1) and the error rethrown. attempt carries the attempt number, the recovery point
 // an earlier attempt left (a takeover), and checkpoint().
 export function runExternal(client, options, work) {
+  if (!observing()) return doRunExternal(client, options, work);
   return observed('runExternal', options?.scope, options?.key,
     () => doRunExternal(client, options, work), claimOf);
 }

@@ -18,8 +18,9 @@ import {
   BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import {
-  configureTelemetry, idempotencyMiddleware, KeyInProgressError, KeyMismatchError, reserve,
-  runExternal, runOnce, telemetryAvailable,
+  applyOnce, claimOnce, configureTelemetry, consumeOnce, idempotencyMiddleware,
+  KeyInProgressError, KeyMismatchError, PoisonMessageError, positionKey, reserve, runExternal,
+  runOnce, telemetryAvailable,
 } from '../index.js';
 import { connect, databases, serve } from './db.js';
 
@@ -161,6 +162,69 @@ test('the middleware: a span per request with the outcome and the status it answ
     assert.equal(attrs(s)['idempotency.scope'], 'telemetry_http');
     assert.ok(!('idempotency.key' in attrs(s)));
   }
+});
+
+test('the consumers: claimOnce, consumeOnce, applyOnce; a redelivery, a 409, a poison message',
+  async () => {
+    configureTelemetry({ tracerProvider, meterProvider });
+    spans.reset();
+    const scope = 'telemetry_queue';
+    const key = randomUUID();
+    const work = async (c) => { await c.query('SELECT 1'); };
+    assert.equal(await consumeOnce(client, scope, key, work), true);           // new
+    assert.equal(await consumeOnce(client, scope, key, work), false);          // redelivery
+    const held = randomUUID();
+    await holder.query('BEGIN');
+    await reserve(holder, scope, held);
+    await assert.rejects(consumeOnce(client, scope, held, work), KeyInProgressError); // 409
+    await holder.query('ROLLBACK');
+    const poison = async () => { throw new SyntaxError('not JSON'); };
+    const dead = randomUUID();
+    await assert.rejects(consumeOnce(client, scope, dead, poison, { maxAttempts: 1 }),
+      PoisonMessageError);
+    await client.query('BEGIN');
+    assert.equal(await claimOnce(client, scope, randomUUID()), true);
+    await client.query('COMMIT');
+    assert.equal(await applyOnce(client, 'telemetry_stream', 'p0', 7, work), true);
+    assert.equal(await applyOnce(client, 'telemetry_stream', 'p0', 7, work), false);
+    const got = finished();
+    assert.deepEqual(got.map((s) => [s.name, attrs(s)['idempotency.outcome'],
+      attrs(s)['idempotency.replayed']]), [
+      ['idempotency consumeOnce', 'new', false], ['idempotency consumeOnce', 'replay', true],
+      ['idempotency consumeOnce', 'in_progress', false],
+      ['idempotency consumeOnce', undefined, undefined],
+      ['idempotency claimOnce', 'new', false],
+      ['idempotency applyOnce', 'new', false], ['idempotency applyOnce', 'replay', true],
+    ]);
+    const [created, redelivery, inProgress, poisoned, claimed, applied] = got;
+    assert.equal(attrs(created)['idempotency.scope'], scope);
+    assert.equal(attrs(created)['idempotency.round_trips'], 2, 'BEGIN + claim, COMMIT');
+    assert.equal(attrs(redelivery)['idempotency.round_trips'], 2);
+    assert.equal(attrs(claimed)['idempotency.round_trips'], 1);
+    assert.equal(attrs(inProgress)['idempotency.http_status'], 409);
+    assert.equal(inProgress.status.code, SpanStatusCode.ERROR);
+    assert.equal(attrs(poisoned)['error.type'], 'PoisonMessageError');
+    assert.equal(attrs(poisoned)['idempotency.attempt'], 1);
+    assert.equal(poisoned.status.code, SpanStatusCode.ERROR);
+    assert.equal(attrs(applied)['idempotency.scope'], 'telemetry_stream');
+    assert.ok(!('idempotency.key' in attrs(applied)), 'no key unless asked');
+    configureTelemetry({ tracerProvider, meterProvider, recordKeys: true });
+    spans.reset();
+    await applyOnce(client, 'telemetry_stream', 'p0', 8, work);
+    assert.equal(attrs(finished()[0])['idempotency.key'], positionKey('p0', 8));
+  });
+
+test('round trips are counted without a context manager too', async () => {
+  configureTelemetry({ tracerProvider, meterProvider });
+  context.disable(); // the API's default: no context is kept across calls
+  spans.reset();
+  try {
+    await runOnce(client, { scope: 'telemetry', key: randomUUID(), statement: STATEMENT, params: ['x'] });
+    await consumeOnce(client, 'telemetry_queue', randomUUID(), async () => {});
+  } finally {
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  }
+  assert.deepEqual(finished().map((s) => attrs(s)['idempotency.round_trips']), [1, 2]);
 });
 
 test('the key only when asked; nothing when disabled', async () => {

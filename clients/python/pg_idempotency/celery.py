@@ -48,7 +48,8 @@ from .connection import (autocommit_to_restore, check_encodable, check_usable,
 from .consumer import _check_max_attempts, _counted, _record_failure
 from .errors import ConnectionLost, IdempotencyError, KeyInProgress, lost_connection, translate
 from .keys import names, raise_for, reservation_of, reserve_params
-from .transactions import claim
+from .observe import observing, tell
+from .transactions import _claimed
 
 # The answer stored for a task: its return value under one name, so None is a value too.
 _RESULT = "result"
@@ -101,6 +102,17 @@ class _WorkerConnection:
 
 # One connection per worker process and way of connecting (a task class's connect() and DSN).
 _worker_connections: dict = {}
+
+
+
+class _Seen:
+    """What a run's claim came to, for observe.py."""
+    outcome = attempt = None
+
+
+def _saw(seen, reservation):
+    if seen is not None:
+        seen.outcome, seen.attempt = reservation.outcome, reservation.attempt
 
 
 class ExactlyOnceTask(Task):
@@ -177,6 +189,21 @@ class ExactlyOnceTask(Task):
 
     def __call__(self, *args, **kwargs):
         scope, key = self.idempotency_names(args, kwargs)
+        if not observing():
+            return self._run(scope, key, None, args, kwargs)
+        seen = _Seen()
+        start = time.perf_counter()
+        try:
+            result = self._run(scope, key, seen, args, kwargs)
+        except BaseException as e:
+            tell("celery", scope, key, seen.outcome or getattr(e, "outcome", None) or None,
+                 seen.attempt, start, e)
+            raise
+        tell("celery", scope, key, seen.outcome, seen.attempt, start, None)
+        return result
+
+    def _run(self, scope, key, seen, args, kwargs):
+        """The run of __call__; seen (when observed) gets the claim's outcome and attempt."""
         try:
             conn = self.db
         except psycopg.OperationalError as e:
@@ -184,8 +211,9 @@ class ExactlyOnceTask(Task):
         ran = False
         try:
             if not self._pipelinable(conn):
-                with claim(conn, scope, key, lock_ttl=self.lock_ttl, retention=self.retention,
-                           wait=self.lock_wait) as c:
+                with _claimed(conn, scope, key, lock_ttl=self.lock_ttl,
+                              retention=self.retention, wait=self.lock_wait) as c:
+                    _saw(seen, c.reservation)
                     if c.replayed:
                         return (c.response or {}).get(_RESULT)
                     ran = True
@@ -198,6 +226,7 @@ class ExactlyOnceTask(Task):
             conn.autocommit = True
             try:
                 r = self._begin_reserve(conn, scope, key)
+                _saw(seen, r)
                 if r.outcome == "replay":
                     self._end(conn, ((sql.COMMIT, None),))
                     return (r.response or {}).get(_RESULT)
@@ -218,6 +247,8 @@ class ExactlyOnceTask(Task):
             raise  # Celery's own control flow: the claim is rolled back, nothing counted
         except KeyInProgress:
             # Another worker runs the same key (a producer duplicate) past lock_wait.
+            if seen is not None:
+                seen.outcome = "in_progress"
             raise Reject(f"{scope}/{key} is being run by another worker", requeue=True)
         except Exception as exc:
             if isinstance(exc, ConnectionLost) or lost_connection(conn, exc) is not None:

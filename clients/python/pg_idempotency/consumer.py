@@ -39,6 +39,7 @@ from .connection import check_encodable, execute, transaction_with
 from .errors import (ConnectionLost, KeyInProgress, KeyTooOld, PoisonMessage, check_names,
                      lost_connection)
 from .keys import interval, names, reserve
+from .observe import observed_consumer
 from .streams import Lsn, lsn_key_parts
 
 
@@ -134,6 +135,7 @@ def _name_key(e, scope, key):
         e.scope, e.key = scope, key
 
 
+@observed_consumer("claim_once")
 def claim_once(conn, scope, key, *, retention=DEFAULT_RETENTION, wait=DEFAULT_WAIT) -> bool:
     """idempotency.claim_once in the caller's transaction: true the first time (the key is now
     completed in this transaction: apply the message in it), false for a redelivery.
@@ -232,6 +234,7 @@ def _check_max_attempts(max_attempts):
         raise ValueError("max_attempts must be a positive integer (or None)")
 
 
+@observed_consumer("consume_once")
 def consume_once(conn, scope, key, work: Callable, *, retention=DEFAULT_RETENTION, wait=DEFAULT_WAIT,
                  max_attempts: Optional[int] = None) -> bool:
     """Runs work(conn) in one transaction with claim_once(scope, key): true if it ran, false for
@@ -281,6 +284,13 @@ def position_key(partition, position) -> str:
     return key
 
 
+def _position_key_of(args, kwargs):
+    partition = args[0] if args else kwargs["partition"]
+    position = args[1] if len(args) > 1 else kwargs["position"]
+    return position_key(partition, position)
+
+
+@observed_consumer("apply_once", _position_key_of)
 def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=False,
                max_attempts: Optional[int] = None, retention=DEFAULT_RETENTION) -> bool:
     """streams.apply_once (fn(conn) in one transaction with accept: true if it ran, false for a

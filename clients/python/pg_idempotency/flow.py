@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 
 from .answers import (DATABASE_UNAVAILABLE, NOT_STORED, answer_for, outcome_answer,
                       stored_answer, stored_response)
 from .errors import KeyMalformed
 from .keys import execute_once_params, reserve_begin_refused, reserve_params
+from .observe import observing, tell
 from .sessions import StaleConnection
 from .statement_form import answer_statement
 from .web import Context, RequestInfo, options_from
@@ -97,6 +99,12 @@ async def run_async(steps):
 
 # ---- the flow ----
 
+class _Seen:
+    """What a request's claim came to, for observe.py: its scope and key once read, the
+    outcome and attempt once the server answered."""
+    scope = key = outcome = attempt = None
+
+
 class Flow:
     """The middlewares' common part: the options, whether the server still takes
     reserve_begin, and the flow of a request (handle)."""
@@ -117,11 +125,31 @@ class Flow:
         """The flow of one request whose body was read (a generator: see the module's
         docstring). run_app(context) runs the application with the claim's Context and
         returns its answer (an Outgoing, held back), or None if it ended without a complete
-        one. Returns an Answer, or an Outgoing (a replay, the application's answer) to send."""
+        one. Returns an Answer, or an Outgoing (a replay, the application's answer) to send.
+        Observed (observe.py) as helper "middleware" once the key is read, with the status
+        answered."""
+        if not observing():
+            return (yield from self._handle(req, session, run_app, None))
+        seen = _Seen()
+        start = time.perf_counter()
+        try:
+            answer = yield from self._handle(req, session, run_app, seen)
+        except BaseException as e:
+            if seen.scope is not None:
+                tell("middleware", seen.scope, seen.key, seen.outcome, seen.attempt, start, e)
+            raise
+        if seen.scope is not None:
+            tell("middleware", seen.scope, seen.key, seen.outcome, seen.attempt, start, None,
+                 answer.status)
+        return answer
+
+    def _handle(self, req, session, run_app, seen):
         opts = self.options
         on_connection = self._on_connection
         try:
             scope, key, request_hash = opts.identify(req)
+            if seen is not None:
+                seen.scope, seen.key = scope, key
             if opts.statement is not None:
                 on_connection = self._answer_statement
                 params = execute_once_params(scope, key, request_hash, opts.statement,
@@ -143,7 +171,7 @@ class Flow:
                 log.error("idempotency: the database is unreachable: %s", e)
                 return DATABASE_UNAVAILABLE
             try:
-                answer = yield from on_connection(session, scope, key, params, run_app)
+                answer = yield from on_connection(session, scope, key, params, run_app, seen)
             except BaseException as e:
                 yield from session.close(e)
                 if not isinstance(e, StaleConnection):
@@ -159,7 +187,7 @@ class Flow:
             log.error("idempotency: the database is unreachable: %s", stale.error)
             return DATABASE_UNAVAILABLE
 
-    def _on_connection(self, session, scope, key, params, run_app):
+    def _on_connection(self, session, scope, key, params, run_app, seen):
         opts = self.options
         try:
             session.check_encodable((("scope", scope), ("key", key)))
@@ -175,6 +203,8 @@ class Flow:
             if typed is e:
                 raise
             raise typed from e
+        if seen is not None:
+            seen.outcome, seen.attempt = reservation.outcome, reservation.attempt
         if reservation.outcome != "new":
             yield from session.rollback()  # nothing open after reserve_begin: no round trip
             if reservation.outcome == "replay":
@@ -205,9 +235,9 @@ class Flow:
             return NOT_STORED
         return held
 
-    def _answer_statement(self, session, scope, key, params, run_app):
+    def _answer_statement(self, session, scope, key, params, run_app, seen):
         """The statement form: execute_once answers; the application does not run."""
-        return (yield from answer_statement(self.options, session, scope, key, params))
+        return (yield from answer_statement(self.options, session, scope, key, params, seen))
 
     def _claim(self, session, params):
         """reserve_begin where the server offers it and the session allows it, otherwise

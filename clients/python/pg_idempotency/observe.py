@@ -1,8 +1,11 @@
-"""What each call of run_once and run_external came to, for metrics and logs: listeners get a
+"""What each claim came to, for metrics and logs: every helper that claims a key (run_once,
+run_external, claim, claim_once, consume_once, apply_once, the outbox consumer's messages, a
+Celery ExactlyOnceTask's runs: helper "celery") and each request of the HTTP middlewares
+(ASGI, WSGI, Django: helper "middleware", with the status answered) tells listeners a
 ClaimEvent (the helper, the scope, the claim's outcome, the attempt, the call's time and what
 it raised), and the logger "pg_idempotency.claims" a DEBUG record with the same fields as its
 `idempotency` attribute. With no listener and that logger not enabled for DEBUG nothing is
-measured.
+measured: one test per call.
 
     from pg_idempotency.observe import prometheus_metrics
     prometheus_metrics()   # idempotency_client_claims_total{helper, outcome}, ...
@@ -24,8 +27,11 @@ _record_keys = False
 @dataclasses.dataclass(frozen=True)
 class ClaimEvent:
     """One helper call: outcome is new, replay, in_progress, mismatch or too_old, None when
-    the call failed before the server answered the claim (a lost connection, say); error is
-    what it raised (KeyInProgress is the 409, KeyMismatch the 422), None for new and replay."""
+    the call failed before the server answered the claim (a lost connection, say); attempt is
+    the claim's (claim_once, consume_once and apply_once have none but a poison message's);
+    error is what it raised (KeyInProgress is the 409, KeyMismatch the 422), None for new and
+    replay; status is the HTTP status the middleware answered with (a 409 or 422 of its own is
+    an answer there, not an error), None for the other helpers."""
     helper: str
     scope: str
     key: Optional[str]
@@ -33,6 +39,7 @@ class ClaimEvent:
     attempt: Optional[int]
     seconds: float
     error: Optional[BaseException]
+    status: Optional[int] = None
 
 
 def add_claim_listener(listener: Callable[[ClaimEvent], None]) -> None:
@@ -51,31 +58,66 @@ def record_keys(on: bool) -> None:
     _record_keys = bool(on)
 
 
-def observed(helper: str):
-    """Decorates a helper f(conn, scope, key, ...) that returns a Result."""
+def observing() -> bool:
+    """Whether claims are observed now (a listener, or the logger enabled for DEBUG)."""
+    return bool(_listeners) or log.isEnabledFor(logging.DEBUG)
+
+
+def _result_claim(result):
+    return "replay" if result.replayed else "new", result.attempt
+
+
+def _applied_claim(applied):
+    """A consumer's answer: True applied (a new key), False a redelivery (a replay)."""
+    return "new" if applied else "replay", None
+
+
+def _third_argument(args, kwargs):
+    return args[0] if args else kwargs.get("key")
+
+
+def observed(helper: str, claim_of=_result_claim, key_of=_third_argument):
+    """Decorates a helper f(conn, scope, ...): claim_of(result) gives (outcome, attempt)
+    (default: a Result's); key_of(args, kwargs) the key from the arguments after the scope
+    (default: the first of them, or key=), asked only when events carry the key."""
     def decorate(fn):
         @functools.wraps(fn)
-        def wrapper(conn, scope, key, *args, **kwargs):
+        def wrapper(conn, scope, *args, **kwargs):
             if not _listeners and not log.isEnabledFor(logging.DEBUG):
-                return fn(conn, scope, key, *args, **kwargs)
+                return fn(conn, scope, *args, **kwargs)
+            key = key_of(args, kwargs) if _record_keys else None
             start = time.perf_counter()
             try:
-                result = fn(conn, scope, key, *args, **kwargs)
+                result = fn(conn, scope, *args, **kwargs)
             except BaseException as e:
-                reservation = getattr(e, "reservation", None)
-                _tell(helper, scope, key, getattr(e, "outcome", None) or None,
-                      getattr(reservation, "attempt", None), start, e)
+                tell_error(helper, scope, key, start, e)
                 raise
-            _tell(helper, scope, key, "replay" if result.replayed else "new", result.attempt,
-                  start, None)
+            outcome, attempt = claim_of(result)
+            tell(helper, scope, key, outcome, attempt, start, None)
             return result
         return wrapper
     return decorate
 
 
-def _tell(helper, scope, key, outcome, attempt, start, error):
+def observed_consumer(helper: str, key_of=_third_argument):
+    """observed for a consumer helper, which answers True (applied) or False (a redelivery)."""
+    return observed(helper, _applied_claim, key_of)
+
+
+def tell_error(helper, scope, key, start, error):
+    """tell() for a call that raised error: its outcome and attempt, if it has them (an
+    OutcomeError's, a PoisonMessage's attempt)."""
+    reservation = getattr(error, "reservation", None)
+    attempt = getattr(reservation, "attempt", None)
+    if attempt is None:
+        attempt = getattr(error, "attempt", None)
+    tell(helper, scope, key, getattr(error, "outcome", None) or None, attempt, start, error)
+
+
+def tell(helper, scope, key, outcome, attempt, start, error, status=None):
+    """Tells the listeners and the log of a call that began at start (time.perf_counter())."""
     event = ClaimEvent(helper, scope, key if _record_keys else None, outcome, attempt,
-                       time.perf_counter() - start, error)
+                       time.perf_counter() - start, error, status)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("%s %s: %s (attempt %s, %.3f s)", helper, scope, outcome or "error", attempt,
                   event.seconds, extra={"idempotency": dataclasses.asdict(event)})

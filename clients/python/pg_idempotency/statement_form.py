@@ -17,9 +17,9 @@ from .versions import missing_from_server
 log = logging.getLogger("pg_idempotency")
 
 
-def answer_statement(opts, session, scope, key, params):
+def answer_statement(opts, session, scope, key, params, seen=None):
     """execute_once's answer to one request (a generator of the session's operations, as the
-    flow's)."""
+    flow's); seen (flow.py's, when observed) gets the claim's outcome and attempt."""
     try:
         session.check_encodable((("scope", scope), ("key", key)))
     except KeyMalformed as e:
@@ -40,6 +40,8 @@ def answer_statement(opts, session, scope, key, params):
             log.error('idempotency: the statement for key "%s" failed, nothing is stored: '
                       "%s", key, e)
         return NOT_STORED
+    if seen is not None:
+        seen.outcome, seen.attempt = reservation.outcome, reservation.attempt
     if reservation.outcome not in ("new", "replay"):
         return outcome_answer(scope, key, reservation)
     # The first answer has the body and headers its replays send (a JSON body; none for

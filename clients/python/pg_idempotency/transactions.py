@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import time
 from typing import Any, Callable, Optional
 
 from .spec import DEFAULT_LOCK_TTL, DEFAULT_RETENTION, DEFAULT_WAIT
@@ -12,7 +13,7 @@ from .connection import (check_usable, guard, one_statement, transaction_failed,
                          transaction_idle)
 from .errors import TransactionOpen
 from .keys import checkpoint, complete, execute_once, fail, raise_for, request_hash, reserve
-from .observe import observed
+from .observe import observed, observing, tell, tell_error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +63,25 @@ def claim(conn, scope, key, request=None, *, exclude=(), lock_ttl=DEFAULT_LOCK_T
                 c.complete(201, order)
         return c.status_code, c.response
     """
+    options = {"exclude": exclude, "lock_ttl": lock_ttl, "retention": retention, "wait": wait}
+    if not observing():
+        with _claimed(conn, scope, key, request, **options) as c:
+            yield c
+        return
+    start = time.perf_counter()
+    try:
+        with _claimed(conn, scope, key, request, **options) as c:
+            yield c
+    except BaseException as e:
+        tell_error("claim", scope, key, start, e)
+        raise
+    tell("claim", scope, key, c.reservation.outcome, c.attempt, start, None)
+
+
+@contextlib.contextmanager
+def _claimed(conn, scope, key, request=None, *, exclude=(), lock_ttl=DEFAULT_LOCK_TTL,
+             retention=DEFAULT_RETENTION, wait=DEFAULT_WAIT):
+    """claim(), not observed (run_once's work form observes itself)."""
     check_usable(conn)
     rh = request_hash(request, exclude)
     with guard(conn), conn.transaction():
@@ -103,7 +123,7 @@ def run_once(conn, scope, key, work: Optional[Callable[[], tuple]] = None, reque
         raise TypeError("run_once needs either work or statement=, not both")
     if statement is not None:
         return _run_statement(conn, scope, key, statement, params, status, request, **options)
-    with claim(conn, scope, key, request, **options) as c:
+    with _claimed(conn, scope, key, request, **options) as c:
         if not c.replayed:
             status_code, response = work()
             c.complete(status_code, response)

@@ -122,3 +122,24 @@ def test_a_new_task_takes_three_round_trips_its_values_bound(app, conn, dsn):
     finally:
         charge._connection().drop()
         traced.close()
+
+
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_each_run_is_a_claim_event(app, conn, pipelined, monkeypatch):
+    from pg_idempotency import observe
+    monkeypatch.setattr(ExactlyOnceTask, "_pipelinable", staticmethod(lambda c: pipelined))
+
+    @app.task(base=ExactlyOnceTask, bind=True)
+    def observed_charge(self, order_id):
+        return {"charged": order_id}
+
+    events = []
+    observe.add_claim_listener(events.append)
+    try:
+        task_id = f"t-observed-{pipelined}"
+        observed_charge.apply(("o-1",), task_id=task_id).get()
+        observed_charge.apply(("o-1",), task_id=task_id).get()
+    finally:
+        observe.remove_claim_listener(events.append)
+    assert [(e.helper, e.scope, e.outcome, e.attempt) for e in events] == [
+        ("celery", observed_charge.name, "new", 1), ("celery", observed_charge.name, "replay", 1)]

@@ -428,3 +428,20 @@ def test_middleware_503_when_the_database_is_unreachable():
                                         "X-Account": SCOPE, "Idempotency-Key": "k-down"})
     assert r.status_code == 503 and r.get_json()["error"] == "database_unavailable"
     assert r.headers["Retry-After"] == "1"
+
+
+def test_middleware_statement_form_is_observed(web):
+    from pg_idempotency import observe
+    client = web()
+    events = []
+    observe.add_claim_listener(events.append)
+    try:
+        key = str(uuid.uuid4())
+        assert client.post(key, {"item": "a", "qty": 1})[0] == 201
+        assert client.post(key, {"item": "a", "qty": 1})[0] == 201
+        assert client.post(key, {"item": "b", "qty": 1})[0] == 422
+    finally:
+        observe.remove_claim_listener(events.append)
+    assert [(e.helper, e.scope, e.outcome, e.status) for e in events] == [
+        ("middleware", SCOPE, "new", 201), ("middleware", SCOPE, "replay", 201),
+        ("middleware", SCOPE, "mismatch", 422)]

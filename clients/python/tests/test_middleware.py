@@ -614,3 +614,26 @@ def test_django_first_request_after_its_connection_died_succeeds(orders_table, c
     assert r.status_code == 201, r.content
     assert len(orders_of(check, key)) == 1
     assert connections["default"].connection.get_backend_pid() != pid
+
+
+# ---- observed (pg_idempotency.observe) ----
+
+def test_each_request_is_a_claim_event(web, orders_table):
+    from pg_idempotency import observe
+    events = []
+    observe.add_claim_listener(events.append)
+    try:
+        key, held = new_key(), new_key()
+        assert web.post(key=key, body={"item": "lamp"}).status == 201
+        assert web.post(key=key, body={"item": "lamp"}).status == 201
+        assert web.post(key=key, body={"item": "sofa"}).status == 422
+        with psycopg.connect(orders_table) as holder, holder.transaction():
+            pi.reserve(holder, ACCOUNT, held)
+            assert web.post(key=held).status == 409
+        assert web.post().status == 400         # no key: no claim, no event
+    finally:
+        observe.remove_claim_listener(events.append)
+    got = [e for e in events if e.helper == "middleware"]
+    assert [(e.outcome, e.status, e.attempt) for e in got] == [
+        ("new", 201, 1), ("replay", 201, 1), ("mismatch", 422, 1), ("in_progress", 409, None)]
+    assert all(e.scope == ACCOUNT and e.key is None and e.error is None for e in got)

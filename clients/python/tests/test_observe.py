@@ -88,3 +88,40 @@ def test_prometheus_metrics(conn):
                  {"helper": "run_once", "outcome": "replay"}) == 2
     assert value("idempotency_client_call_seconds_count",
                  {"helper": "run_once", "outcome": "replay"}) == 2
+
+
+def test_the_consumers_and_claim(conn, conn2, events):
+    key, held, dead = (str(uuid.uuid4()) for _ in range(3))
+    conn.autocommit = True
+
+    def work(c):
+        c.execute("SELECT 1")
+
+    def poison(c):
+        raise ValueError("not JSON")
+    assert pi.consume_once(conn, SCOPE, key, work) is True
+    assert pi.consume_once(conn, SCOPE, key, work) is False
+    with conn2.transaction():
+        pi.reserve(conn2, SCOPE, held)
+        with pytest.raises(pi.KeyInProgress) as in_progress:
+            pi.consume_once(conn, SCOPE, held, work)
+    with pytest.raises(pi.PoisonMessage) as poisoned:
+        pi.consume_once(conn, SCOPE, dead, poison, max_attempts=1)
+    with conn.transaction():
+        assert pi.claim_once(conn, SCOPE, str(uuid.uuid4())) is True
+    observe.record_keys(True)
+    assert pi.apply_once(conn, "observe_stream", "p0", 7, work) is True
+    assert pi.apply_once(conn, "observe_stream", "p0", 7, work) is False
+    observe.record_keys(False)
+    with pi.claim(conn, SCOPE, str(uuid.uuid4())) as c:
+        c.complete(201, {"ok": True})
+    assert [(e.helper, e.outcome, e.key) for e in events] == [
+        ("consume_once", "new", None), ("consume_once", "replay", None),
+        ("consume_once", "in_progress", None), ("consume_once", None, None),
+        ("claim_once", "new", None),
+        ("apply_once", "new", pi.position_key("p0", 7)),
+        ("apply_once", "replay", pi.position_key("p0", 7)),
+        ("claim", "new", None)]
+    assert events[2].error is in_progress.value and in_progress.value.http_status == 409
+    assert events[3].error is poisoned.value and events[3].attempt == 1
+    assert events[5].scope == "observe_stream" and events[7].attempt == 1

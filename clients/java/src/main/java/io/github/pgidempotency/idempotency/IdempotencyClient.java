@@ -5,6 +5,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 import java.util.UUID;
+import java.util.function.BooleanSupplier;
 import java.util.function.Supplier;
 import javax.sql.DataSource;
 
@@ -26,16 +27,20 @@ public final class IdempotencyClient {
   }
 
   /**
-   * What one call of runOnce, runOnceStatement or runExternal came to: the helper's name, the
-   * scope, the key (null unless the listener was set to see keys: they may carry customer
-   * data), the claim's outcome (new, replay, in_progress, mismatch, too_old; null when the call
-   * failed before the server answered the claim), the attempt (0 when unknown), the call's
-   * time and what it threw (null for new and replay; KeyInProgress is the 409, KeyMismatch the
-   * 422).
+   * What one call of runOnce, runOnceStatement, runExternal, consumeOnce or applyOnce came to:
+   * the helper's name, the scope (applyOnce: the consumer), the key (null unless the listener
+   * was set to see keys: they may carry customer data; applyOnce: "partition@position"), the
+   * claim's outcome (new, replay, in_progress, mismatch, too_old; null when the call failed
+   * before the server answered the claim; consumeOnce and applyOnce: new when applied, replay
+   * for a redelivery), the attempt (0 when unknown, always for the consumers), the call's time
+   * and what it threw (null for new and replay; KeyInProgress is the 409, KeyMismatch the 422).
+   * The IdempotencyFilter's listener gets one per request once its key was read, helper
+   * "filter", with status the HTTP status it answered (its own 409 or 422 is an answer there,
+   * not an error); status is 0 for the other helpers.
    */
   public record ClaimEvent(
       String helper, String scope, String key, String outcome, int attempt, long nanos,
-      Throwable error) {}
+      Throwable error, int status) {}
 
   /** Gets a ClaimEvent after each helper call, on the caller's thread; keep it quick. */
   @FunctionalInterface
@@ -69,17 +74,44 @@ public final class IdempotencyClient {
 
   private void tell(ClaimListener l, String helper, Request req, Result result, Throwable error,
       long start) {
-    String outcome = result != null ? (result.replayed() ? "replay" : "new")
-        : error instanceof IdempotencyException.KeyInProgress ? "in_progress"
+    String outcome = result != null ? (result.replayed() ? "replay" : "new") : outcomeOf(error);
+    tell(l, new ClaimEvent(helper, req.scope(), listenerSeesKeys ? req.key() : null, outcome,
+        result != null ? result.attempt() : 0, System.nanoTime() - start, error, 0));
+  }
+
+  private static String outcomeOf(Throwable error) {
+    return error instanceof IdempotencyException.KeyInProgress ? "in_progress"
         : error instanceof IdempotencyException.KeyMismatch ? "mismatch"
         : error instanceof IdempotencyException.KeyTooOld ? "too_old"
         : null;
+  }
+
+  static void tell(ClaimListener l, ClaimEvent event) {
     try {
-      l.onClaim(new ClaimEvent(helper, req.scope(), listenerSeesKeys ? req.key() : null, outcome,
-          result != null ? result.attempt() : 0, System.nanoTime() - start, error));
+      l.onClaim(event);
     } catch (RuntimeException ignored) {
       // the listener's failure is not the call's
     }
+  }
+
+  /** A consumer helper's call (true: applied, a new key; false: a redelivery), observed. */
+  private boolean observedApplied(
+      String helper, String scope, Supplier<String> key, BooleanSupplier call) {
+    ClaimListener l = listener;
+    if (l == null) return call.getAsBoolean();
+    long start = System.nanoTime();
+    String seenKey = listenerSeesKeys ? key.get() : null;
+    boolean applied;
+    try {
+      applied = call.getAsBoolean();
+    } catch (RuntimeException | Error e) {
+      tell(l, new ClaimEvent(
+          helper, scope, seenKey, outcomeOf(e), 0, System.nanoTime() - start, e, 0));
+      throw e;
+    }
+    tell(l, new ClaimEvent(helper, scope, seenKey, applied ? "new" : "replay", 0,
+        System.nanoTime() - start, null, 0));
+    return applied;
   }
 
   public DataSource dataSource() {
@@ -248,8 +280,8 @@ public final class IdempotencyClient {
    * a redelivery (nothing ran).
    */
   public boolean consumeOnce(String scope, String messageId, Apply apply) {
-    return Consumer.inTransaction(
-        dataSource, c -> Consumer.claimOnce(c, scope, messageId, null, null), apply);
+    return observedApplied("consumeOnce", scope, () -> messageId, () -> Consumer.inTransaction(
+        dataSource, c -> Consumer.claimOnce(c, scope, messageId, null, null), apply));
   }
 
   /**
@@ -257,13 +289,15 @@ public final class IdempotencyClient {
    * false for a position at or below the watermark.
    */
   public boolean applyOnce(String consumer, String partition, long offset, Apply apply) {
-    return Consumer.inTransaction(
-        dataSource, c -> Streams.accept(c, consumer, partition, offset), apply);
+    return observedApplied("applyOnce", consumer, () -> partition + "@" + offset,
+        () -> Consumer.inTransaction(
+            dataSource, c -> Streams.accept(c, consumer, partition, offset), apply));
   }
 
   /** applyOnce with a 128-bit position written as a UUID. */
   public boolean applyOnce(String consumer, String partition, UUID position, Apply apply) {
-    return Consumer.inTransaction(
-        dataSource, c -> Streams.accept(c, consumer, partition, position), apply);
+    return observedApplied("applyOnce", consumer, () -> partition + "@" + position,
+        () -> Consumer.inTransaction(
+            dataSource, c -> Streams.accept(c, consumer, partition, position), apply));
   }
 }

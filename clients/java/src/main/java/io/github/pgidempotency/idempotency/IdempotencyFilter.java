@@ -107,12 +107,16 @@ public final class IdempotencyFilter implements Filter {
   private final Idempotency.ReserveOptions options;
   private final Features features = new Features();
   private final Answers answers;
+  private final IdempotencyClient.ClaimListener listener;
+  private final boolean listenerSeesKeys;
 
   private IdempotencyFilter(Builder b) {
     this.dataSource = b.dataSource;
     this.scope = Objects.requireNonNull(b.scope, "the filter needs a scope function");
     this.key = b.key != null ? b.key : r -> parseKey(r.getHeader("Idempotency-Key"));
     this.join = b.join;
+    this.listener = b.listener;
+    this.listenerSeesKeys = b.listenerSeesKeys;
     if (dataSource == null && join == null) {
       throw new IllegalArgumentException("the filter needs a DataSource or joinTransaction");
     }
@@ -150,6 +154,8 @@ public final class IdempotencyFilter implements Filter {
     private int statementStatus;
     private String documentation;
     private boolean legacyAnswers;
+    private IdempotencyClient.ClaimListener listener;
+    private boolean listenerSeesKeys;
 
     /** Where the filter takes a connection per request (a pool). */
     public Builder dataSource(DataSource ds) {
@@ -249,6 +255,17 @@ public final class IdempotencyFilter implements Filter {
 
     public Builder reserveOptions(Idempotency.ReserveOptions o) {
       this.options = o;
+      return this;
+    }
+
+    /**
+     * Tells listener of each request once its key was read (an IdempotencyClient.ClaimEvent,
+     * helper "filter", with the status answered), on the request's thread; withKeys: whether
+     * events carry the key. None (the default) costs nothing.
+     */
+    public Builder claimListener(IdempotencyClient.ClaimListener listener, boolean withKeys) {
+      this.listener = listener;
+      this.listenerSeesKeys = withKeys;
       return this;
     }
 
@@ -387,13 +404,46 @@ public final class IdempotencyFilter implements Filter {
       return;
     }
     HttpServletRequest bodyRequest = new BufferedRequest(req, body);
-    if (statementSql != null) {
-      statement(bodyRequest, res, sc, k, hash, body);
-    } else if (join != null) {
-      joined(bodyRequest, res, chain, sc, k, hash);
-    } else {
-      own(bodyRequest, res, chain, sc, k, hash);
+    if (listener == null) {
+      claimed(bodyRequest, res, chain, sc, k, hash, body);
+      return;
     }
+    long start = System.nanoTime();
+    try {
+      claimed(bodyRequest, res, chain, sc, k, hash, body);
+    } catch (IOException | ServletException | RuntimeException | Error e) {
+      tellListener(bodyRequest, sc, k, start, e, 0);
+      throw e;
+    }
+    tellListener(bodyRequest, sc, k, start, null, res.getStatus());
+  }
+
+  private void claimed(
+      HttpServletRequest req, HttpServletResponse res, FilterChain chain, String sc, String k,
+      byte[] hash, byte[] body)
+      throws IOException, ServletException {
+    if (statementSql != null) {
+      statement(req, res, sc, k, hash, body);
+    } else if (join != null) {
+      joined(req, res, chain, sc, k, hash);
+    } else {
+      own(req, res, chain, sc, k, hash);
+    }
+  }
+
+  /** The reservation of the request, for the listener (kept only when there is one). */
+  private static final String SEEN_ATTRIBUTE = IdempotencyFilter.class.getName() + ".seen";
+
+  private void saw(HttpServletRequest req, Reservation r) {
+    if (listener != null) req.setAttribute(SEEN_ATTRIBUTE, r);
+  }
+
+  private void tellListener(
+      HttpServletRequest req, String sc, String k, long start, Throwable error, int status) {
+    Reservation r = (Reservation) req.getAttribute(SEEN_ATTRIBUTE);
+    IdempotencyClient.tell(listener, new IdempotencyClient.ClaimEvent("filter", sc,
+        listenerSeesKeys ? k : null, r == null ? null : r.outcome().wire(),
+        r == null ? 0 : r.attempt(), System.nanoTime() - start, error, status));
   }
 
   /** The statement option: execute_once on a connection of the pool, then its answer. */
@@ -419,6 +469,7 @@ public final class IdempotencyFilter implements Filter {
     try {
       if (!c.getAutoCommit()) c.setAutoCommit(true);
       r = Transactions.executeOnce(c, sc, k, hash, statementSql, params, statementStatus, options);
+      saw(req, r);
     } catch (SQLException | RuntimeException e) {
       RuntimeException x = Connections.translate(e);
       if (!(x instanceof IdempotencyException.ConnectionLost && answers.answerFor(x, res))) {
@@ -570,6 +621,7 @@ public final class IdempotencyFilter implements Filter {
       Reservation r;
       try {
         r = t.claim(sc, k, hash);
+        saw(req, r);
       } catch (SQLException | IdempotencyException e) {
         t.undo();
         if (!answers.answerFor(Connections.translate(e), res)) answers.internal(res);

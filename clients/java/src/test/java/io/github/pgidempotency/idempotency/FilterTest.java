@@ -14,6 +14,8 @@ import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterAll;
@@ -176,6 +178,42 @@ class FilterTest {
       assertEquals("\"accepted\"", Json.members(stored).get("text"), stored);
     }
     assertEquals(422, server.post("/orders/text", key, "text/plain", "other body").statusCode());
+  }
+
+  @Test
+  void theClaimListenerSeesEachRequestWithItsStatus() throws Exception {
+    List<IdempotencyClient.ClaimEvent> events = new CopyOnWriteArrayList<>();
+    IdempotencyFilter observed = IdempotencyFilter.builder()
+        .dataSource(TestDb.db())
+        .scope(r -> r.getHeader("X-Account"))
+        .claimListener(events::add, false)
+        .build();
+    String key = TestDb.unique("f");
+    String held = TestDb.unique("f");
+    try (Server s = new Server(new Orders(), observed)) {
+      assertEquals(201, s.post("/orders", key, "{\"item\": \"book\"}").statusCode());
+      assertEquals(201, s.post("/orders", key, "{\"item\": \"book\"}").statusCode());
+      assertEquals(422, s.post("/orders", key, "{\"item\": \"pen\"}").statusCode());
+      try (Connection holder = TestDb.db().getConnection()) {
+        holder.setAutoCommit(false);
+        Idempotency.reserve(holder, "acct-1", held, Fingerprint.of("{}"), null);
+        assertEquals(409, s.post("/orders", held, "{}").statusCode());
+        holder.rollback();
+      }
+      assertEquals(400, s.post("/orders", null, "{}").statusCode()); // no key: no claim
+    }
+    String[][] want = {{"new", "201"}, {"replay", "201"}, {"mismatch", "422"}, {"in_progress", "409"}};
+    assertEquals(want.length, events.size(), events.toString());
+    for (int i = 0; i < want.length; i++) {
+      IdempotencyClient.ClaimEvent e = events.get(i);
+      assertEquals("filter", e.helper(), "event " + i);
+      assertEquals("acct-1", e.scope(), "event " + i);
+      assertNull(e.key(), "event " + i);
+      assertEquals(want[i][0], e.outcome(), "event " + i);
+      assertEquals(Integer.parseInt(want[i][1]), e.status(), "event " + i);
+      assertNull(e.error(), "event " + i);
+    }
+    assertEquals(1, events.get(0).attempt());
   }
 
   @Test

@@ -62,6 +62,43 @@ class HelpersTest {
   }
 
   @Test
+  void theClaimListenerSeesTheConsumers() throws Exception {
+    IdempotencyClient client = new IdempotencyClient(TestDb.db());
+    List<IdempotencyClient.ClaimEvent> events = new CopyOnWriteArrayList<>();
+    client.setClaimListener(events::add, true);
+    String scope = TestDb.unique("listener_queue");
+    String consumer = TestDb.unique("listener_stream");
+    IdempotencyClient.Apply apply = tx -> {};
+    assertTrue(client.consumeOnce(scope, "m-1", apply));
+    assertFalse(client.consumeOnce(scope, "m-1", apply));
+    IdempotencyException inProgress;
+    try (Connection holder = TestDb.db().getConnection()) {
+      holder.setAutoCommit(false);
+      Idempotency.reserve(holder, scope, "m-held", null, null);
+      inProgress = assertThrows(IdempotencyException.KeyInProgress.class,
+          () -> client.consumeOnce(scope, "m-held", apply));
+      holder.rollback();
+    }
+    assertTrue(client.applyOnce(consumer, "p0", 7, apply));
+    assertFalse(client.applyOnce(consumer, "p0", 7, apply));
+    String[][] want = {
+      {"consumeOnce", scope, "m-1", "new"}, {"consumeOnce", scope, "m-1", "replay"},
+      {"consumeOnce", scope, "m-held", "in_progress"},
+      {"applyOnce", consumer, "p0@7", "new"}, {"applyOnce", consumer, "p0@7", "replay"}
+    };
+    assertEquals(want.length, events.size(), events.toString());
+    for (int i = 0; i < want.length; i++) {
+      IdempotencyClient.ClaimEvent e = events.get(i);
+      assertEquals(want[i][0], e.helper(), "event " + i);
+      assertEquals(want[i][1], e.scope(), "event " + i);
+      assertEquals(want[i][2], e.key(), "event " + i);
+      assertEquals(want[i][3], e.outcome(), "event " + i);
+    }
+    assertEquals(inProgress, events.get(2).error());
+    assertNull(events.get(3).error());
+  }
+
+  @Test
   void runOnceRunsTheWorkOnceAndReplays() throws Exception {
     IdempotencyClient client = new IdempotencyClient(TestDb.db());
     String scope = TestDb.unique("helpers");
