@@ -21,16 +21,26 @@ the task returns, so a worker that dies mid-task leaves it for redelivery) and
 reject_on_worker_lost (a pool child that dies requeues its message instead of failing it);
 a task that sets either to False is refused when it is defined (ExactlyOnceConfigError).
 
+The run owns the transaction: inside the body, self.db.commit(), self.db.rollback() and a change
+of self.db.autocommit raise InvalidTransactionTermination (the body's writes would otherwise
+commit before the answer, and a worker killed in between would leave them without it, to be
+run again). Savepoints (self.db.transaction()) are the body's to use. A COMMIT or ROLLBACK the
+body sends as SQL cannot be refused before it runs; the run notices the ended transaction
+afterwards, still stores the answer (so a redelivery replays instead of running again), and
+then raises InvalidTransactionTermination.
+
 max_attempts (None by default) bounds a task that fails every time (a poison task): each
 failure is recorded on the key and the message is requeued (Reject(requeue=True)); the
 max_attempts-th failure records the key dead (idempotency.failed_keys) and rejects the message
 without requeue, to the queue's dead-letter exchange if it has one. self.retry() is not a
 failure: the claim rolls back and Celery's retry message runs the body again under the same
-key. A soft time limit (SoftTimeLimitExceeded) is a failure of the body like any exception; a
-hard time limit kills the pool child, whose open transaction the server rolls back.
+key. A soft time limit (SoftTimeLimitExceeded) is a failure of the body like any exception; at a
+hard time limit Celery records the task failed, acks its message (nothing redelivers it) and
+kills the pool child, whose open transaction the server rolls back.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any, Callable, Optional
@@ -56,6 +66,77 @@ _STATUS = 200
 
 class ExactlyOnceConfigError(IdempotencyError, TypeError):
     """A task configuration that would lose tasks or run them twice, refused at definition."""
+
+
+class InvalidTransactionTermination(IdempotencyError):
+    """The task body ended (or tried to end) the run's transaction: commit() and rollback() of
+    self.db and a change of its autocommit are refused inside the body; a COMMIT or ROLLBACK
+    sent as SQL is reported after the body, its answer stored."""
+    sqlstate = "2D000"
+
+
+def _refuse_in_body(what):
+    raise InvalidTransactionTermination(
+        f"{what} inside an exactly-once task: the run commits the body's writes together with "
+        "its answer, after the body returns",
+        hint="return to commit, raise to roll back; use self.db.transaction() for a savepoint")
+
+
+# The guarded twin of each connection class: commit, rollback and autocommit refused. A run
+# puts its connection in it for the body (the same object: cursors' .connection included, no
+# round trip) and back afterwards.
+_guarded_classes: dict = {}
+
+
+def _guarded_class(cls):
+    guarded = _guarded_classes.get(cls)
+    if guarded is None:
+        def commit(self):
+            _refuse_in_body("commit()")
+
+        def rollback(self):
+            _refuse_in_body("rollback()")
+
+        def set_autocommit(self, value):
+            _refuse_in_body("changing autocommit")
+
+        guarded = _guarded_classes[cls] = type(cls.__name__, (cls,), {
+            "__slots__": (), "__module__": cls.__module__, "commit": commit,
+            "rollback": rollback, "autocommit": property(cls.autocommit.fget, set_autocommit)})
+    return guarded
+
+
+class _BodyGuard:
+    """Puts conn in its guarded class for the body; .ended tells afterwards whether the body
+    ended the transaction with SQL of its own (the status no longer in a transaction)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.cls = type(conn)
+        self.ended = False
+
+    def __enter__(self):
+        self.conn.__class__ = _guarded_class(self.cls)
+        return self
+
+    def __exit__(self, *exc):
+        self.conn.__class__ = self.cls
+        self.ended = self.conn.info.transaction_status == TransactionStatus.IDLE
+
+    @contextlib.contextmanager
+    def reporting(self):
+        """Around the answer's statements: if the body ended the transaction, they still run
+        (a COMMIT of the body's leaves the claim in progress: without the answer a redelivery
+        would wait out lock_ttl and run the body again), then InvalidTransactionTermination,
+        which is not counted as a failure (nothing requeues it)."""
+        try:
+            yield
+        except Exception as e:
+            if self.ended:
+                raise _ended_error(stored=False) from e
+            raise
+        if self.ended:
+            raise _ended_error(stored=True)
 
 
 def _refuse_lossy(cls):
@@ -188,9 +269,11 @@ class ExactlyOnceTask(Task):
                     if c.replayed:
                         return (c.response or {}).get(_RESULT)
                     ran = True
-                    result = super().__call__(*args, **kwargs)
-                    c.complete(_STATUS, {_RESULT: result})
-                    return result
+                    with _BodyGuard(conn) as body:
+                        result = super().__call__(*args, **kwargs)
+                    with body.reporting():
+                        c.complete(_STATUS, {_RESULT: result})
+                return result
             # In autocommit the run's own BEGIN goes in the claim's round trip (psycopg syncs
             # the BEGIN it sends by itself apart); the body runs inside that transaction.
             autocommit = conn.autocommit
@@ -201,11 +284,13 @@ class ExactlyOnceTask(Task):
                     self._end(conn, ((sql.COMMIT, None),))
                     return (r.response or {}).get(_RESULT)
                 ran = True
-                result = super().__call__(*args, **kwargs)
+                with _BodyGuard(conn) as body:
+                    result = super().__call__(*args, **kwargs)
                 check_work_left_usable(conn)
-                self._end(conn, ((sql.COMPLETE, (scope, key, _STATUS, Jsonb({_RESULT: result}),
-                                                 None)),
-                                 (sql.COMMIT, None)))
+                with body.reporting():
+                    self._end(conn, ((sql.COMPLETE, (scope, key, _STATUS,
+                                                     Jsonb({_RESULT: result}), None)),
+                                     (sql.COMMIT, None)))
                 return result
             except BaseException:
                 self._roll_back(conn)
@@ -222,7 +307,8 @@ class ExactlyOnceTask(Task):
             if isinstance(exc, ConnectionLost) or lost_connection(conn, exc) is not None:
                 self._connection().drop()
                 self._requeue_later(f"the database connection was lost: {exc}")
-            if not ran or self.max_attempts is None or not _counted(conn, exc):
+            if not ran or self.max_attempts is None or not _counted(conn, exc) or \
+                    isinstance(exc, InvalidTransactionTermination):
                 raise
             self._count_failure(conn, scope, key, exc)
             raise
@@ -292,6 +378,15 @@ class ExactlyOnceTask(Task):
                          f"{doc['error']}", requeue=False) from exc
         raise Reject(f"{scope}/{key} failed (attempt {attempt} of {self.max_attempts}): "
                      f"{doc['error'] if doc else exc}", requeue=True) from exc
+
+
+def _ended_error(stored):
+    return InvalidTransactionTermination(
+        "the task body ended the run's transaction with COMMIT or ROLLBACK of its own: its "
+        "writes before that were not committed together with the answer " +
+        ("(the answer is stored now: a redelivery replays it)" if stored else
+         "(and the answer could not be stored after it)"),
+        hint="leave transaction control to the run: return to commit, raise to roll back")
 
 
 def stored_result(conn, scope: str, key: str):
