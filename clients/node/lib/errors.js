@@ -58,7 +58,8 @@ export const StatementSyntaxError = sqlstateError('StatementSyntaxError', '42601
   "execute_once's statement is not one statement, or does not parse");
 export const InvalidTransactionTerminationError = sqlstateError(
   'InvalidTransactionTerminationError', '2D000',
-  "execute_once's statement is transaction control (COMMIT, ROLLBACK, ...)");
+  "execute_once's statement is transaction control (COMMIT, ROLLBACK, ...), or a job's work " +
+  "ends the run's transaction");
 export const CardinalityViolationError = sqlstateError('CardinalityViolationError', '21000',
   "execute_once's statement returned more than one row");
 export const ObjectInUseError = sqlstateError('ObjectInUseError', '55006',

@@ -22,9 +22,9 @@ reject_on_worker_lost (a pool child that dies requeues its message instead of fa
 a task that sets either to False is refused when it is defined (ExactlyOnceConfigError).
 
 The run owns the transaction: inside the body, self.db.commit(), self.db.rollback() and a change
-of self.db.autocommit raise InvalidTransactionTermination (the body's writes would otherwise
-commit before the answer, and a worker killed in between would leave them without it, to be
-run again). Savepoints (self.db.transaction()) are the body's to use. A COMMIT or ROLLBACK the
+of self.db.autocommit raise InvalidTransactionTermination (2D000; the body's writes would
+otherwise commit before the answer, and a worker killed in between would leave them without
+it, to be run again). Savepoints (self.db.transaction()) are the body's to use. A COMMIT or ROLLBACK the
 body sends as SQL cannot be refused before it runs; the run notices the ended transaction
 afterwards, still stores the answer (so a redelivery replays instead of running again), and
 then raises InvalidTransactionTermination.
@@ -55,7 +55,8 @@ from . import statements as sql
 from .connection import (autocommit_to_restore, check_encodable, check_usable,
                          check_work_left_usable, cursor_of, pipelined)
 from .consumer import _check_max_attempts, _counted, _record_failure
-from .errors import ConnectionLost, IdempotencyError, KeyInProgress, lost_connection, translate
+from .errors import (ConnectionLost, IdempotencyError, InvalidTransactionTermination,
+                     KeyInProgress, lost_connection, translate)
 from .keys import names, raise_for, reservation_of, reserve_params
 from .transactions import claim
 
@@ -66,13 +67,6 @@ _STATUS = 200
 
 class ExactlyOnceConfigError(IdempotencyError, TypeError):
     """A task configuration that would lose tasks or run them twice, refused at definition."""
-
-
-class InvalidTransactionTermination(IdempotencyError):
-    """The task body ended (or tried to end) the run's transaction: commit() and rollback() of
-    self.db and a change of its autocommit are refused inside the body; a COMMIT or ROLLBACK
-    sent as SQL is reported after the body, its answer stored."""
-    sqlstate = "2D000"
 
 
 def _refuse_in_body(what):

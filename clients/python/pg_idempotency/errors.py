@@ -69,7 +69,8 @@ StatementSyntaxError = _state("42601", "StatementSyntaxError",
                               "42601: execute_once of a text that is not one statement, or "
                               "does not parse")
 InvalidTransactionTermination = _state("2D000", "InvalidTransactionTermination",
-                                       "2D000: execute_once of transaction control")
+                                       "2D000: execute_once of transaction control, or "
+                                       "a Celery task body ending the run's transaction")
 CardinalityViolation = _state("21000", "CardinalityViolation",
                               "21000: execute_once's statement returned more than one row")
 ObjectInUse = _state("55006", "ObjectInUse",

@@ -6,8 +6,8 @@ import psycopg
 import pytest
 from celery.exceptions import Reject
 
-from pg_idempotency.celery import (ExactlyOnceConfigError, ExactlyOnceTask,
-                                   InvalidTransactionTermination, stored_result)
+from pg_idempotency import InvalidTransactionTermination
+from pg_idempotency.celery import ExactlyOnceConfigError, ExactlyOnceTask, stored_result
 
 
 @pytest.fixture
