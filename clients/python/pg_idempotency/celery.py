@@ -57,8 +57,9 @@ from .connection import (autocommit_to_restore, check_encodable, check_usable,
 from .consumer import _check_max_attempts, _counted, _record_failure
 from .errors import (ConnectionLost, IdempotencyError, InvalidTransactionTermination,
                      KeyInProgress, lost_connection, translate)
-from .keys import names, raise_for, reservation_of, reserve_params
+from .keys import names, raise_for, reservation_of, reserve_begin_refused, reserve_params
 from .transactions import claim
+from .versions import edition
 
 # The answer stored for a task: its return value under one name, so None is a value too.
 _RESULT = "result"
@@ -158,10 +159,14 @@ class _WorkerConnection:
     def __init__(self):
         self.conn: Optional[psycopg.Connection] = None
         self.pid = None
+        # Whether the claim may be reserve_begin: None until the server's edition is known,
+        # False once the server refused it (reserve_begin_refused).
+        self.reserve_begin: Optional[bool] = None
 
     def get(self, connect: Callable[[], psycopg.Connection]) -> psycopg.Connection:
         if self.conn is None or self.conn.closed or self.conn.broken or self.pid != os.getpid():
             self.conn, self.pid = connect(), os.getpid()
+            self.reserve_begin = None
         return self.conn
 
     def drop(self):
@@ -268,14 +273,16 @@ class ExactlyOnceTask(Task):
                     with body.reporting():
                         c.complete(_STATUS, {_RESULT: result})
                 return result
-            # In autocommit the run's own BEGIN goes in the claim's round trip (psycopg syncs
-            # the BEGIN it sends by itself apart); the body runs inside that transaction.
+            # In autocommit the claim opens the run's transaction in its own round trip
+            # (reserve_begin, or BEGIN pipelined with reserve: psycopg syncs the BEGIN it sends
+            # by itself apart); the body runs inside that transaction.
             autocommit = conn.autocommit
             conn.autocommit = True
             try:
                 r = self._begin_reserve(conn, scope, key)
                 if r.outcome == "replay":
-                    self._end(conn, ((sql.COMMIT, None),))
+                    if conn.info.transaction_status != TransactionStatus.IDLE:
+                        self._end(conn, ((sql.COMMIT, None),))  # BEGIN + reserve's
                     return (r.response or {}).get(_RESULT)
                 ran = True
                 with _BodyGuard(conn) as body:
@@ -319,17 +326,32 @@ class ExactlyOnceTask(Task):
                 conn.deferrable is None)
 
     def _begin_reserve(self, conn, scope, key):
-        """BEGIN and reserve in one round trip, the values bound; the reservation, or
+        """The claim in one round trip, the values bound: reserve_begin where the server
+        offers it (one statement; it opens the transaction for the outcome 'new' only, so a
+        replay needs no COMMIT), else BEGIN and reserve pipelined. The reservation, or
         KeyInProgress / KeyMismatch / KeyTooOld for those outcomes."""
         check_usable(conn)
         params = reserve_params(scope, key, None, self.lock_ttl, self.retention,
                                 self.lock_wait)
         check_encodable(conn, names(scope, key))
+        worker = self._connection()
         try:
-            with conn.pipeline():
-                conn.execute(sql.BEGIN)
-                cur = cursor_of(conn).execute(sql.RESERVE, params)
-            r = reservation_of(cur.fetchone(), cur)
+            if worker.reserve_begin is None:
+                worker.reserve_begin = edition(conn).offers("reserve_begin")
+            r = None
+            if worker.reserve_begin:
+                try:
+                    cur = cursor_of(conn).execute(sql.RESERVE_BEGIN, params)
+                    r = reservation_of(cur.fetchone(), cur)
+                except psycopg.Error as e:
+                    if not reserve_begin_refused(e):
+                        raise
+                    worker.reserve_begin = False
+            if r is None:
+                with conn.pipeline():
+                    conn.execute(sql.BEGIN)
+                    cur = cursor_of(conn).execute(sql.RESERVE, params)
+                r = reservation_of(cur.fetchone(), cur)
         except psycopg.Error as e:
             raise (lost_connection(conn, e) or translate(e)) from e
         raise_for(scope, key, r)
