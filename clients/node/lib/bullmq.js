@@ -48,10 +48,12 @@ function isPool(db) {
 
 // A statement text that ends the transaction, after leading blanks and comments.
 const ENDS_TRANSACTION = new RegExp('^(?:\\s+|--[^\\n]*(?:\\n|$)|/\\*[\\s\\S]*?\\*/)*' +
-  '(?:commit|end|abort|prepare\\s+transaction|' +
+  '(commit|end|abort|prepare\\s+transaction|' +
   'rollback(?!\\s+(?:(?:work|transaction)\\s+)?to\\b))\\b', 'i');
 
-const endsTransaction = (text) => typeof text === 'string' && ENDS_TRANSACTION.test(text);
+// The statement's first words if text ends the transaction, else null.
+const endsTransaction = (text) =>
+  (typeof text === 'string' ? ENDS_TRANSACTION.exec(text)?.[1] ?? null : null);
 
 const refused = (what) => new InvalidTransactionTerminationError(
   `${what} inside an exactly-once job: the run commits the work's writes with its answer, ` +
@@ -62,8 +64,9 @@ const refused = (what) => new InvalidTransactionTerminationError(
 function guarded(client) {
   function query(...args) {
     const text = typeof args[0] === 'string' ? args[0] : args[0]?.text;
-    if (!endsTransaction(text)) return client.query(...args);
-    const err = refused(`"${text.trim().split(/\s+/, 1)[0]}"`);
+    const ends = endsTransaction(text);
+    if (ends === null) return client.query(...args);
+    const err = refused(ends.toUpperCase());
     const callback = args.at(-1);
     if (typeof callback === 'function') {
       process.nextTick(callback, err);
@@ -126,7 +129,9 @@ export function exactlyOnceProcessor(pool, work, options = {}) {
         broken = err;
         throw err;
       }
-      if (ended) throw err instanceof InvalidTransactionTerminationError ? err : endedError(false, err);
+      if (ended) {
+        throw err instanceof InvalidTransactionTerminationError ? err : endedError(false, err);
+      }
       if (!ran || maxAttempts === null || !counted(client, err)) throw err;
       let failure;
       try {
