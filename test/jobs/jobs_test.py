@@ -405,10 +405,19 @@ def chaos(framework, mode, workers, produce, kill, restart_broker, pending,
                 kill(rng.choice(workers))
         restart_exited(workers)
         # Progress, or nothing left for the workers (the framework-only run loses tasks: a
-        # task failed by a lost database connection is acknowledged as done).
-        if wait_for(f"{run}: progress", lambda: restart_exited(workers)
-                    or len(effects(run)) > progress and "progress"
-                    or pending(False) == 0 and "idle") == "idle":
+        # task failed by a lost database connection is acknowledged as done). The broker is
+        # asked only after 20 polls without progress: asking can take seconds on a loaded
+        # machine (BullMQ's count is a node process), and a run polled that slowly could end
+        # before its chaos.
+        polls = [0]
+
+        def progressed_or_idle():
+            if restart_exited(workers) or len(effects(run)) > progress:
+                return "progress"
+            polls[0] += 1
+            return polls[0] % 20 == 0 and pending(False) == 0 and "idle"
+
+        if wait_for(f"{run}: progress", progressed_or_idle) == "idle":
             break
     for _ in range(10):
         for w in workers:
