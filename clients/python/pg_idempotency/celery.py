@@ -316,8 +316,9 @@ class ExactlyOnceTask(Task):
 
     @staticmethod
     def _pipelinable(conn) -> bool:
-        """Whether the run may open its transaction itself, BEGIN with the claim and complete
-        with COMMIT in one round trip each (psycopg's pipeline mode, libpq 14 or later): no
+        """Whether the run may open its transaction itself, with the claim (reserve_begin, or
+        BEGIN + reserve pipelined) and complete with COMMIT in one round trip each (psycopg's
+        pipeline mode, libpq 14 or later): no
         transaction open, not in pipeline mode, no isolation level / read-only / deferrable
         of psycopg's to carry; otherwise conn.transaction() carries them (claim())."""
         return (conn.info.transaction_status == TransactionStatus.IDLE and
