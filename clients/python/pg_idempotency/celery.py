@@ -164,6 +164,8 @@ class _WorkerConnection:
         self.reserve_begin: Optional[bool] = None
 
     def get(self, connect: Callable[[], psycopg.Connection]) -> psycopg.Connection:
+        if self.pid == os.getpid() and self.conn is not None and _left_unusable(self.conn):
+            self.drop()
         if self.conn is None or self.conn.closed or self.conn.broken or self.pid != os.getpid():
             self.conn, self.pid = connect(), os.getpid()
             self.reserve_begin = None
@@ -176,6 +178,15 @@ class _WorkerConnection:
             except Exception:  # noqa: BLE001 — a broken connection may refuse to close cleanly
                 pass
         self.conn = None
+
+
+def _left_unusable(conn) -> bool:
+    """A connection that a run interrupted mid-statement left behind (Celery terminating the
+    task, a signal in the child): still in pipeline mode, or a command still in progress.
+    Every later statement on it would fail: it is closed and replaced."""
+    return not (conn.closed or conn.broken) and (
+        bool(conn.pgconn.pipeline_status) or
+        conn.info.transaction_status == TransactionStatus.ACTIVE)
 
 
 # One connection per worker process and way of connecting (a task class's connect() and DSN).
@@ -305,7 +316,8 @@ class ExactlyOnceTask(Task):
             # Another worker runs the same key (a producer duplicate) past lock_wait.
             raise Reject(f"{scope}/{key} is being run by another worker", requeue=True)
         except Exception as exc:
-            if isinstance(exc, ConnectionLost) or lost_connection(conn, exc) is not None:
+            if isinstance(exc, ConnectionLost) or lost_connection(conn, exc) is not None or \
+                    _left_unusable(conn):
                 self._connection().drop()
                 self._requeue_later(f"the database connection was lost: {exc}")
             if not ran or self.max_attempts is None or not _counted(conn, exc) or \

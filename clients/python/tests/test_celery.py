@@ -163,6 +163,23 @@ def test_a_commit_sent_as_sql_stores_the_answer_then_raises(app, conn):
     assert ran == ["o-7"] and charges(conn) == 1
 
 
+def test_a_connection_an_interrupted_run_left_in_pipeline_mode_is_replaced(app, conn):
+    """Celery terminating a task (its broker connection lost) or a signal in the pool child
+    can interrupt psycopg inside pipeline mode, leaving the connection there: every later
+    statement on it failed, and the child's later tasks were failed and acked (lost)."""
+    @app.task(base=ExactlyOnceTask, bind=True)
+    def charge(self, order_id):
+        self.db.execute("INSERT INTO charges VALUES (%s, 1)", (order_id,))
+        return 1
+
+    assert charge.apply(("o-8",), task_id="t-8").get() == 1
+    left = charge.db
+    left.pgconn.enter_pipeline_mode()  # as an interrupted pipeline leaves it
+    assert charge.apply(("o-9",), task_id="t-9").get() == 1
+    assert left.closed and charge.db is not left
+    assert charges(conn) == 2
+
+
 @pytest.mark.parametrize("option", ["acks_late", "reject_on_worker_lost"])
 def test_settings_that_lose_tasks_are_refused(app, option):
     with pytest.raises(ExactlyOnceConfigError, match=option):
