@@ -17,7 +17,7 @@
 # 2 hours after the load, so no loaded key expires during the run).
 # Knobs (environment): SIZES, CLIENTS ("8 32"), ROUNDS (3), DURATION (10 s per run),
 # SHARED_BUFFERS (512MB), PARTITION_WIDTH (1d), DROP_KEYS (the largest size), SUSTAIN (60 s),
-# TIMELINE (20 s), SCALE_OUT (bench/out/scale), BENCH_BUILD (1: build and install first).
+# TIMELINE (20 s), WRITTEN (100,000 keys), SCALE_OUT (bench/out/scale), BENCH_BUILD (1: build and install first).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 BENCH=$IDEM_ROOT/bench
@@ -30,15 +30,16 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 SUSTAIN=${SUSTAIN:-60}
 TIMELINE=${TIMELINE:-20}
+WRITTEN=${WRITTEN:-100000}
 TXNS=""   # smoke: a fixed number of transactions per client instead of a duration
 if [[ $SMOKE == 1 ]]; then
-  SIZES="3000 9000" CLIENTS=2 ROUNDS=1 TXNS=50
+  SIZES="3000 9000" CLIENTS=2 ROUNDS=1 TXNS=50 WRITTEN=400
 fi
 LARGEST=$(tr ' ' '\n' <<<"$SIZES" | sort -n | tail -n1)
 DROP_KEYS=${DROP_KEYS:-$LARGEST}
 SHARED_BUFFERS=${SHARED_BUFFERS:-512MB}
 PARTITION_WIDTH=${PARTITION_WIDTH:-1d}
-OUT=${SCALE_OUT:-$BENCH/out/scale$([[ $SMOKE == 1 ]] && echo -smoke)}
+OUT=${SCALE_OUT:-$BENCH/out/scale$([[ $SMOKE == 1 ]] && echo -smoke || true)}
 RETENTION_S=86400
 LOADED_S=$((22 * 3600))
 
@@ -55,7 +56,7 @@ PREMAKE=$(((RETENTION_S + 86400) / WIDTH_S + 1))
 # REUSE=1: the cluster a run left (stopped) with LARGEST keys loaded, STEPS run again on it
 # into the same folder (say "autovacuum timeline" after a run that stopped before them).
 REUSE=${REUSE:-0}
-STEPS=${STEPS:-throughput autovacuum timeline}
+STEPS=${STEPS:-throughput autovacuum timeline written}
 [[ $REUSE == 1 ]] || rm -rf "$OUT"
 mkdir -p "$OUT/logs"
 [[ ${BENCH_BUILD:-1} == 1 ]] && IDEM_WERROR=1 build_and_install >&2
@@ -79,7 +80,8 @@ loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 [[ $REUSE == 1 ]] && q -c "ALTER EXTENSION idempotency UPDATE"
 [[ $REUSE == 1 ]] || printf 'size\tround\tclients\tworkload\ttps\ttxns\tp50_ms\tp99_ms\twal_bytes\twal_fpi\tload\n' >"$OUT/runs.tsv"
 [[ $REUSE == 1 ]] || printf 'size\ttable\trows\theap\ttoast\tprimary_key\tother_indexes\tnew_key_partition_index\n' >"$OUT/sizes.tsv"
-[[ $REUSE == 1 ]] || printf 'size\ttable\tnew_keys\tgrowth_bytes\n' >"$OUT/growth.tsv"
+[[ $REUSE == 1 ]] || printf 'size\ttable\tnew_keys\tgrowth_bytes\theap\ttoast\tprimary_key\tother_indexes\n' >"$OUT/growth.tsv"
+[[ $REUSE == 1 && -f $OUT/written.tsv ]] || printf 'table\tkeys\theap\ttoast\tprimary_key\tother_indexes\n' >"$OUT/written.tsv"
 [[ $REUSE == 1 ]] || printf 'size\ttable\tseconds\ttxns\tautovacuum_runs\tautovacuum_s\tautoanalyze_runs\tdead_rows_after\tupdates\thot_updates\n' >"$OUT/autovacuum.tsv"
 
 # Total bytes of a table's relations of one kind: heap, toast, primary key, other indexes.
@@ -97,6 +99,13 @@ sizes_of() {
 EXT_RELS="SELECT inhrelid AS oid FROM pg_inherits WHERE inhparent = 'idempotency.keys'::regclass"
 HW_RELS="SELECT 'bench.hw_keys'::regclass::oid AS oid"
 total_bytes() { sizes_of "$1" | awk -F'\t' '{ printf "%.0f\n", $1 + $2 + $3 + $4 }'; }
+# growth_row SIZE TABLE KEYS "BEFORE" "AFTER": a growth.tsv line (BEFORE, AFTER: sizes_of's
+# four fields).
+growth_row() {
+  awk -v s="$1" -v t="$2" -v k="$3" -v b="$4" -v a="$5" 'BEGIN { split(b, x, "\t"); split(a, y, "\t")
+    printf "%s\t%s\t%s\t%.0f", s, t, k, y[1] + y[2] + y[3] + y[4] - x[1] - x[2] - x[3] - x[4]
+    for (i = 1; i <= 4; i++) printf "\t%.0f", y[i] - x[i]; print "" }'
+}
 
 # The partition a key first requested now goes to, and its index's size.
 NEW_KEY_PARTITION="(SELECT c.oid FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -104,6 +113,10 @@ NEW_KEY_PARTITION="(SELECT c.oid FROM pg_inherits i JOIN pg_class c ON c.oid = i
     AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT'
     AND now() + interval '24 hours' >= (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz
     AND now() + interval '24 hours' < (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz)"
+
+# The hand-written table's indexes (built after its load).
+HW_INDEXES=(-c "ALTER TABLE bench.hw_keys ADD PRIMARY KEY (scope, key)"
+  -c "CREATE INDEX hw_keys_created_at ON bench.hw_keys (created_at)")
 
 # load N: both tables emptied and loaded with keys 1..N.
 load() {
@@ -135,8 +148,7 @@ load() {
   while IFS=$'\t' read -r rel name def; do
     q -c "ALTER TABLE $rel ADD CONSTRAINT $name $def"
   done <"$OUT/pkeys.tsv"
-  q -c "ALTER TABLE bench.hw_keys ADD PRIMARY KEY (scope, key)" \
-    -c "CREATE INDEX hw_keys_created_at ON bench.hw_keys (created_at)"
+  q "${HW_INDEXES[@]}"
   q -c "VACUUM ANALYZE idempotency.keys, bench.hw_keys" -c CHECKPOINT
   log "loaded $n keys into both tables in $(awk -v a="$started" -v b="$(now_s)" 'BEGIN { printf "%.0f", b - a }') s"
 }
@@ -194,8 +206,8 @@ measure_size() {
   printf '%s\thw\t%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$size" "${hw[@]}" \
     "$(q -c "SELECT pg_relation_size('bench.hw_keys_pkey')")" >>"$OUT/sizes.tsv"
   NEW_KEYS[ext]=0 NEW_KEYS[hw]=0
-  before_ext=$(total_bytes "$EXT_RELS")
-  before_hw=$(total_bytes "$HW_RELS")
+  before_ext=$(sizes_of "$EXT_RELS")
+  before_hw=$(sizes_of "$HW_RELS")
   local n=0 total=$((ROUNDS * $(wc -w <<<"$CLIENTS") * ${#workloads[@]}))
   for round in $(seq 1 "$ROUNDS"); do
     local order=("${workloads[@]:$(((round - 1) % ${#workloads[@]}))}" "${workloads[@]:0:$(((round - 1) % ${#workloads[@]}))}")
@@ -218,8 +230,24 @@ measure_size() {
       done
     done
   done
-  printf '%s\text\t%s\t%s\n' "$size" "${NEW_KEYS[ext]}" $(($(total_bytes "$EXT_RELS") - before_ext)) >>"$OUT/growth.tsv"
-  printf '%s\thw\t%s\t%s\n' "$size" "${NEW_KEYS[hw]}" $(($(total_bytes "$HW_RELS") - before_hw)) >>"$OUT/growth.tsv"
+  growth_row "$size" ext "${NEW_KEYS[ext]}" "$before_ext" "$(sizes_of "$EXT_RELS")" >>"$OUT/growth.tsv"
+  growth_row "$size" hw "${NEW_KEYS[hw]}" "$before_hw" "$(sizes_of "$HW_RELS")" >>"$OUT/growth.tsv"
+}
+
+# Bytes per key as the key calls write them from empty tables (no bulk-built index whose
+# packed leaves the first random inserts split): WRITTEN new keys through each table's
+# new-key workload at 8 clients, in a database of its own.
+written() {
+  local table per_client=$((WRITTEN / 8 + 1))
+  q -c "DROP DATABASE IF EXISTS written" -c "CREATE DATABASE written" >/dev/null
+  sed -e "s/@T0@/$(q -c "SELECT extract(epoch FROM now())")/" -e "s/@STEP@/1/" "$BENCH/scale/schema.sql" |
+    q -d written >/dev/null
+  q -d written -c "SELECT count(*) FROM idempotency.maintain()" "${HW_INDEXES[@]}" >/dev/null
+  for table in ext hw; do
+    PGDATABASE=written pgbench_run written-$table ${table}_new 8 1 -t "$per_client"
+    read -r -a got < <(PGDATABASE=written sizes_of "$([[ $table == ext ]] && echo "$EXT_RELS" || echo "$HW_RELS")")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$table" $((per_client * 8)) "${got[@]}" >>"$OUT/written.tsv"
+  done
 }
 
 # Sustained new keys on each table in turn, with autovacuum as configured (naptime 10 s):
@@ -295,10 +323,46 @@ timeline() {
     (($(q -c "SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'") - commits0 >= target)) && break
     sleep 0.1
   done
+  # What the calls wait on meanwhile: every 5 ms, the wait events of the active client
+  # backends and who holds or waits for an exclusive lock of idempotency.keys; lock waits
+  # past 10 ms are logged too (log_lock_waits).
+  q -c "DROP TABLE IF EXISTS bench.waits, bench.sampler_stop" \
+    -c "CREATE TABLE bench.waits (at timestamptz, pid int, what text, wait text, query text)" \
+    -c "CREATE TABLE bench.sampler_stop ()" \
+    -c "ALTER SYSTEM SET log_lock_waits = on" -c "ALTER SYSTEM SET deadlock_timeout = '10ms'" \
+    -c "SELECT pg_reload_conf()" >/dev/null
+  local log_from
+  log_from=$(wc -l <"$SERVER_LOG")
+  q -c "DO \$\$ BEGIN
+      WHILE NOT EXISTS (SELECT FROM bench.sampler_stop) LOOP
+        PERFORM pg_stat_clear_snapshot();
+        INSERT INTO bench.waits SELECT clock_timestamp(), a.pid, 'activity',
+            a.wait_event_type || ':' || a.wait_event, left(a.query, 60)
+          FROM pg_stat_activity a
+          WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()
+            AND a.state = 'active' AND a.wait_event_type IS NOT NULL;
+        INSERT INTO bench.waits SELECT clock_timestamp(), l.pid,
+            CASE WHEN l.granted THEN 'holds' ELSE 'awaits' END, l.mode, NULL
+          FROM pg_locks l
+          WHERE l.relation = 'idempotency.keys'::regclass AND l.mode = 'AccessExclusiveLock';
+        PERFORM pg_sleep(0.005);
+      END LOOP; END \$\$" &
+  local sampler_pid=$!
   started=$(now_s)
   q -F $'\t' -c "SET idempotency.premake = $((PREMAKE + 2))" \
     -c "SELECT action, partition, rows FROM idempotency.maintain()" >"$OUT/maintain.tsv"
   ended=$(now_s)
+  q -c "INSERT INTO bench.sampler_stop DEFAULT VALUES" >/dev/null
+  wait "$sampler_pid"
+  q -c "ALTER SYSTEM RESET log_lock_waits" -c "ALTER SYSTEM RESET deadlock_timeout" \
+    -c "SELECT pg_reload_conf()" >/dev/null
+  # Samples during maintain(): per kind and wait, how many and from how many backends; the
+  # span over which maintain() held or awaited the exclusive lock.
+  q -F $'\t' -c "SELECT what, coalesce(wait, '-'), count(*), count(DISTINCT pid),
+        round(extract(epoch FROM min(at)) - $started, 3), round(extract(epoch FROM max(at)) - $started, 3)
+      FROM bench.waits WHERE at BETWEEN to_timestamp($started) AND to_timestamp($ended)
+      GROUP BY 1, 2 ORDER BY 1, 3 DESC" >"$OUT/timeline-waits.tsv"
+  tail -n +"$((log_from + 1))" "$SERVER_LOG" | grep -E 'still waiting|acquired' >"$OUT/timeline-lock-waits.log" || true
   wait "$pgbench_pid" || { cat "$OUT/logs/$tag.txt" >&2; die "pgbench failed: $tag"; }
   grep -qP "^dropped\t[^\t]*$name" "$OUT/maintain.tsv" || { cat "$OUT/maintain.tsv" >&2; die "maintain() did not drop $name"; }
   # Per call: end time (epoch s) and latency (ms); calls that overlapped maintain() are those
@@ -334,6 +398,7 @@ for size in $(tr ' ' '\n' <<<"$SIZES" | sort -n); do
   if wanted_step autovacuum; then autovacuum_run "$size"; fi
   if wanted_step timeline && [[ $size == "$LARGEST" ]]; then timeline "$size"; fi
 done
+if wanted_step written; then written; fi
 
 {
   echo "date	$(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -298,7 +298,7 @@ run_clients_node() {
   # that node_modules.
   local copy=$IDEM_ROOT/build/node-pg-oldest
   rm -rf "$copy" && mkdir -p "$copy" &&
-    cp -r "$IDEM_ROOT"/clients/node/{index.js,index.d.ts,action.d.ts,fastify.d.ts,package.json,package-lock.json,lib,test} "$copy" &&
+    cp -r "$IDEM_ROOT"/clients/node/{index.js,index.d.ts,action.d.ts,fastify.d.ts,nestjs.d.ts,package.json,package-lock.json,lib,test} "$copy" &&
     rm -rf "$copy/test/pg-oldest/node_modules" &&
     ln -s "$IDEM_ROOT/clients/node/test/pg-oldest/node_modules" "$copy/node_modules"
   run_node_suite clients-node-pg-oldest "$IDEM_ROOT/clients/node/test/pg-oldest" "$copy"

@@ -116,6 +116,33 @@ for r in sz:
           f" | {sum(parts) / n:.0f} | {written} | {hot} |")
 print()
 
+wr = rows("written.tsv")
+print("Bytes per key as written, by relation: the growth over the new-key runs (into the loaded "
+      "tables, whose bulk-built indexes the first random inserts split) and new keys written "
+      "into empty tables through the same workloads (8 clients).\n")
+print("| written | keys | table | heap | TOAST | primary key | other indexes | total |")
+print("|---|---|---|---|---|---|---|---|")
+for g in growth.values():
+    k = int(g["new_keys"])
+    if k > 0 and "heap" in g:
+        name = "extension" if g["table"] == "ext" else "hand-written"
+        parts = [int(g[f]) for f in ("heap", "toast", "primary_key", "other_indexes")]
+        print(f"| into {int(g['size']):,} loaded | {k:,} | {name} | " +
+              " | ".join(f"{p / k:.0f}" for p in parts) + f" | {sum(parts) / k:.0f} |")
+for r in wr:
+    k = int(r["keys"])
+    name = "extension" if r["table"] == "ext" else "hand-written"
+    parts = [int(r[f]) for f in ("heap", "toast", "primary_key", "other_indexes")]
+    print(f"| into empty | {k:,} | {name} | " + " | ".join(f"{p / k:.0f}" for p in parts) +
+          f" | {sum(parts) / k:.0f} |")
+if len(wr) == 2:
+    t = {r["table"]: sum(int(r[f]) for f in ("heap", "toast", "primary_key", "other_indexes"))
+         / int(r["keys"]) for r in wr}
+    state = "met" if t["ext"] <= t["hw"] else "not met"
+    print(f"\ntarget bytes per key as written into empty tables: extension {t['ext']:.0f}, "
+          f"hand-written {t['hw']:.0f} ({state})")
+print()
+
 print("## WAL per new key (medians over the new-key runs; CHECKPOINT before each run)\n")
 print("| keys | clients | extension bytes | full-page images | hand-written bytes | full-page images "
       "| ext / hw |")
@@ -164,3 +191,15 @@ if tl:
         if -1.0 <= float(t) <= 2.0:
             print(f"{float(t):5.1f} s  {int(n):5d} calls  max {float(mx):8.2f} ms")
     print("```")
+    waits = out / "timeline-waits.tsv"
+    if waits.exists():
+        print("\nSampled every 5 ms while maintain() ran: active client backends by wait event "
+              "(`activity`), and maintain() holding or awaiting the exclusive lock of "
+              "idempotency.keys (`holds`, `awaits`); seconds from maintain()'s start.\n")
+        print("| kind | wait / lock | samples | backends | first s | last s |")
+        print("|---|---|---|---|---|---|")
+        for line in waits.read_text().splitlines():
+            print("| " + " | ".join(line.split("\t")) + " |")
+        lock_waits = out / "timeline-lock-waits.log"
+        n = len(lock_waits.read_text().splitlines()) if lock_waits.exists() else 0
+        print(f"\nlog_lock_waits lines (waits past 10 ms) during the step: {n}")

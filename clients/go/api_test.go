@@ -122,15 +122,18 @@ func diffLines(want, got []string) string {
 
 const publicAPI = `
 const CodeArraySubscript
+const CodeCardinalityViolation
 const CodeConnectionLost
 const CodeDuplicateObject
 const CodeFeatureNotSupported
 const CodeInvalidJSON
 const CodeInvalidParameterValue
+const CodeInvalidTransactionTermination
 const CodeKeyInProgress
 const CodeKeyTooOld
 const CodeLockNotAvailable
 const CodeNullValueNotAllowed
+const CodeObjectInUse
 const CodeObjectNotInPrerequisiteState
 const CodeProgramLimitExceeded
 const CodeQueryCanceled
@@ -139,6 +142,7 @@ const CodeResultConflict
 const CodeSequenceGeneratorLimit
 const CodeSerializationFailure
 const CodeStaleAttempt
+const CodeStatementSyntaxError
 const CodeTransactionAborted
 const CodeTransactionOpen
 const CodeUndefinedFunction
@@ -146,28 +150,35 @@ const CodeUndefinedObject
 const CodeUntranslatableCharacter
 const EditionExtension
 const EditionManaged
+const ErrArraySubscript
+const ErrCardinalityViolation
 const ErrConnectionLost
 const ErrDuplicateObject
 const ErrFeatureNotSupported
 const ErrInvalidJSON
 const ErrInvalidParameterValue
+const ErrInvalidTransactionTermination
 const ErrKeyInProgress
 const ErrKeyMismatch
 const ErrKeyTooOld
 const ErrLockNotAvailable
 const ErrNullValueNotAllowed
+const ErrObjectInUse
 const ErrObjectNotInPrerequisiteState
 const ErrProgramLimitExceeded
 const ErrQueryCanceled
 const ErrReadOnlySQLTransaction
 const ErrResultConflict
+const ErrScopeMissing
 const ErrSequenceGeneratorLimit
 const ErrSerializationFailure
 const ErrStaleAttempt
+const ErrStatementSyntaxError
 const ErrTransactionAborted
 const ErrTransactionOpen
 const ErrUndefinedFunction
 const ErrUndefinedObject
+const ErrUntranslatableCharacter
 const InstalledAsExtension
 const InstalledAsScript
 const MaxDepth
@@ -337,8 +348,11 @@ method Error.Error
 method Error.HTTPStatus
 method Error.Is
 method Error.Unwrap
+method HeaderSentinel.Error
+method HeaderSentinel.HTTPStatus
 method KeyHeaderError.Error
 method KeyHeaderError.HTTPStatus
+method KeyHeaderError.Is
 method KeyMalformedError.Error
 method KeyMalformedError.HTTPError
 method KeyMalformedError.HTTPStatus
@@ -364,6 +378,7 @@ type Error
 type ExecuteOptions
 type ExternalOptions
 type Features
+type HeaderSentinel
 type KeyHeaderError
 type KeyMalformedError
 type Logger
@@ -386,7 +401,6 @@ type Statement
 type StatementOptions
 type StatementResult
 type Work
-var ErrScopeMissing
 var ProblemTitles
 `
 

@@ -140,22 +140,9 @@ func translate(err error) error {
 	return e
 }
 
-var knownCodes = map[string]bool{}
-
-func init() {
-	for _, c := range []string{CodeNullValueNotAllowed, CodeInvalidParameterValue, CodeProgramLimitExceeded,
-		CodeArraySubscript, CodeObjectNotInPrerequisiteState, CodeStaleAttempt, CodeResultConflict,
-		CodeKeyInProgress, CodeKeyTooOld, CodeReadOnlySQLTransaction, CodeSerializationFailure,
-		CodeLockNotAvailable, CodeQueryCanceled, CodeUndefinedObject, CodeDuplicateObject,
-		CodeSequenceGeneratorLimit, CodeFeatureNotSupported, CodeInvalidJSON,
-		CodeUntranslatableCharacter, "22021", CodeTransactionAborted} {
-		knownCodes[c] = true
-	}
-}
-
 // interval is a duration as the text of a PostgreSQL interval (bound, cast with ::interval).
 func interval(d time.Duration) string {
-	return fmt.Sprintf("%d microseconds", d.Microseconds())
+	return fmt.Sprintf("%d %s", d.Microseconds(), durationUnit)
 }
 
 // nullable: a nil slice as SQL NULL (drivers send a nil []byte as an empty value).

@@ -12,35 +12,11 @@ import (
 	"time"
 )
 
-// SQLSTATEs of the server's errors and of the client's own.
-const (
-	CodeNullValueNotAllowed          = "22004"
-	CodeInvalidParameterValue        = "22023"
-	CodeProgramLimitExceeded         = "54000"
-	CodeArraySubscript               = "2202E"
-	CodeObjectNotInPrerequisiteState = "55000"
-	CodeStaleAttempt                 = "IK001"
-	CodeResultConflict               = "IK002"
-	CodeKeyInProgress                = "IK003"
-	CodeKeyTooOld                    = "IK004"
-	CodeReadOnlySQLTransaction       = "25006"
-	CodeSerializationFailure         = "40001"
-	CodeLockNotAvailable             = "55P03"
-	CodeQueryCanceled                = "57014"
-	CodeUndefinedObject              = "42704"
-	CodeDuplicateObject              = "42710"
-	CodeSequenceGeneratorLimit       = "2200H"
-	CodeFeatureNotSupported          = "0A000"
-	CodeInvalidJSON                  = "22P02"
-	CodeUntranslatableCharacter      = "22P05" // \u0000 in a jsonb value
-	CodeTransactionAborted           = "25P02"
-	CodeTransactionOpen              = "25001"
-	CodeUndefinedFunction            = "42883" // a function the server lacks (execute_once before 0.3.0)
-	CodeConnectionLost               = "08006"
-)
+// The SQLSTATEs (Code*), their sentinels (Err*) and the table of those translated are
+// generated from test/vectors/client.json: spec_gen.go.
 
-// Error is an error of the server with one of the SQLSTATEs above, or one the client raised
-// with the same meaning. Err is the driver's error, if any.
+// Error is an error of the server with one of the SQLSTATEs of spec_gen.go, or one the client
+// raised with the same meaning. Err is the driver's error, if any.
 type Error struct {
 	Code    string
 	Message string
@@ -60,12 +36,13 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is matches a sentinel of the same SQLSTATE (22P05 counts as invalid JSON, and the
-// server's IK003 / IK004 as the outcomes in_progress / too_old).
+// Is matches a sentinel of the same SQLSTATE, or of the one it is an alias of (22P05 and
+// 22021 count as invalid JSON), and the server's IK003 / IK004 as the outcomes in_progress /
+// too_old.
 func (e *Error) Is(target error) bool {
 	switch t := target.(type) {
 	case Code:
-		return e.Code == string(t) || (t == CodeInvalidJSON && e.Code == CodeUntranslatableCharacter)
+		return e.Code == string(t) || codeAliases[e.Code] == string(t)
 	case outcomeSentinel:
 		return (Outcome(t) == OutcomeInProgress && e.Code == CodeKeyInProgress) ||
 			(Outcome(t) == OutcomeTooOld && e.Code == CodeKeyTooOld)
@@ -87,39 +64,12 @@ func (e *Error) HTTPStatus() int {
 	return 0
 }
 
-// Code is a SQLSTATE as an error: the sentinels below are constants of it, so nothing a
-// program does can change what errors.Is(err, ErrStaleAttempt) matches. An *Error matches the
-// sentinel of its Code (22P05 counts as invalid JSON).
+// Code is a SQLSTATE as an error: the sentinels (Err*, spec_gen.go) are constants of it, so
+// nothing a program does can change what errors.Is(err, ErrStaleAttempt) matches. An *Error
+// matches the sentinel of its Code (22P05 and 22021 count as invalid JSON).
 type Code string
 
 func (c Code) Error() string { return "idempotency: SQLSTATE " + string(c) }
-
-// Sentinels for errors.Is.
-const (
-	ErrNullValueNotAllowed          Code = CodeNullValueNotAllowed
-	ErrInvalidParameterValue        Code = CodeInvalidParameterValue
-	ErrProgramLimitExceeded         Code = CodeProgramLimitExceeded
-	ErrObjectNotInPrerequisiteState Code = CodeObjectNotInPrerequisiteState
-	ErrStaleAttempt                 Code = CodeStaleAttempt   // IK001: another holder took over
-	ErrResultConflict               Code = CodeResultConflict // IK002: completed with another result
-	ErrReadOnlySQLTransaction       Code = CodeReadOnlySQLTransaction
-	ErrSerializationFailure         Code = CodeSerializationFailure
-	ErrLockNotAvailable             Code = CodeLockNotAvailable
-	ErrQueryCanceled                Code = CodeQueryCanceled
-	ErrUndefinedObject              Code = CodeUndefinedObject
-	ErrDuplicateObject              Code = CodeDuplicateObject
-	ErrSequenceGeneratorLimit       Code = CodeSequenceGeneratorLimit
-	ErrFeatureNotSupported          Code = CodeFeatureNotSupported
-	ErrInvalidJSON                  Code = CodeInvalidJSON
-	ErrTransactionAborted           Code = CodeTransactionAborted
-	ErrTransactionOpen              Code = CodeTransactionOpen
-	ErrUndefinedFunction            Code = CodeUndefinedFunction
-	// ErrConnectionLost: the connection broke (the server restarted or was stopped, the
-	// backend was terminated, the network cut it, or no connection could be made). The
-	// transaction in flight was rolled back by the server, unless the break came during
-	// COMMIT: then a retry with the same key tells (it replays).
-	ErrConnectionLost Code = CodeConnectionLost
-)
 
 // Outcome is what reserve says of a key.
 type Outcome string

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	idempotency "github.com/pgidempotency/idempotency/clients/go"
 )
@@ -40,5 +41,30 @@ func TestSentinelsMatchOnTheCode(t *testing.T) {
 	var outcome idempotency.Outcome = idempotency.OutcomeReplay
 	if outcome != "replay" {
 		t.Fatalf("outcome %q", outcome)
+	}
+}
+
+// ErrScopeMissing is a constant matched on its code: a Scope function's own error of that code,
+// however wrapped, is it; another code is not.
+func TestScopeMissingMatchesOnTheCode(t *testing.T) {
+	own := &idempotency.KeyHeaderError{Code: "idempotency_scope_missing", Message: "no X-Account header"}
+	cases := []struct {
+		err  error
+		want bool
+	}{
+		{idempotency.ErrScopeMissing, true},
+		{fmt.Errorf("no account: %w", idempotency.ErrScopeMissing), true},
+		{fmt.Errorf("no account: %w", own), true},
+		{&idempotency.KeyHeaderError{Code: "idempotency_key_missing", Message: "x"}, false},
+		{errors.New("idempotency: the request does not say whose it is"), false},
+	}
+	for i, c := range cases {
+		if got := errors.Is(c.err, idempotency.ErrScopeMissing); got != c.want {
+			t.Errorf("case %d (%v): errors.Is = %v, want %v", i, c.err, got, c.want)
+		}
+	}
+	a := idempotency.AnswerFor(fmt.Errorf("wrapped: %w", idempotency.ErrScopeMissing), time.Now())
+	if a == nil || a.Status != 400 || a.Body["error"] != "idempotency_scope_missing" {
+		t.Fatalf("the answer to a wrapped ErrScopeMissing: %+v", a)
 	}
 }

@@ -11,9 +11,8 @@ var (
 )
 
 var (
-	errKeyMissing   = &KeyHeaderError{"idempotency_key_missing", "the Idempotency-Key header is required"}
-	errKeyMalformed = &KeyHeaderError{"idempotency_key_malformed",
-		"the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters"}
+	errKeyMissing   = &KeyHeaderError{"idempotency_key_missing", problemAnswers["idempotency_key_missing"].detail}
+	errKeyMalformed = &KeyHeaderError{"idempotency_key_malformed", problemAnswers["idempotency_key_malformed"].detail}
 )
 
 // ParseIdempotencyKey is the key of an Idempotency-Key header: the IETF draft's sf-string

@@ -35,7 +35,7 @@ type ReserveOptions struct {
 }
 
 func (o ReserveOptions) values() (lockTTL, retention, wait string) {
-	lockTTL, retention, wait = "5 minutes", "24 hours", "0"
+	lockTTL, retention, wait = defaultLockTTL, defaultRetention, defaultWait
 	if o.LockTTL > 0 {
 		lockTTL = interval(o.LockTTL)
 	}

@@ -39,14 +39,23 @@ type KeyHeaderError struct {
 func (e *KeyHeaderError) Error() string   { return "idempotency: " + e.Message }
 func (e *KeyHeaderError) HTTPStatus() int { return 400 }
 
+// Is matches the HeaderSentinel of its code.
+func (e *KeyHeaderError) Is(target error) bool {
+	t, ok := target.(HeaderSentinel)
+	return ok && string(t) == e.Code
+}
+
+// HeaderSentinel is a code of a 400 answer about the request's key or scope as an error: a
+// constant, so nothing a program does can change what errors.Is matches; it matches itself and
+// a *KeyHeaderError of its code.
+type HeaderSentinel string
+
+func (s HeaderSentinel) Error() string   { return "idempotency: " + problemAnswers[string(s)].detail }
+func (s HeaderSentinel) HTTPStatus() int { return 400 }
+
 // ErrScopeMissing: what a Scope function returns when the request does not say whose it is (a
 // header it reads is missing); answered 400 idempotency_scope_missing.
-var ErrScopeMissing error = &KeyHeaderError{"idempotency_scope_missing",
-	"the request does not say whose it is: the scope of its Idempotency-Key is missing"}
-
-// The bodies of the middleware's answers are those of the Node and Python middlewares, word
-// for word (test/vectors/http_answers.json, checked by every client's tests).
-const invalidJSONMessage = "the request body is sent as JSON but is not JSON, or is over the limits of the fingerprint"
+const ErrScopeMissing = HeaderSentinel("idempotency_scope_missing")
 
 // Answer is one of the middleware's own answers: status, the {"error": code, "message": ...}
 // of its legacy body, extra headers. It is sent as RFC 9457 problem details (Write).
@@ -65,12 +74,15 @@ func problem(status int, code, message string, headers map[string]string) *Answe
 func AnswerFor(err error, now time.Time) *Answer {
 	var (
 		header    *KeyHeaderError
+		sentinel  HeaderSentinel
 		malformed *KeyMalformedError
 		outcome   *OutcomeError
 	)
 	switch {
 	case errors.As(err, &header):
 		return problem(400, header.Code, header.Message, nil)
+	case errors.As(err, &sentinel):
+		return fixedProblem(string(sentinel), nil)
 	case errors.As(err, &malformed):
 		return problem(400, malformed.HTTPError(), strings.TrimPrefix(malformed.Error(), "idempotency: "), nil)
 	case errors.Is(err, ErrKeyInProgress):
@@ -78,20 +90,13 @@ func AnswerFor(err error, now time.Time) *Answer {
 		if errors.As(err, &outcome) {
 			retry = outcome.RetryAfter(now)
 		}
-		return problem(409, "idempotency_key_in_use",
-			"a request with this Idempotency-Key is still being processed; retry later",
-			map[string]string{"Retry-After": strconv.Itoa(retry)})
+		return fixedProblem("idempotency_key_in_use", map[string]string{"Retry-After": strconv.Itoa(retry)})
 	case errors.Is(err, ErrKeyMismatch):
-		return problem(422, "idempotency_key_reused",
-			"this Idempotency-Key was already used with a different request body", nil)
+		return fixedProblem("idempotency_key_reused", nil)
 	case errors.Is(err, ErrKeyTooOld):
-		return problem(422, "idempotency_key_too_old",
-			"this Idempotency-Key was created before the retention window, so the request cannot be "+
-				"told apart from a new one; check whether the first request took effect, then use a new key", nil)
+		return fixedProblem("idempotency_key_too_old", nil)
 	case IsConnectionLost(err):
-		return problem(503, "database_unavailable",
-			"the database could not be reached; retry with the same Idempotency-Key",
-			map[string]string{"Retry-After": "1"})
+		return fixedProblem("database_unavailable", map[string]string{"Retry-After": "1"})
 	}
 	return nil
 }
@@ -438,7 +443,7 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		return
 	}
 	if int64(len(body)) > limit {
-		problem(413, "body_too_large", "the request body is over the limit of the idempotency middleware", nil).Write(w, o.Answers)
+		fixedProblem("body_too_large", nil).Write(w, o.Answers)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -446,7 +451,7 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) {
-			problem(400, "invalid_json", invalidJSONMessage, nil).Write(w, o.Answers)
+			fixedProblem("invalid_json", nil).Write(w, o.Answers)
 		} else {
 			problem(400, "invalid_request", err.Error(), nil).Write(w, o.Answers)
 		}
@@ -460,15 +465,14 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 
 	s, err := c.session(r.Context())
 	if err != nil {
-		fail(err, problem(503, "database_unavailable", "the database could not be reached; retry with the same Idempotency-Key",
-			map[string]string{"Retry-After": "1"}))
+		fail(err, fixedProblem("database_unavailable", map[string]string{"Retry-After": "1"}))
 		return
 	}
 	defer s.release()
 	reservation, err := c.claim(r.Context(), s, scope, key, hash, o.ReserveOptions)
 	if err != nil {
 		s.rollback()
-		fail(err, problem(500, "internal_error", "the request failed; retry with the same Idempotency-Key", nil))
+		fail(err, fixedProblem("internal_error", nil))
 		return
 	}
 	if reservation.Outcome != OutcomeNew {
@@ -517,7 +521,7 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		if IsConnectionLost(endErr) {
 			fail(endErr, nil) // COMMIT may have happened: the retry replays or runs afresh
 		} else {
-			problem(500, "internal_error", "the request failed; retry with the same Idempotency-Key", nil).Write(w, o.Answers)
+			fixedProblem("internal_error", nil).Write(w, o.Answers)
 		}
 		return
 	}
@@ -576,7 +580,7 @@ func (c *Client) serveStatement(w http.ResponseWriter, r *http.Request, o Middle
 			return
 		}
 		o.logger().Printf("idempotency: the statement of key %q failed: %v", key, err)
-		problem(500, "internal_error", "the request failed; retry with the same Idempotency-Key", nil).Write(w, o.Answers)
+		fixedProblem("internal_error", nil).Write(w, o.Answers)
 		return
 	}
 	switch reservation.Outcome {

@@ -5,28 +5,19 @@ import (
 	"net/http"
 )
 
-// ProblemTypeBase is where the problem types of the middleware's answers are documented: an
-// answer's "type" is ProblemTypeBase followed by its code (docs/http.md, one section a code).
-const ProblemTypeBase = "https://github.com/pgidempotency/idempotency/blob/main/docs/http.md#"
+// ProblemTypeBase, ProblemTitles and problemAnswers are generated from
+// test/vectors/http_answers.json: spec_gen.go.
 
-// ProblemTitles: the "title" of the problem details answered for each code, those of every
-// client's middleware (test/vectors/http_answers.json).
-var ProblemTitles = map[string]string{
-	"idempotency_key_missing":     "Idempotency-Key is missing",
-	"idempotency_key_malformed":   "Idempotency-Key is malformed",
-	"idempotency_scope_missing":   "Idempotency scope is missing",
-	"idempotency_scope_malformed": "Idempotency scope is malformed",
-	"invalid_json":                "Request body is not JSON",
-	"invalid_request":             "Request is invalid",
-	"body_unreadable":             "Request body could not be read",
-	"body_too_large":              "Request body is too large",
-	"unauthorized":                "Request is not authorized",
-	"idempotency_key_in_use":      "A request is outstanding for this Idempotency-Key",
-	"idempotency_key_reused":      "Idempotency-Key is already used",
-	"idempotency_key_too_old":     "Idempotency-Key is too old",
-	"idempotency_key_conflict":    "Idempotency-Key conflict",
-	"database_unavailable":        "Database is unavailable",
-	"internal_error":              "Request failed",
+// problemAnswer: the status and detail of one of the middleware's answers that is always the same.
+type problemAnswer struct {
+	status int
+	detail string
+}
+
+// fixedProblem is the answer of code as the spec gives it, with headers.
+func fixedProblem(code string, headers map[string]string) *Answer {
+	p := problemAnswers[code]
+	return problem(p.status, code, p.detail, headers)
 }
 
 // AnswerOptions: how the middleware sends its own answers (never a replay, which is the first

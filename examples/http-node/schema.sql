@@ -1,6 +1,6 @@
 -- Tables of the orders examples: the Node server (under an advisory lock, so servers starting
--- together do not race), examples/http-go and examples/http-java apply this file at start;
--- every statement may run again.
+-- together do not race), examples/http-go, examples/http-java and examples/http-nestjs apply
+-- this file at start; every statement may run again.
 CREATE EXTENSION IF NOT EXISTS idempotency;
 
 -- Deliberately no unique constraint on (account, idempotency_key): the extension is the only

@@ -36,11 +36,11 @@ void define_storage_settings() {
                             "A reserve asking for more is refused.", &max_retention_secs,
                             30 * 86400, 1, INT_MAX, PGC_SUSET, GUC_UNIT_S, nullptr, nullptr,
                             nullptr);
-    DefineCustomIntVariable(
-        "idempotency.maintenance_lock_timeout",
-        "lock_timeout of maintain()'s partition DDL; a step that times out is retried later.",
-        nullptr, &lock_timeout_ms, 100, 1, 60000, PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr,
-        nullptr);
+    DefineCustomIntVariable("idempotency.maintenance_lock_timeout",
+                            "How long a step of maintain()'s partition DDL tries for its lock; "
+                            "then it is retried later.",
+                            nullptr, &lock_timeout_ms, 100, 1, 60000, PGC_SUSET, GUC_UNIT_MS,
+                            nullptr, nullptr, nullptr);
     DefineCustomIntVariable("idempotency.maintenance_interval",
                             "Time between two maintenance passes of the background worker.",
                             nullptr, &interval_secs, 60, 1, 86400, PGC_SIGHUP, GUC_UNIT_S, nullptr,

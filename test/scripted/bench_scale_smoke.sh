@@ -3,7 +3,8 @@
 # Keeps bench/scale.sh working: its smoke size (two tiny sizes, a fixed number of transactions,
 # its own cluster, report under bench/out/scale-smoke/) must load both tables, run every
 # workload on both, and report every figure: throughput and latency, the curve, the targets,
-# bytes per key, WAL per new key, autovacuum, and the maintenance timeline (its own checks:
+# bytes per key (as loaded, as written into the loaded and into empty tables), WAL per new key,
+# autovacuum, and the maintenance timeline with what was waited on (its own checks:
 # every loaded key replays on both tables, maintain() dropped the expired partition). No speed
 # figure is checked, only that each is there and is a number.
 set -euo pipefail
@@ -36,4 +37,14 @@ grep -qE "^maintain\(\) dropped an expired partition of 9,000 keys \($num MB\) a
 grep -qE "^target no key call waits more than 50 ms on maintenance: slowest overlapping call $num ms" \
   "$report" || fail "expected the maintenance target line"
 grep -qE "^ *-?[0-9]+\.[0-9] s +[0-9]+ calls  max +$num ms$" "$report" || fail "expected a timeline"
+grep -qxF "| kind | wait / lock | samples | backends | first s | last s |" "$report" ||
+  fail "expected the wait samples' table"
+grep -qE "^log_lock_waits lines \(waits past 10 ms\) during the step: [0-9]+$" "$report" ||
+  fail "expected the count of logged lock waits"
+for table in extension hand-written; do
+  [[ $(grep -cE "^\| into ($num loaded|empty) \| $num \| $table \| ([0-9]+ \| ){4}[0-9]+ \|$" "$report") -eq 3 ]] ||
+    fail "expected 3 rows of bytes per key as written of $table"
+done
+grep -qE "^target bytes per key as written into empty tables: extension [0-9]+, hand-written [0-9]+ \((met|not met)\)$" \
+  "$report" || fail "expected the bytes-as-written target line"
 echo "bench scale smoke: ok"

@@ -9,6 +9,7 @@ import {
   KeyTooLongError, KeyTooOldError, OutcomeError, ProgramLimitExceededError,
 } from './errors.js';
 import { BodyTooLargeError, IdempotencyKeyHeaderError, isJsonType } from './requests.js';
+import { PROBLEMS, PROBLEM_TITLES, PROBLEM_TYPE_BASE } from './spec.js';
 
 // An answer of the middleware's own: a JSON body (none for undefined).
 export function jsonAnswer(status, body, headers = {}) {
@@ -22,28 +23,11 @@ export function jsonAnswer(status, body, headers = {}) {
 const problem = (status, error, message, headers = {}) =>
   ({ status, body: { error, message }, headers });
 
-// Where the problem types are documented: an answer's "type" is this and its code
-// (docs/http.md, one section a code).
-export const PROBLEM_TYPE_BASE = 'https://github.com/pgidempotency/idempotency/blob/main/docs/http.md#';
+// The answer of code as the spec gives it (PROBLEMS, generated from http_answers.json).
+const fixed = (code, headers = {}) => problem(PROBLEMS[code].status, code, PROBLEMS[code].detail,
+  headers);
 
-// The title of each code's problem details, those of every client (http_answers.json).
-export const PROBLEM_TITLES = Object.freeze({
-  idempotency_key_missing: 'Idempotency-Key is missing',
-  idempotency_key_malformed: 'Idempotency-Key is malformed',
-  idempotency_scope_missing: 'Idempotency scope is missing',
-  idempotency_scope_malformed: 'Idempotency scope is malformed',
-  invalid_json: 'Request body is not JSON',
-  invalid_request: 'Request is invalid',
-  body_unreadable: 'Request body could not be read',
-  body_too_large: 'Request body is too large',
-  unauthorized: 'Request is not authorized',
-  idempotency_key_in_use: 'A request is outstanding for this Idempotency-Key',
-  idempotency_key_reused: 'Idempotency-Key is already used',
-  idempotency_key_too_old: 'Idempotency-Key is too old',
-  idempotency_key_conflict: 'Idempotency-Key conflict',
-  database_unavailable: 'Database is unavailable',
-  internal_error: 'Request failed',
-});
+export { PROBLEM_TITLES, PROBLEM_TYPE_BASE } from './spec.js';
 
 // One of the middleware's own error answers: problem details (type, title, status, detail, and
 // the code as the extension member "error"), keeping its legacy body { error, message } and
@@ -75,24 +59,17 @@ export function answerFor(err) {
   if (err instanceof KeyTooLongError || err instanceof KeyEmptyError)
     return problem(400, err.httpError, err.message);
   if (err instanceof KeyInProgressError) {
-    return problem(409, 'idempotency_key_in_use',
-      'a request with this Idempotency-Key is still being processed; retry later',
-      { 'Retry-After': String(err.retryAfter) });
+    return fixed('idempotency_key_in_use', { 'Retry-After': String(err.retryAfter) });
   }
   if (err instanceof KeyMismatchError) {
-    return problem(422, 'idempotency_key_reused',
-      'this Idempotency-Key was already used with a different request body');
+    return fixed('idempotency_key_reused');
   }
   if (err instanceof KeyTooOldError) {
-    return problem(422, 'idempotency_key_too_old',
-      'this Idempotency-Key was created before the retention window, so the request cannot be ' +
-      'told apart from a new one; check whether the first request took effect, then use a new key');
+    return fixed('idempotency_key_too_old');
   }
   if (err instanceof OutcomeError) return problem(err.httpStatus, 'idempotency_key_conflict', err.message);
   if (err instanceof ConnectionLostError || isConnectionLost(err)) {
-    return problem(503, 'database_unavailable',
-      'the database could not be reached; retry with the same Idempotency-Key',
-      { 'Retry-After': '1' });
+    return fixed('database_unavailable', { 'Retry-After': '1' });
   }
   return null;
 }
@@ -109,12 +86,12 @@ export function requestRefusedAnswer(err) {
   const answer = errorAnswer(err);
   if (answer) return answer;
   if (err instanceof InvalidJsonError || err instanceof ProgramLimitExceededError) {
-    return errorAnswerOf(400, { error: 'invalid_json', message:
-      'the request body is sent as JSON but is not JSON, or is over the limits of the fingerprint' });
+    const { status, body } = fixed('invalid_json');
+    return errorAnswerOf(status, body);
   }
   if (err instanceof BodyTooLargeError) {
-    return errorAnswerOf(413, { error: 'body_too_large',
-      message: 'the request body is over the limit of the idempotency middleware' });
+    const { status, body } = fixed('body_too_large');
+    return errorAnswerOf(status, body);
   }
   return null;
 }
@@ -124,8 +101,10 @@ export const unavailableAnswer = (err) => errorAnswer(new ConnectionLostError(
   `the connection to the server was lost: ${err.message}`, { cause: err }));
 
 // 500: the request failed and nothing of it is stored.
-export const notStoredAnswer = () => errorAnswerOf(500, { error: 'internal_error',
-  message: 'the request failed; retry with the same Idempotency-Key' });
+export const notStoredAnswer = () => {
+  const { status, body } = fixed('internal_error');
+  return errorAnswerOf(status, body);
+};
 
 // The answer to a reserve outcome that runs nothing (in_progress, mismatch, too_old).
 const OUTCOME_ERRORS = {

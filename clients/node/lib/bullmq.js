@@ -36,6 +36,7 @@ import { checkMaxAttempts, counted, recordFailure } from './consumer.js';
 import { InvalidTransactionTerminationError, PoisonMessageError } from './errors.js';
 import { lookup } from './keys.js';
 import { runOnce } from './transactions.js';
+import { DEFAULT_JOB_WAIT, DEFAULT_LOCK_TTL, DEFAULT_RETENTION } from './spec.js';
 
 const STATUS = 200;
 
@@ -100,8 +101,8 @@ export function exactlyOnceProcessor(pool, work, options = {}) {
   }
   if (typeof work !== 'function') throw new TypeError('exactlyOnceProcessor needs a work function');
   const {
-    scope, key, maxAttempts = null, wait = '30 seconds', lockTtl = '5 minutes',
-    retention = '24 hours',
+    scope, key, maxAttempts = null, wait = DEFAULT_JOB_WAIT, lockTtl = DEFAULT_LOCK_TTL,
+    retention = DEFAULT_RETENTION,
   } = options;
   checkMaxAttempts(maxAttempts);
   return async function processor(job, token) {

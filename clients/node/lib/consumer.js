@@ -34,6 +34,7 @@ import {
 import * as streams from './streams.js';
 import { accept, lsnKey, lsnKeyParts } from './streams.js';
 import { transactionWith } from './transactions.js';
+import { DEFAULT_RETENTION, DEFAULT_WAIT } from './spec.js';
 
 export class OutboxConsumer {
   // source: a connected pg client of the database with the slot (used outside transactions);
@@ -150,7 +151,7 @@ function withKey(err, scope, key) {
   return err;
 }
 
-export async function claimOnce(client, scope, key, { retention = '24 hours', wait = '0' } = {}) {
+export async function claimOnce(client, scope, key, { retention = DEFAULT_RETENTION, wait = DEFAULT_WAIT } = {}) {
   checkNames(scope, key);
   try {
     return firstValue(await query(client, CLAIM_ONCE,
@@ -168,7 +169,7 @@ export async function claimOnce(client, scope, key, { retention = '24 hours', wa
 // (TransactionAbortedError); a connection that breaks rejects with ConnectionLostError (nothing
 // of the transaction was kept, unless it broke during COMMIT: the redelivery then gives false).
 async function consumeOnceBare(client, scope, key, work,
-  { retention = '24 hours', wait = '0' } = {}) {
+  { retention = DEFAULT_RETENTION, wait = DEFAULT_WAIT } = {}) {
   checkNames(scope, key);
   try {
     return await transactionWith(client, PREPARED.claim_once,
@@ -263,7 +264,7 @@ export function checkMaxAttempts(maxAttempts) {
 // redelivered after it was recorded dead (a replay after a fix) gets one more attempt;
 // idempotency.forget(scope, key) first gives it maxAttempts again.
 export async function consumeOnce(c, scope, key, work, options = {}) {
-  const { maxAttempts = null, retention = '24 hours', wait = '0' } = options;
+  const { maxAttempts = null, retention = DEFAULT_RETENTION, wait = DEFAULT_WAIT } = options;
   checkMaxAttempts(maxAttempts);
   if (maxAttempts === null) return consumeOnceBare(c, scope, key, work, options);
   let ran = false;
@@ -298,7 +299,7 @@ export function positionKey(partition, position) {
 // the watermark past the position in the same transaction and throws PoisonMessageError
 // (acknowledge the message and go on: the failure stays in idempotency.failed_keys).
 export async function applyOnce(c, consumer, partition, position, fn, options = {}) {
-  const { maxAttempts = null, retention = '24 hours', strict = false } = options;
+  const { maxAttempts = null, retention = DEFAULT_RETENTION, strict = false } = options;
   checkMaxAttempts(maxAttempts);
   if (maxAttempts === null) return streams.applyOnce(c, consumer, partition, position, fn, { strict });
   let ran = false;
@@ -312,7 +313,7 @@ export async function applyOnce(c, consumer, partition, position, fn, options = 
     const key = positionKey(partition, position);
     checkNames(consumer, key);
     const { attempt, doc } = await recordFailure(c, consumer, key, err, {
-      maxAttempts, retention, wait: '0',
+      maxAttempts, retention, wait: DEFAULT_WAIT,
       where: { partition: String(partition), position: String(position) },
       whenDead: () => accept(c, consumer, partition, position),
     });

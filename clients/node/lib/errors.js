@@ -1,76 +1,24 @@
 // Typed errors: one class per SQLSTATE of the error table of docs/reference.md, the reserve outcomes an HTTP
 // layer answers with 409 / 422, and the misuse of a connection.
 
-export class IdempotencyError extends Error {
-  // code: the SQLSTATE (the server's, or ours for errors raised in the client); detail and
-  // hint: the server's; cause: the pg error, if any.
-  constructor(message, { code, detail, hint, cause } = {}) {
-    super(message, cause === undefined ? undefined : { cause });
-    this.name = new.target.name;
-    if (code !== undefined) this.code = code;
-    else if (new.target.sqlstate !== undefined) this.code = new.target.sqlstate;
-    this.detail = detail;
-    this.hint = hint;
-  }
-}
+import { IdempotencyError, sqlstateError } from './error_base.js';
+import {
+  InvalidParameterValueError, OUTCOME_SQLSTATES, ProgramLimitExceededError, SQLSTATE_ALIASES,
+  TRANSLATED_ERRORS, TransactionAbortedError,
+} from './spec.js';
 
-function sqlstateError(name, sqlstate, description) {
-  const cls = {
-    [name]: class extends IdempotencyError {},
-  }[name];
-  cls.sqlstate = sqlstate;
-  cls.description = description;
-  return cls;
-}
-
-export const NullValueNotAllowedError = sqlstateError('NullValueNotAllowedError', '22004',
-  'a NULL argument');
-export const InvalidParameterValueError = sqlstateError('InvalidParameterValueError', '22023',
-  'an empty, out-of-range or malformed argument');
-export const ProgramLimitExceededError = sqlstateError('ProgramLimitExceededError', '54000',
-  'a key, scope, response or JSON over a limit');
-export const ArraySubscriptError = sqlstateError('ArraySubscriptError', '2202E',
-  'a multi-dimensional exclude');
-export const ObjectNotInPrerequisiteStateError = sqlstateError(
-  'ObjectNotInPrerequisiteStateError', '55000',
-  'no live claim (or wal_level not logical for emit, or another extension version)');
-export const StaleAttemptError = sqlstateError('StaleAttemptError', 'IK001',
-  'complete / fail / checkpoint with an attempt another holder replaced');
-export const ResultConflictError = sqlstateError('ResultConflictError', 'IK002',
-  'complete of a completed key with a different result');
-export const ReadOnlySqlTransactionError = sqlstateError('ReadOnlySqlTransactionError', '25006',
-  'a write in a read-only transaction or on a standby');
-export const SerializationFailureError = sqlstateError('SerializationFailureError', '40001',
-  "snapshot older than the key's or watermark's change: retry");
-export const LockNotAvailableError = sqlstateError('LockNotAvailableError', '55P03',
-  'your lock_timeout');
-export const QueryCanceledError = sqlstateError('QueryCanceledError', '57014',
-  'your statement_timeout, or a cancel');
-export const UndefinedObjectError = sqlstateError('UndefinedObjectError', '42704',
-  'a stream or consumer that does not exist');
-export const DuplicateObjectError = sqlstateError('DuplicateObjectError', '42710',
-  'create_stream of an existing stream');
-export const SequenceGeneratorLimitExceededError = sqlstateError(
-  'SequenceGeneratorLimitExceededError', '2200H', 'a stream handed out its last value');
-export const FeatureNotSupportedError = sqlstateError('FeatureNotSupportedError', '0A000',
-  'PREPARE TRANSACTION after create_stream / drop_stream');
-export const StatementSyntaxError = sqlstateError('StatementSyntaxError', '42601',
-  "execute_once's statement is not one statement, or does not parse");
-export const InvalidTransactionTerminationError = sqlstateError(
-  'InvalidTransactionTerminationError', '2D000',
-  "execute_once's statement is transaction control (COMMIT, ROLLBACK, ...), or a job's work " +
-  "ends the run's transaction");
-export const CardinalityViolationError = sqlstateError('CardinalityViolationError', '21000',
-  "execute_once's statement returned more than one row");
-export const ObjectInUseError = sqlstateError('ObjectInUseError', '55006',
-  'execute_once called by a statement of execute_once for the key that statement runs for');
-export const InvalidJsonError = sqlstateError('InvalidJsonError', '22P02',
-  'a body that is not JSON, NaN or Infinity, invalid UTF-8, an unpaired surrogate ' +
-  '(22P05 for \\u0000)');
-export const TransactionAbortedError = sqlstateError('TransactionAbortedError', '25P02',
-  'the connection is inside a failed transaction: roll it back first');
-export const TransactionOpenError = sqlstateError('TransactionOpenError', '25001',
-  'the cross-transaction helper needs a connection with no transaction open');
+export { IdempotencyError } from './error_base.js';
+// The classes of one SQLSTATE with nothing more to them (NullValueNotAllowedError,
+// StaleAttemptError, ...), generated from test/vectors/client.json.
+export {
+  ArraySubscriptError, CardinalityViolationError, DuplicateObjectError, FeatureNotSupportedError,
+  InvalidJsonError, InvalidParameterValueError, InvalidTransactionTerminationError,
+  LockNotAvailableError, NullValueNotAllowedError, ObjectInUseError,
+  ObjectNotInPrerequisiteStateError, ProgramLimitExceededError, QueryCanceledError,
+  ReadOnlySqlTransactionError, ResultConflictError, SequenceGeneratorLimitExceededError,
+  SerializationFailureError, StaleAttemptError, StatementSyntaxError, TransactionAbortedError,
+  TransactionOpenError, UndefinedObjectError,
+} from './spec.js';
 
 // The session's client_encoding is not UTF8 (the application ran SET client_encoding on this
 // connection): node-postgres sends every value as UTF-8, which the server would read as that
@@ -88,19 +36,10 @@ export class ConnectionLostError extends IdempotencyError {
   get httpStatus() { return 503; }
 }
 
-export const BY_SQLSTATE = {
-  ...Object.fromEntries([
-    NullValueNotAllowedError, InvalidParameterValueError, ProgramLimitExceededError,
-    ArraySubscriptError, ObjectNotInPrerequisiteStateError, StaleAttemptError,
-    ResultConflictError, ReadOnlySqlTransactionError, SerializationFailureError,
-    LockNotAvailableError, QueryCanceledError, UndefinedObjectError, DuplicateObjectError,
-    SequenceGeneratorLimitExceededError, FeatureNotSupportedError, InvalidJsonError,
-    TransactionAbortedError, StatementSyntaxError, InvalidTransactionTerminationError,
-    CardinalityViolationError, ObjectInUseError,
-  ].map((cls) => [cls.sqlstate, cls])),
-  '22P05': InvalidJsonError, // \u0000 in a jsonb value
-  '22021': InvalidJsonError, // invalid UTF-8
-};
+// A server error of these SQLSTATEs becomes the class (the aliases count as the SQLSTATE they
+// stand for; claim_once's IK003 / IK004, the outcomes' errors, are added below).
+export const BY_SQLSTATE = Object.fromEntries(TRANSLATED_ERRORS.map((cls) => [cls.sqlstate, cls]));
+for (const [alias, code] of Object.entries(SQLSTATE_ALIASES)) BY_SQLSTATE[alias] = BY_SQLSTATE[code];
 
 // For a server error of an unlisted SQLSTATE: a typed error, or undefined. lib/versions.js sets
 // it (a missing function or schema of the extension), so that this module need not import it.
@@ -166,8 +105,8 @@ export class KeyTooOldError extends OutcomeError {
   get httpStatus() { return 422; }
 }
 
-BY_SQLSTATE.IK003 = KeyInProgressError; // claim_once: another holder has the key
-BY_SQLSTATE.IK004 = KeyTooOldError; // claim_once: a UUIDv7 / ULID key older than retention
+const OUTCOME_ERRORS = { in_progress: KeyInProgressError, too_old: KeyTooOldError };
+for (const [code, outcome] of Object.entries(OUTCOME_SQLSTATES)) BY_SQLSTATE[code] = OUTCOME_ERRORS[outcome];
 Object.freeze(BY_SQLSTATE);
 
 // ---- refused by the helpers before any query ----

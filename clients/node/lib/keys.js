@@ -12,9 +12,11 @@ import { fingerprint } from './fingerprint.js';
 import {
   CHECKPOINT, COMPLETE, EXECUTE_ONCE, FAIL, FORGET, LOOKUP, PREPARED, RESERVE, RESERVE_BEGIN,
 } from './statements.js';
+import { DEFAULT_LOCK_TTL, DEFAULT_RETENTION, DEFAULT_WAIT, DURATION_UNIT } from './spec.js';
 
 // An interval parameter: a number is seconds, a string the server's interval text.
-export const interval = (v) => (typeof v === 'number' ? `${v} seconds` : v);
+export const interval = (v) =>
+  (typeof v === 'number' ? `${Math.round(v * 1e6)} ${DURATION_UNIT}` : v);
 // A jsonb parameter as its JSON text (pg would send an array as a PostgreSQL array).
 export const json = (v) => (v === undefined ? null : JSON.stringify(v));
 
@@ -90,7 +92,7 @@ export function checkNames(scope, key) {
 // The values of reserve's ($1 to $6) and reserve_begin's parameters, once scope and key pass
 // checkNames.
 function reserveValues(scope, key, requestHash,
-  { lockTtl = '5 minutes', retention = '24 hours', wait = '0' } = {}) {
+  { lockTtl = DEFAULT_LOCK_TTL, retention = DEFAULT_RETENTION, wait = DEFAULT_WAIT } = {}) {
   checkNames(scope, key);
   return [scope, key, requestHash ?? null, interval(lockTtl), interval(retention),
     interval(wait)];

@@ -3,6 +3,7 @@
 // fingerprint of the body.
 import { createHash } from 'node:crypto';
 import { checkNames, requestHash } from './keys.js';
+import { PROBLEMS } from './spec.js';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const TOKEN_RE = /^[\x21-\x7e]{1,255}$/; // visible ASCII, no spaces
@@ -17,6 +18,9 @@ export class IdempotencyKeyHeaderError extends Error {
   }
 }
 
+// The IdempotencyKeyHeaderError of code, its message the spec's detail (PROBLEMS).
+const headerError = (code) => new IdempotencyKeyHeaderError(code, PROBLEMS[code].detail);
+
 // The key of an Idempotency-Key header: the IETF draft's sf-string (RFC 8941: "..." with \"
 // and \\ the only escapes; a parameter, a list or anything else after the closing quote is
 // refused) or the unquoted token Stripe-style clients send, the two spellings of one key being
@@ -24,13 +28,12 @@ export class IdempotencyKeyHeaderError extends Error {
 // (test/vectors/idempotency_key.json).
 export function parseIdempotencyKey(raw) {
   if (raw === undefined || raw === null || raw === '')
-    throw new IdempotencyKeyHeaderError('idempotency_key_missing', 'the Idempotency-Key header is required');
+    throw headerError('idempotency_key_missing');
   let key = String(raw).replace(/^[ \t]+|[ \t]+$/g, '');
   if (key.startsWith('"')) key = parseSfString(key);
   if (key !== null && UUID_RE.test(key)) return key.toLowerCase();
   if (key === null || !TOKEN_RE.test(key)) {
-    throw new IdempotencyKeyHeaderError('idempotency_key_malformed',
-      'the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters');
+    throw headerError('idempotency_key_malformed');
   }
   return key;
 }
@@ -83,8 +86,9 @@ async function defaultRequestHash(req, exclude, limit) {
   const json = isJsonType(req.headers['content-type']);
   let bytes = req.rawBody;
   if (bytes === undefined || bytes === null) {
-    if (!req._body && !req.readableEnded) {
-      bytes = await readBody(req, limit);
+    const stream = req.raw ?? req; // node's request, under a framework's (Fastify's request.raw)
+    if (!req._body && !stream.readableEnded) {
+      bytes = await readBody(stream, limit);
       req.rawBody = bytes;
     } else if (typeof req.body === 'string' || Buffer.isBuffer(req.body)) {
       bytes = req.body;
@@ -114,8 +118,7 @@ export function requestIdentity(options) {
   return async (req) => {
     const scope = valueOf(options.scope, req);
     if (scope === undefined || scope === null) { // say a header the scope is read from
-      throw new IdempotencyKeyHeaderError('idempotency_scope_missing',
-        'the request does not say whose it is: the scope of its Idempotency-Key is missing');
+      throw headerError('idempotency_scope_missing');
     }
     const key = keyOf(req);
     checkNames(scope, key);

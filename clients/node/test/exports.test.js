@@ -1,5 +1,5 @@
-// The public API by name: what index.js, lib/action.js and lib/fastify.js (the package's entry
-// points) export at run time, and what index.d.ts, action.d.ts and fastify.d.ts declare,
+// The public API by name: what index.js, lib/action.js, lib/fastify.js and lib/nestjs.js (the
+// package's entry points) export at run time, and what their .d.ts files declare,
 // against fixed lists. Moving code between the modules of lib/ must leave these lists as they
 // are; a change to them is a change to the package's API.
 import assert from 'node:assert/strict';
@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import * as action from '../lib/action.js';
 import * as fastify from '../lib/fastify.js';
+import * as nestjs from '../lib/nestjs.js';
 import * as api from '../index.js';
 
 const ACTION = [
@@ -17,6 +18,10 @@ const ACTION = [
 
 const FASTIFY = ['idempotencyPlugin'];
 const FASTIFY_TYPES = ['IdempotencyPluginOptions'];
+
+const NESTJS = ['IDEMPOTENCY_OPTIONS', 'IDEMPOTENT_ROUTE', 'Idempotency', 'IdempotencyInterceptor',
+  'IdempotencyModule', 'Idempotent'];
+const NESTJS_TYPES = ['IdempotencyModuleAsyncOptions', 'IdempotentOptions', 'IdempotentRequest'];
 
 const INDEX = [
   ...ACTION,
@@ -115,4 +120,14 @@ test('fastify.d.ts declares exactly the listed names: the run-time ones as value
   const { values, types } = declared('fastify.d.ts');
   assert.deepEqual(values, sorted(FASTIFY));
   assert.deepEqual(types, sorted(FASTIFY_TYPES));
+});
+
+test('lib/nestjs.js (@idempotency/client/nestjs) exports exactly the listed names', () => {
+  assert.deepEqual(sorted(Object.keys(nestjs)), sorted(NESTJS));
+});
+
+test('nestjs.d.ts declares exactly the listed names: the run-time ones as values', () => {
+  const { values, types } = declared('nestjs.d.ts');
+  assert.deepEqual(values, sorted(NESTJS));
+  assert.deepEqual(types, sorted(NESTJS_TYPES));
 });

@@ -11,7 +11,7 @@ import * as client from '../index.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
-test('index.d.ts and fastify.d.ts compile with tsc --strict against test/types/*.ts', async () => {
+test('index.d.ts, fastify.d.ts and nestjs.d.ts compile with tsc --strict against test/types/*.ts', async () => {
   const tsc = `${root}node_modules/typescript/bin/tsc`;
   const { stdout, stderr } = await promisify(execFile)(process.execPath,
     [tsc, '-p', `${root}test/types/tsconfig.json`]).catch((err) => err);
@@ -38,10 +38,12 @@ test('action.d.ts declares exactly the run-time exports of lib/action.js', () =>
   assert.deepEqual([...declared].sort(), Object.keys(action).sort());
 });
 
-test('fastify.d.ts declares exactly the run-time exports of lib/fastify.js', async () => {
-  const plugin = await import('../lib/fastify.js');
-  const dts = fs.readFileSync(`${root}fastify.d.ts`, 'utf8');
-  const declared = new Set([...dts.matchAll(/^export (?:declare )?(?:function|class|const) (\w+)/gm)]
-    .map((m) => m[1]));
-  assert.deepEqual([...declared].sort(), Object.keys(plugin).sort());
-});
+for (const entry of ['fastify', 'nestjs']) {
+  test(`${entry}.d.ts declares exactly the run-time exports of lib/${entry}.js`, async () => {
+    const module = await import(`../lib/${entry}.js`);
+    const dts = fs.readFileSync(`${root}${entry}.d.ts`, 'utf8');
+    const declared = new Set([...dts.matchAll(/^export (?:declare )?(?:function|class|const) (\w+)/gm)]
+      .map((m) => m[1]));
+    assert.deepEqual([...declared].sort(), Object.keys(module).sort());
+  });
+}

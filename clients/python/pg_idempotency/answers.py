@@ -12,6 +12,7 @@ from typing import Any, Mapping, Optional
 
 from .errors import (InvalidJson, KeyInProgress, KeyMalformed, KeyMismatch, KeyTooOld,
                      OutcomeError, ProgramLimitExceeded)
+from .spec import PROBLEM_TITLES, PROBLEM_TYPE_BASE, PROBLEMS
 
 
 def is_json_type(content_type: Optional[str]) -> bool:
@@ -21,28 +22,8 @@ def is_json_type(content_type: Optional[str]) -> bool:
                                            and media.endswith("+json"))
 
 
-# Where the problem types are documented: an answer's "type" is this and its code
-# (docs/http.md, one section a code).
-PROBLEM_TYPE_BASE = "https://github.com/pgidempotency/idempotency/blob/main/docs/http.md#"
-
-# The title of each code's problem details, those of every client (http_answers.json).
-PROBLEM_TITLES = {
-    "idempotency_key_missing": "Idempotency-Key is missing",
-    "idempotency_key_malformed": "Idempotency-Key is malformed",
-    "idempotency_scope_missing": "Idempotency scope is missing",
-    "idempotency_scope_malformed": "Idempotency scope is malformed",
-    "invalid_json": "Request body is not JSON",
-    "invalid_request": "Request is invalid",
-    "body_unreadable": "Request body could not be read",
-    "body_too_large": "Request body is too large",
-    "unauthorized": "Request is not authorized",
-    "idempotency_key_in_use": "A request is outstanding for this Idempotency-Key",
-    "idempotency_key_reused": "Idempotency-Key is already used",
-    "idempotency_key_too_old": "Idempotency-Key is too old",
-    "idempotency_key_conflict": "Idempotency-Key conflict",
-    "database_unavailable": "Database is unavailable",
-    "internal_error": "Request failed",
-}
+# PROBLEM_TYPE_BASE, PROBLEM_TITLES and PROBLEMS (the status and detail of the answers that are
+# always the same) are generated from test/vectors/http_answers.json: spec.py.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +58,12 @@ def _problem(status, error, message, headers=None) -> Answer:
     return Answer(status, {"error": error, "message": message}, headers or {})
 
 
+def _fixed(code, headers=None) -> Answer:
+    """The answer of `code` as the spec gives it (PROBLEMS), with `headers`."""
+    status, detail = PROBLEMS[code]
+    return _problem(status, code, detail, headers)
+
+
 def answer_for(err: BaseException) -> Optional[Answer]:
     """The HTTP answer for an error of the helpers that has one (a malformed key or scope, the
     reserve outcomes in_progress / mismatch / too_old, a request body the fingerprint refused),
@@ -84,17 +71,11 @@ def answer_for(err: BaseException) -> Optional[Answer]:
     if isinstance(err, KeyMalformed):
         return _problem(400, err.code, err.message)
     if isinstance(err, KeyInProgress):
-        return _problem(409, "idempotency_key_in_use",
-                        "a request with this Idempotency-Key is still being processed; retry "
-                        "later", {"Retry-After": str(err.retry_after)})
+        return _fixed("idempotency_key_in_use", {"Retry-After": str(err.retry_after)})
     if isinstance(err, KeyMismatch):
-        return _problem(422, "idempotency_key_reused",
-                        "this Idempotency-Key was already used with a different request body")
+        return _fixed("idempotency_key_reused")
     if isinstance(err, KeyTooOld):
-        return _problem(422, "idempotency_key_too_old",
-                        "this Idempotency-Key was created before the retention window, so the "
-                        "request cannot be told apart from a new one; check whether the first "
-                        "request took effect, then use a new key")
+        return _fixed("idempotency_key_too_old")
     if isinstance(err, OutcomeError):
         return _problem(err.http_status, "idempotency_key_conflict", err.message)
     if isinstance(err, (InvalidJson, ProgramLimitExceeded)) and err.pgerror is None:
@@ -104,21 +85,11 @@ def answer_for(err: BaseException) -> Optional[Answer]:
     return None
 
 
-# The bodies of these answers are those of the Node middleware, word for word
-# (test/vectors/http_answers.json, checked by both clients' tests).
-DATABASE_UNAVAILABLE = _problem(503, "database_unavailable",
-                                "the database could not be reached; retry with the same "
-                                "Idempotency-Key", {"Retry-After": "1"})
-INVALID_JSON = _problem(400, "invalid_json",
-                        "the request body is sent as JSON but is not JSON, or is over the "
-                        "limits of the fingerprint")
-SCOPE_MISSING = _problem(400, "idempotency_scope_missing",
-                         "the request does not say whose it is: the scope of its "
-                         "Idempotency-Key is missing")
-NOT_STORED = _problem(500, "internal_error",
-                      "the request failed; retry with the same Idempotency-Key")
-BODY_TOO_LARGE = _problem(413, "body_too_large",
-                          "the request body is over the limit of the idempotency middleware")
+DATABASE_UNAVAILABLE = _fixed("database_unavailable", {"Retry-After": "1"})
+INVALID_JSON = _fixed("invalid_json")
+SCOPE_MISSING = _fixed("idempotency_scope_missing")
+NOT_STORED = _fixed("internal_error")
+BODY_TOO_LARGE = _fixed("body_too_large")
 
 
 # What complete() stores for an answer is {"idempotency_http": 1, "headers": {...}, and the

@@ -51,6 +51,7 @@ from celery.exceptions import Ignore, Reject, Retry
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
+from .spec import DEFAULT_JOB_WAIT, DEFAULT_LOCK_TTL, DEFAULT_RETENTION
 from . import statements as sql
 from .connection import (autocommit_to_restore, check_encodable, check_usable,
                          check_work_left_usable, cursor_of, pipelined)
@@ -214,9 +215,9 @@ class ExactlyOnceTask(Task):
     idempotency_key: Any = None
     idempotency_dsn: Optional[str] = None
     max_attempts: Optional[int] = None
-    lock_wait = "30 seconds"
-    lock_ttl = "5 minutes"
-    retention = "24 hours"
+    lock_wait = DEFAULT_JOB_WAIT
+    lock_ttl = DEFAULT_LOCK_TTL
+    retention = DEFAULT_RETENTION
     # How long a run waits before it requeues its task when the database cannot be reached
     # (so a database restart does not turn into a tight redelivery loop).
     reconnect_pause = 0.5

@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional
 import psycopg
 from psycopg.types.json import Jsonb
 
+from .spec import DEFAULT_RETENTION, DEFAULT_WAIT
 from . import statements as sql
 from . import streams
 from .connection import check_encodable, execute, transaction_with
@@ -133,7 +134,7 @@ def _name_key(e, scope, key):
         e.scope, e.key = scope, key
 
 
-def claim_once(conn, scope, key, *, retention="24 hours", wait="0") -> bool:
+def claim_once(conn, scope, key, *, retention=DEFAULT_RETENTION, wait=DEFAULT_WAIT) -> bool:
     """idempotency.claim_once in the caller's transaction: true the first time (the key is now
     completed in this transaction: apply the message in it), false for a redelivery.
     KeyInProgress (IK003) if another holder has the key after `wait`, KeyTooOld (IK004) for a
@@ -231,7 +232,7 @@ def _check_max_attempts(max_attempts):
         raise ValueError("max_attempts must be a positive integer (or None)")
 
 
-def consume_once(conn, scope, key, work: Callable, *, retention="24 hours", wait="0",
+def consume_once(conn, scope, key, work: Callable, *, retention=DEFAULT_RETENTION, wait=DEFAULT_WAIT,
                  max_attempts: Optional[int] = None) -> bool:
     """Runs work(conn) in one transaction with claim_once(scope, key): true if it ran, false for
     a redelivery (a key already completed: acknowledge the message without running work). The
@@ -281,7 +282,7 @@ def position_key(partition, position) -> str:
 
 
 def apply_once(conn, consumer, partition, position, fn: Callable, *, strict=False,
-               max_attempts: Optional[int] = None, retention="24 hours") -> bool:
+               max_attempts: Optional[int] = None, retention=DEFAULT_RETENTION) -> bool:
     """streams.apply_once (fn(conn) in one transaction with accept: true if it ran, false for a
     position at or below the watermark), and with max_attempts a position whose fn fails
     again and again does not stop the partition: each failure is recorded on the key

@@ -1,6 +1,7 @@
 """The decision flow (flow.py) on Django's own database connection: the session of one
 request, in which the claim, the view's ORM writes and the stored answer are one
-transaction.atomic."""
+transaction.atomic. Its statements bind their values (libpq_bound), on Django's psycopg2
+connection as on any other."""
 from __future__ import annotations
 
 import json
@@ -11,12 +12,15 @@ from django.db import DatabaseError, connections, transaction
 from . import statements
 from .connection import check_encodable
 from .keys import Reservation
+from .libpq_bound import execute_row
 from .sessions import going_away
 
 
 class _Rollback(Exception):
     """Leaves transaction.atomic with a rollback."""
 
+
+_IDLE = 0                                 # psycopg2's TRANSACTION_STATUS_IDLE
 
 # Django's PostgreSQL backend sets client_encoding to UTF8 on every connection it makes.
 _UTF8_SESSION = types.SimpleNamespace(info=types.SimpleNamespace(encoding="utf-8"))
@@ -105,10 +109,27 @@ class DjangoSession:
         return Reservation(str(row[0]), row[1], response, *row[3:])
 
     def _execute(self, sql, params):
-        cursor = yield (self.db.cursor,)
-        with cursor:                            # closes it, quietly on a broken connection
-            yield (cursor.execute, sql, params)
-            return (yield (cursor.fetchone,))
+        """sql's first row, its values bound (libpq_bound: psycopg2 would write them into the
+        text). psycopg2 opens a transaction before its next statement, not at atomic's
+        __enter__; it must open this one (it sends COMMIT and ROLLBACK only for a transaction it
+        opened), so a value-free statement through it comes first when it has not yet."""
+        yield (self.db.ensure_connection,)
+        raw = self.db.connection
+        if not hasattr(raw, "pgconn_ptr"):      # psycopg 3 (Django 4.2+): its own binding
+            cursor = yield (self.db.cursor,)
+            with cursor:
+                yield (cursor.execute, sql, params)
+                return (yield (cursor.fetchone,))
+        if raw.get_transaction_status() == _IDLE and not self.db.get_autocommit():
+            cursor = yield (self.db.cursor,)
+            with cursor:
+                yield (cursor.execute, statements.NOTHING)
+        return (yield (self._bound, sql, params))
+
+    def _bound(self, sql, params):
+        self.db.validate_no_broken_transaction()
+        with self.db.wrap_database_errors:
+            return execute_row(self.db.connection, sql, params)
 
     def rollback(self, error=None):
         atomic, self.atomic = self.atomic, None

@@ -7,88 +7,17 @@ import math
 
 import psycopg
 
+# The classes of one SQLSTATE with nothing more to them (NullValueNotAllowed, StaleAttempt, ...)
+# are generated from test/vectors/client.json: spec.py.
+from .error_base import IdempotencyError
+from .spec import *  # noqa: F401,F403
+from .spec import (OUTCOME_SQLSTATES, SQLSTATE_ALIASES, TRANSLATED, InvalidParameterValue,
+                   ProgramLimitExceeded)
 
-class IdempotencyError(Exception):
-    """Base class. `sqlstate`, `message`, `detail` and `hint` are the server's (or, for errors
-    raised in the client, ours); `pgerror` is the psycopg exception, if any."""
-
-    sqlstate: str | None = None
-
-    def __init__(self, message, detail=None, hint=None, sqlstate=None, pgerror=None):
-        super().__init__(message)
-        self.message = message
-        self.detail = detail
-        self.hint = hint
-        if sqlstate is not None:
-            self.sqlstate = sqlstate
-        self.pgerror = pgerror
-
-    def __str__(self):
-        parts = [self.message]
-        if self.detail:
-            parts.append("DETAIL: " + self.detail)
-        if self.hint:
-            parts.append("HINT: " + self.hint)
-        return "\n".join(parts)
-
-
-def _state(code, name, doc, *bases):
-    cls = type(name, (IdempotencyError, *bases), {"sqlstate": code, "__doc__": doc})
-    return cls
-
-
-NullValueNotAllowed = _state("22004", "NullValueNotAllowed", "22004: a NULL argument")
-InvalidParameterValue = _state("22023", "InvalidParameterValue",
-                               "22023: an empty, out-of-range or malformed argument", ValueError)
-ProgramLimitExceeded = _state("54000", "ProgramLimitExceeded",
-                              "54000: a key, scope, response or JSON over a limit", ValueError)
-ArraySubscriptError = _state("2202E", "ArraySubscriptError", "2202E: a multi-dimensional exclude")
-ObjectNotInPrerequisiteState = _state("55000", "ObjectNotInPrerequisiteState",
-                                      "55000: no live claim (or wal_level not logical for emit)")
-StaleAttempt = _state("IK001", "StaleAttempt",
-                      "IK001: complete / fail / checkpoint with an attempt another holder replaced")
-ResultConflict = _state("IK002", "ResultConflict",
-                        "IK002: complete of a completed key with a different result")
-ReadOnlySqlTransaction = _state("25006", "ReadOnlySqlTransaction",
-                                "25006: a write in a read-only transaction or on a standby")
-SerializationFailure = _state("40001", "SerializationFailure",
-                              "40001: snapshot older than the key's or watermark's change: retry")
-LockNotAvailable = _state("55P03", "LockNotAvailable", "55P03: your lock_timeout")
-QueryCanceled = _state("57014", "QueryCanceled", "57014: your statement_timeout, or a cancel")
-UndefinedObject = _state("42704", "UndefinedObject", "42704: a stream that does not exist")
-DuplicateObject = _state("42710", "DuplicateObject", "42710: create_stream of an existing stream")
-SequenceGeneratorLimitExceeded = _state("2200H", "SequenceGeneratorLimitExceeded",
-                                        "2200H: a stream handed out its last value")
-FeatureNotSupported = _state("0A000", "FeatureNotSupported",
-                             "0A000: PREPARE TRANSACTION after create_stream / drop_stream")
-InvalidJson = _state("22P02", "InvalidJson",
-                     "22P02 (22P05 for \\u0000): a body that is not JSON, NaN or Infinity, "
-                     "invalid UTF-8, an unpaired surrogate", ValueError)
-# execute_once's refusals of its statement, and of what the statement did.
-StatementSyntaxError = _state("42601", "StatementSyntaxError",
-                              "42601: execute_once of a text that is not one statement, or "
-                              "does not parse")
-InvalidTransactionTermination = _state("2D000", "InvalidTransactionTermination",
-                                       "2D000: execute_once of transaction control, or "
-                                       "a Celery task body ending the run's transaction")
-CardinalityViolation = _state("21000", "CardinalityViolation",
-                              "21000: execute_once's statement returned more than one row")
-ObjectInUse = _state("55006", "ObjectInUse",
-                     "55006: execute_once called by its own statement for the same key")
-
-BY_SQLSTATE = {cls.sqlstate: cls for cls in (
-    NullValueNotAllowed, InvalidParameterValue, ProgramLimitExceeded, ArraySubscriptError,
-    ObjectNotInPrerequisiteState, StaleAttempt, ResultConflict, ReadOnlySqlTransaction,
-    SerializationFailure, LockNotAvailable, QueryCanceled, UndefinedObject, DuplicateObject,
-    SequenceGeneratorLimitExceeded, FeatureNotSupported, StatementSyntaxError,
-    InvalidTransactionTermination, CardinalityViolation, ObjectInUse, InvalidJson)}
-BY_SQLSTATE["22P05"] = InvalidJson       # \u0000 in a jsonb value
-BY_SQLSTATE["22021"] = InvalidJson       # invalid UTF-8
-
-
-class TransactionAborted(IdempotencyError):
-    """The connection is inside a failed transaction: roll it back first."""
-    sqlstate = "25P02"
+# A server error of these SQLSTATEs becomes the class (the aliases count as the SQLSTATE they
+# stand for; claim_once's IK003 / IK004, the outcomes' errors, are added below).
+BY_SQLSTATE = {cls.sqlstate: cls for cls in TRANSLATED}
+BY_SQLSTATE.update({alias: BY_SQLSTATE[code] for alias, code in SQLSTATE_ALIASES.items()})
 
 
 class ConnectionLost(IdempotencyError, psycopg.OperationalError):
@@ -107,11 +36,6 @@ def lost_connection(conn, err: Exception):
     if isinstance(err, psycopg.OperationalError) and (conn.broken or conn.closed):
         return ConnectionLost(f"the connection to the server was lost: {err}".strip(), pgerror=err)
     return None
-
-
-class TransactionOpen(IdempotencyError):
-    """The cross-transaction helper needs a connection with no transaction open."""
-    sqlstate = "25001"
 
 
 def translate(err: psycopg.Error) -> Exception:
@@ -262,8 +186,8 @@ class KeyTooOld(OutcomeError):
     outcome = "too_old"
 
 
-BY_SQLSTATE["IK003"] = KeyInProgress   # claim_once: another holder has the key
-BY_SQLSTATE["IK004"] = KeyTooOld       # claim_once: a UUIDv7 / ULID key older than retention
+for _code, _outcome in OUTCOME_SQLSTATES.items():   # claim_once's IK003 / IK004
+    BY_SQLSTATE[_code] = {"in_progress": KeyInProgress, "too_old": KeyTooOld}[_outcome]
 
 __all__ = ["IdempotencyError", "ConnectionLost", "OutcomeError", "KeyInProgress", "KeyMismatch",
            "KeyTooOld", "TransactionAborted", "TransactionOpen", "KeyMalformed", "KeyEmpty",

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from psycopg.types.json import Json, Jsonb
 
+from .spec import DEFAULT_LOCK_TTL, DEFAULT_RETENTION, DEFAULT_WAIT, DURATION_UNIT
 from . import statements as sql
 from .connection import check_encodable, execute, load_json
 from .errors import KeyInProgress, KeyMismatch, KeyTooOld, check_names
@@ -43,11 +44,15 @@ def names(scope, key):
 
 
 def interval(v):
-    """An interval parameter: a timedelta or a number of seconds as text, a text as it is."""
+    """An interval parameter: a timedelta or a number of seconds as the spec's duration text
+    (whole microseconds, nothing rounded), a text as it is."""
     if isinstance(v, _dt.timedelta):
-        return f"{v.total_seconds()} seconds"
-    if isinstance(v, (int, float)):
-        return f"{v} seconds"
+        micros = (v.days * 86_400 + v.seconds) * 1_000_000 + v.microseconds
+        return f"{micros} {DURATION_UNIT}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v * 1_000_000} {DURATION_UNIT}"
+    if isinstance(v, float):
+        return f"{round(v * 1_000_000)} {DURATION_UNIT}"
     return v
 
 
@@ -132,8 +137,8 @@ def raise_for(scope, key, r: Reservation):
                         f'idempotency key "{key}" is older than the retention window')
 
 
-def reserve(conn, scope, key, request_hash=None, *, lock_ttl="5 minutes",
-            retention="24 hours", wait="0") -> Reservation:
+def reserve(conn, scope, key, request_hash=None, *, lock_ttl=DEFAULT_LOCK_TTL,
+            retention=DEFAULT_RETENTION, wait=DEFAULT_WAIT) -> Reservation:
     params = reserve_params(scope, key, request_hash, lock_ttl, retention, wait)
     check_encodable(conn, names(scope, key))
     cur = execute(conn, sql.RESERVE, params)
@@ -141,7 +146,7 @@ def reserve(conn, scope, key, request_hash=None, *, lock_ttl="5 minutes",
 
 
 def execute_once(conn, scope, key, statement, params=(), request_hash=None, *,
-                 status_code=201, lock_ttl="5 minutes", retention="24 hours", wait="0"
+                 status_code=201, lock_ttl=DEFAULT_LOCK_TTL, retention=DEFAULT_RETENTION, wait=DEFAULT_WAIT
                  ) -> Reservation:
     """idempotency.execute_once in the connection's current transaction (in autocommit if it
     has none open, and the connection is in autocommit): on the outcome 'new' the statement ran

@@ -17,6 +17,8 @@ from .spec_statements import LISTED  # noqa: F401 (named for readers and linters
 BEGIN = "BEGIN"
 COMMIT = "COMMIT"
 ROLLBACK = "ROLLBACK"
+# No value, no work: sent through psycopg2 (Django) so that psycopg2 opens the transaction.
+NOTHING = "SELECT"
 SLOT_EXISTS = "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s"
 CREATE_SLOT = "SELECT pg_create_logical_replication_slot(%s, 'idempotency')"
 ADVANCE_SLOT = "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)"

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 from typing import Any, Callable, Optional
 
+from .spec import DEFAULT_LOCK_TTL, DEFAULT_RETENTION, DEFAULT_WAIT
 from .connection import (check_usable, guard, one_statement, transaction_failed,
                          transaction_idle)
 from .errors import TransactionOpen
@@ -48,8 +49,8 @@ class Claim:
 
 
 @contextlib.contextmanager
-def claim(conn, scope, key, request=None, *, exclude=(), lock_ttl="5 minutes",
-          retention="24 hours", wait="0"):
+def claim(conn, scope, key, request=None, *, exclude=(), lock_ttl=DEFAULT_LOCK_TTL,
+          retention=DEFAULT_RETENTION, wait=DEFAULT_WAIT):
     """One-transaction helper as a context manager: reserve, your work and complete in one
     transaction (a savepoint if the caller already has one open, else a transaction that
     commits at the end of the block). An exception in the block rolls the claim back with it.
@@ -110,7 +111,7 @@ def run_once(conn, scope, key, work: Optional[Callable[[], tuple]] = None, reque
 
 
 def _run_statement(conn, scope, key, statement, params, status, request, *, exclude=(),
-                   lock_ttl="5 minutes", retention="24 hours", wait="0") -> Result:
+                   lock_ttl=DEFAULT_LOCK_TTL, retention=DEFAULT_RETENTION, wait=DEFAULT_WAIT) -> Result:
     check_usable(conn)
     rh = request_hash(request, exclude)
     with guard(conn), one_statement(conn):
@@ -169,8 +170,8 @@ def run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=Non
 
 
 def _run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=None, *,
-                  exclude=(), finish: Callable | None = None, lock_ttl="5 minutes",
-                  retention="24 hours", wait="0") -> Result:
+                  exclude=(), finish: Callable | None = None, lock_ttl=DEFAULT_LOCK_TTL,
+                  retention=DEFAULT_RETENTION, wait=DEFAULT_WAIT) -> Result:
     """Cross-transaction helper for an external side effect. Commits the claim, runs
     work(attempt) with no transaction open (it returns (status_code, response)), then, in a
     second transaction, calls finish(conn, status_code, response) if given (your business

@@ -8,6 +8,7 @@ import hashlib
 import re
 from typing import Any, Callable, Mapping, Optional
 
+from .spec import DEFAULT_LOCK_TTL, DEFAULT_RETENTION, DEFAULT_WAIT, PROBLEMS
 from .answers import SCOPE_MISSING, is_json_type
 # (documented under pg_idempotency.web before answers.py held them)
 from .answers import replay_of, stored_answer  # noqa: F401
@@ -27,16 +28,14 @@ def parse_idempotency_key(raw: Optional[str]) -> str:
     being the same key. The key is a UUID (lower-cased) or 1 to 255 visible ASCII characters
     (test/vectors/idempotency_key.json). KeyMalformed (a 400) otherwise."""
     if raw is None or raw == "":
-        raise KeyMalformed("idempotency_key_missing", "the Idempotency-Key header is required")
+        raise KeyMalformed("idempotency_key_missing", PROBLEMS["idempotency_key_missing"][1])
     key: Optional[str] = raw.strip(" \t")
     if key.startswith('"'):
         key = _parse_sf_string(key)
     if key is not None and _UUID.fullmatch(key):
         return key.lower()
     if key is None or not _TOKEN.fullmatch(key):
-        raise KeyMalformed("idempotency_key_malformed",
-                           "the Idempotency-Key must be a UUID or 1 to 255 visible ASCII "
-                           "characters")
+        raise KeyMalformed("idempotency_key_malformed", PROBLEMS["idempotency_key_malformed"][1])
     return key
 
 
@@ -92,9 +91,9 @@ class Options:
     scope: Any
     key: Optional[Callable[[RequestInfo], str]] = None
     exclude: tuple = ()
-    lock_ttl: Any = "5 minutes"
-    retention: Any = "24 hours"
-    wait: Any = "0"
+    lock_ttl: Any = DEFAULT_LOCK_TTL
+    retention: Any = DEFAULT_RETENTION
+    wait: Any = DEFAULT_WAIT
     store: Callable[[int], bool] = lambda status: status < 500
     replay_headers: Callable[[int, Any], Mapping[str, str]] = lambda status, response: {}
     applies: Optional[Callable[[str, str], bool]] = None

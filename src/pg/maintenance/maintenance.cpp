@@ -57,8 +57,41 @@ constexpr const char *kDefaultBucketsSql =
     " pg_catalog.count(*) FILTER (WHERE expires_at OPERATOR(pg_catalog.>) $3)"
     " FROM ONLY %s GROUP BY 1";
 
-constexpr const char *kLockExclusiveSql =
-    "LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE";
+// A lock request waiting in the queue of idempotency.keys makes every key call that comes
+// after it wait too, however short the DDL it is for: so maintain() never waits there longer
+// than kLockAttemptMs at a time, and pauses kLockPauseMs between two attempts, in which the
+// calls queued meanwhile go through.
+constexpr int kLockAttemptMs = 10;
+constexpr long kLockPauseMs = 10;
+
+void lock_attempt(void *arg) noexcept {
+    int attempt_ms = *static_cast<int *>(arg);
+    int level = NewGUCNestLevel();
+    (void)set_config_option("lock_timeout", psprintf("%d", attempt_ms), PGC_SUSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
+    LockRelationOid(key_table_oid(), AccessExclusiveLock);
+    AtEOXact_GUC(true, level);
+}
+
+void take_exclusive_lock(Oid keys) noexcept {
+    if (ConditionalLockRelationOid(keys, AccessExclusiveLock)) return;
+    TimestampTz deadline =
+        TimestampTzPlusMilliseconds(GetCurrentTimestamp(), maintenance_lock_timeout_ms());
+    for (;;) {
+        long left_ms = long((deadline - GetCurrentTimestamp()) / 1000);
+        int attempt_ms = int(Max(1L, Min(long(kLockAttemptMs), left_ms)));
+        ErrorData *edata = nullptr;
+        if (run_in_subtransaction(lock_attempt, &attempt_ms, &edata)) return;
+        if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE || GetCurrentTimestamp() >= deadline)
+            ReThrowError(edata);
+        FreeErrorData(edata);
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                        Min(kLockPauseMs, Max(1L, left_ms)), PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+        if (ConditionalLockRelationOid(keys, AccessExclusiveLock)) return;
+    }
+}
 
 const char *const kSkipped =
     "could not lock idempotency.keys within "
@@ -155,7 +188,7 @@ void create_step(void *arg) noexcept {
                      name, kPartitionPrimaryKey, space_name ? " TABLESPACE " : "",
                      space_name ? quote_identifier(space_name) : ""),
             SPI_OK_UTILITY);
-    spi_run(kLockExclusiveSql, SPI_OK_UTILITY);
+    lock_keys_exclusively();
     IDEM_FAULT_POINT("maintain-create");
     s->moved = attach_moving_default_rows(name, lo, hi);
 }
@@ -167,8 +200,7 @@ struct DropStep {
 
 void drop_step(void *arg) noexcept {
     auto *s = static_cast<DropStep *>(arg);
-    // The parent first: the order in which every reader locks them.
-    spi_run(kLockExclusiveSql, SPI_OK_UTILITY);
+    lock_keys_exclusively();
     // By OID: the partition may live in any schema, or have been renamed.
     char *name = relation_name(s->target->oid);
     s->gone = name == nullptr;
@@ -364,6 +396,19 @@ void set_pinned(const char *name, const char *value) {
 }  // namespace
 
 // --- shared helpers ---------------------------------------------------------------------------
+
+// ACCESS EXCLUSIVE on idempotency.keys (the parent first: the order in which every reader
+// locks them), held to the end of the transaction: taken at once when no call holds the
+// table, else in attempts of kLockAttemptMs until idempotency.maintenance_lock_timeout has
+// passed, when the last attempt's lock timeout error (55P03) ends the step as skipped.
+void lock_keys_exclusively() noexcept {
+    Oid keys = key_table_oid();
+    take_exclusive_lock(keys);
+    // Citus propagates a LOCK statement to the workers' shards: granted here already, it
+    // waits only there (maintenance_lock_timeout).
+    if (is_citus_table(keys))
+        spi_run("LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE", SPI_OK_UTILITY);
+}
 
 Oid key_table_oid() {
     Oid schema = get_namespace_oid("idempotency", false);

@@ -42,6 +42,10 @@ char *partman_schema();
 // True when pg_partman's part_config lists idempotency.keys.
 bool partman_manages_keys(const char *schema);
 
+// ACCESS EXCLUSIVE on idempotency.keys to the end of the transaction, without keeping key calls
+// queued behind the request for more than a few milliseconds at a time (maintenance.cpp);
+// raises the lock timeout error (55P03) after idempotency.maintenance_lock_timeout.
+void lock_keys_exclusively() noexcept;
 // Runs a statement; errors (elog) unless SPI returns `expected`.
 void spi_run(const char *sql, int expected) noexcept;
 

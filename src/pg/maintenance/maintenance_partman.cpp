@@ -134,7 +134,13 @@ struct PartmanStep {
 void partman_step(void *arg) noexcept {
     auto *s = static_cast<PartmanStep *>(arg);
     // Our own LOCK first: pg_partman turns every error into P0001, a lock timeout included.
-    if (s->lock_sql != nullptr) spi_run(s->lock_sql, SPI_OK_UTILITY);
+    // The parent's lock first, without a long wait in its queue: key calls lock the parent
+    // before a partition, so the partitions' locks then wait only for sessions that opened a
+    // partition directly.
+    if (s->lock_sql != nullptr) {
+        lock_keys_exclusively();
+        spi_run(s->lock_sql, SPI_OK_UTILITY);
+    }
     spi_run(s->sql, SPI_OK_SELECT);
 }
 

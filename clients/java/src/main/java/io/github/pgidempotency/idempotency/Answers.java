@@ -22,32 +22,6 @@ import java.util.regex.Pattern;
  * Python and Go middlewares), the replay of a stored answer, and the stored form of an answer.
  */
 final class Answers {
-  /**
-   * Where the problem types are documented: an answer's "type" is this followed by its code
-   * (docs/http.md, one section a code).
-   */
-  static final String PROBLEM_TYPE_BASE =
-      "https://github.com/pgidempotency/idempotency/blob/main/docs/http.md#";
-
-  /** The title of each code's problem details, those of every client (http_answers.json). */
-  static final Map<String, String> PROBLEM_TITLES =
-      Map.ofEntries(
-          Map.entry("idempotency_key_missing", "Idempotency-Key is missing"),
-          Map.entry("idempotency_key_malformed", "Idempotency-Key is malformed"),
-          Map.entry("idempotency_scope_missing", "Idempotency scope is missing"),
-          Map.entry("idempotency_scope_malformed", "Idempotency scope is malformed"),
-          Map.entry("invalid_json", "Request body is not JSON"),
-          Map.entry("invalid_request", "Request is invalid"),
-          Map.entry("body_unreadable", "Request body could not be read"),
-          Map.entry("body_too_large", "Request body is too large"),
-          Map.entry("unauthorized", "Request is not authorized"),
-          Map.entry("idempotency_key_in_use", "A request is outstanding for this Idempotency-Key"),
-          Map.entry("idempotency_key_reused", "Idempotency-Key is already used"),
-          Map.entry("idempotency_key_too_old", "Idempotency-Key is too old"),
-          Map.entry("idempotency_key_conflict", "Idempotency-Key conflict"),
-          Map.entry("database_unavailable", "Database is unavailable"),
-          Map.entry("internal_error", "Request failed"));
-
   private final String documentation;
   private final boolean legacy;
 
@@ -67,9 +41,9 @@ final class Answers {
     if (legacy) {
       body = "{\"error\":" + Json.quote(code) + ",\"message\":" + Json.quote(message) + "}";
     } else {
-      String title = PROBLEM_TITLES.getOrDefault(code, "Request failed");
+      String title = Spec.PROBLEM_TITLES.getOrDefault(code, "Request failed");
       body =
-          "{\"type\":" + Json.quote(PROBLEM_TYPE_BASE + code)
+          "{\"type\":" + Json.quote(Spec.PROBLEM_TYPE_BASE + code)
               + ",\"title\":" + Json.quote(title)
               + ",\"status\":" + status
               + ",\"detail\":" + Json.quote(message)
@@ -92,17 +66,16 @@ final class Answers {
 
   /** 503 database_unavailable, Retry-After: 1: no connection to the database. */
   void unavailable(HttpServletResponse res) throws IOException {
-    answer(res, 503, "database_unavailable", UNAVAILABLE, Map.of("Retry-After", "1"));
+    fixed(res, "database_unavailable", Map.of("Retry-After", "1"));
   }
 
-  // The bodies of the filter's answers are those of the Node and Python middlewares, word for
-  // word (test/vectors/http_answers.json, checked by every client's tests).
-  static final String UNAVAILABLE =
-      "the database could not be reached; retry with the same Idempotency-Key";
-  static final String INVALID_JSON =
-      "the request body is sent as JSON but is not JSON, or is over the limits of the fingerprint";
-  static final String SCOPE_MISSING =
-      "the request does not say whose it is: the scope of its Idempotency-Key is missing";
+  /**
+   * The answer of code as the spec gives it (Spec.PROBLEM_STATUS and PROBLEM_DETAIL, generated
+   * from test/vectors/http_answers.json), with the headers h (or null).
+   */
+  void fixed(HttpServletResponse res, String code, Map<String, String> h) throws IOException {
+    answer(res, Spec.PROBLEM_STATUS.get(code), code, Spec.PROBLEM_DETAIL.get(code), h);
+  }
 
   private static final List<String> KEPT_HEADERS = List.of("content-type", "location");
 
@@ -188,28 +161,14 @@ final class Answers {
     if (ie instanceof IdempotencyFilter.KeyHeaderException k) {
       answer(res, 400, k.code, k.getMessage(), null);
     } else if (ie instanceof IdempotencyException.KeyInProgress p) {
-      answer(
+      fixed(
           res,
-          409,
           "idempotency_key_in_use",
-          "a request with this Idempotency-Key is still being processed; retry later",
           Map.of("Retry-After", Long.toString(p.retryAfterSeconds(OffsetDateTime.now()))));
     } else if (ie instanceof IdempotencyException.KeyMismatch) {
-      answer(
-          res,
-          422,
-          "idempotency_key_reused",
-          "this Idempotency-Key was already used with a different request body",
-          null);
+      fixed(res, "idempotency_key_reused", null);
     } else if (ie instanceof IdempotencyException.KeyTooOld) {
-      answer(
-          res,
-          422,
-          "idempotency_key_too_old",
-          "this Idempotency-Key was created before the retention window, so the request cannot"
-              + " be told apart from a new one; check whether the first request took effect,"
-              + " then use a new key",
-          null);
+      fixed(res, "idempotency_key_too_old", null);
     } else if (ie instanceof IdempotencyException.ConnectionLost) {
       unavailable(res);
     } else if (ie != null
@@ -252,7 +211,7 @@ final class Answers {
   }
 
   void internal(HttpServletResponse res) throws IOException {
-    answer(res, 500, "internal_error", "the request failed; retry with the same Idempotency-Key", null);
+    fixed(res, "internal_error", null);
   }
 
   void replayOrRefuse(HttpServletResponse res, Reservation r, String sc, String k)

@@ -23,20 +23,25 @@ public final class Idempotency {
     public static final ReserveOptions DEFAULTS = new ReserveOptions(null, null, null);
 
     String lockTtlText() {
-      return lockTtl == null ? "5 minutes" : interval(lockTtl);
+      return lockTtl == null ? Spec.DEFAULT_LOCK_TTL : interval(lockTtl);
     }
 
     String retentionText() {
-      return retention == null ? "24 hours" : interval(retention);
+      return retention == null ? Spec.DEFAULT_RETENTION : interval(retention);
     }
 
     String waitText() {
-      return waitFor == null ? "0" : interval(waitFor);
+      return waitFor == null ? Spec.DEFAULT_WAIT : interval(waitFor);
     }
   }
 
+  /**
+   * A duration as the spec's interval text: whole microseconds (PostgreSQL's resolution), so no
+   * millisecond or second is rounded away.
+   */
   static String interval(Duration d) {
-    return d.toMillis() + " milliseconds";
+    long micros = Math.addExact(Math.multiplyExact(d.getSeconds(), 1_000_000L), d.getNano() / 1000);
+    return micros + " " + Spec.DURATION_UNIT;
   }
 
   /** A scope or key of 0 or over 255 bytes: 22023, before any statement is sent. */

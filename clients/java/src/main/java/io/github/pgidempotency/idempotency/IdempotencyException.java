@@ -8,25 +8,12 @@ import java.time.OffsetDateTime;
  * An error of the server with its SQLSTATE (the error table of docs/reference.md), or one the
  * client raises with the same meaning. The subclasses are the errors a caller handles on their
  * own: a key held by another request, a key reused with another body, a key too old, a stale
- * attempt, a result conflict, a lost connection. {@link #sqlState()} is always set.
+ * attempt, a result conflict, a lost connection. {@link #sqlState()} is always set; the
+ * SQLSTATEs are the constants of {@link SqlStates} (generated from test/vectors/client.json).
  */
-public class IdempotencyException extends RuntimeException {
+public class IdempotencyException extends RuntimeException implements SqlStates {
   private static final long serialVersionUID = 1L;
 
-  public static final String NULL_VALUE_NOT_ALLOWED = "22004";
-  public static final String INVALID_PARAMETER_VALUE = "22023";
-  public static final String PROGRAM_LIMIT_EXCEEDED = "54000";
-  public static final String OBJECT_NOT_IN_PREREQUISITE_STATE = "55000";
-  public static final String STALE_ATTEMPT = "IK001";
-  public static final String RESULT_CONFLICT = "IK002";
-  public static final String KEY_IN_PROGRESS = "IK003";
-  public static final String KEY_TOO_OLD = "IK004";
-  public static final String INVALID_JSON = "22P02";
-  public static final String UNTRANSLATABLE_CHARACTER = "22P05";
-  public static final String TRANSACTION_ABORTED = "25P02";
-  public static final String CONNECTION_LOST = "08006";
-  /** A function the server lacks: execute_once before 0.3.0 or on the managed edition. */
-  public static final String UNDEFINED_FUNCTION = "42883";
   /** The client's code for reserve's outcome mismatch (the server answers it as a row). */
   public static final String KEY_MISMATCH = "mismatch";
 
@@ -183,14 +170,14 @@ public class IdempotencyException extends RuntimeException {
     }
     String c = e.getSQLState() == null ? "" : e.getSQLState();
     String m = e.getMessage();
-    return switch (c) {
+    return switch (Spec.SQLSTATE_ALIASES.getOrDefault(c, c)) {
       case STALE_ATTEMPT -> new StaleAttempt(m, e);
       case RESULT_CONFLICT -> new ResultConflict(m, e);
       case KEY_IN_PROGRESS -> new KeyInProgress(m, null, e);
       case KEY_TOO_OLD -> new KeyTooOld(m, e);
       // the server's refusals of a body: the classes the client's own checks throw
       case PROGRAM_LIMIT_EXCEEDED -> new ProgramLimitExceeded(m, e);
-      case INVALID_JSON, UNTRANSLATABLE_CHARACTER -> new InvalidJson(c, m, e);
+      case INVALID_JSON -> new InvalidJson(c, m, e); // 22P05 and 22021 too (aliases)
       default -> new IdempotencyException(c, m, e);
     };
   }

@@ -278,15 +278,14 @@ public final class IdempotencyFilter implements Filter {
   public static String parseKey(String raw) {
     if (raw == null || raw.isEmpty()) {
       throw new KeyHeaderException(
-          "idempotency_key_missing", "the Idempotency-Key header is required");
+          "idempotency_key_missing", Spec.PROBLEM_DETAIL.get("idempotency_key_missing"));
     }
     String k = stripOws(raw);
     if (k.startsWith("\"")) k = parseSfString(k);
     if (k != null && UUID_RE.matcher(k).matches()) return k.toLowerCase(Locale.ROOT);
     if (k == null || !TOKEN_RE.matcher(k).matches()) {
       throw new KeyHeaderException(
-          "idempotency_key_malformed",
-          "the Idempotency-Key must be a UUID or 1 to 255 visible ASCII characters");
+          "idempotency_key_malformed", Spec.PROBLEM_DETAIL.get("idempotency_key_malformed"));
     }
     return k;
   }
@@ -357,7 +356,7 @@ public final class IdempotencyFilter implements Filter {
     try {
       sc = scope.apply(req);
       if (sc == null) {
-        answers.answer(res, 400, "idempotency_scope_missing", Answers.SCOPE_MISSING, null);
+        answers.fixed(res, "idempotency_scope_missing", null);
         return;
       }
     } catch (Refused r) {
@@ -377,19 +376,14 @@ public final class IdempotencyFilter implements Filter {
     }
     byte[] body = readBody(req);
     if (body == null) {
-      answers.answer(
-          res,
-          413,
-          "body_too_large",
-          "the request body is over the limit of the idempotency middleware",
-          null);
+      answers.fixed(res, "body_too_large", null);
       return;
     }
     byte[] hash;
     try {
       hash = Answers.isJsonType(req.getContentType()) ? Fingerprint.of(body, exclude) : Fingerprint.sha256(body);
     } catch (IdempotencyException e) {
-      answers.answer(res, 400, "invalid_json", Answers.INVALID_JSON, null);
+      answers.fixed(res, "invalid_json", null);
       return;
     }
     HttpServletRequest bodyRequest = new BufferedRequest(req, body);

@@ -120,7 +120,7 @@ class AnswersTest {
   @Test
   void titles() throws Exception {
     Map<String, Object> want = map(vectors().get("titles"));
-    assertEquals(want, new LinkedHashMap<String, Object>(Answers.PROBLEM_TITLES));
+    assertEquals(want, new LinkedHashMap<String, Object>(Spec.PROBLEM_TITLES));
   }
 
   private void answers(Style style) throws Exception {
