@@ -435,7 +435,9 @@ export interface ExactlyOnceProcessorOptions<J extends ExactlyOnceJob> {
   retention?: Interval;
 }
 /** A BullMQ processor: work(job, client, token) runs in the claim's transaction, its return
- * value (JSON) is stored with the key and is what a rerun resolves to without running work. */
+ * value (JSON) is stored with the key and is what a rerun resolves to without running work.
+ * work's client refuses COMMIT / ROLLBACK / END / ABORT / PREPARE TRANSACTION and release()
+ * with InvalidTransactionTerminationError (2D000). */
 export function exactlyOnceProcessor<J extends ExactlyOnceJob, R = unknown>(
   pool: PoolLike,
   work: (job: J, client: Queryable, token?: string) => R | Promise<R>,

@@ -3,7 +3,8 @@ backend (REDIS_URL, for chords and for Celery's own dedup), PostgreSQL from the 
 
 Every effect is a ledger line (consumer: the run, message_id: the key): the suite counts them per key.
   exactly-once tasks (ExactlyOnceTask): add, add_by_order, retry_once, soft_limited,
-    always_fails (poison), kill_first_run (a pool child killed mid-task), total (chord body)
+    always_fails (poison), kill_first_run (a pool child killed mid-task), hard_limited (past its
+    hard time limit), total (chord body)
   framework-only: plain_add (acks_late, reject_on_worker_lost, Celery's result-backend dedup)
 """
 import os
@@ -100,6 +101,16 @@ def kill_first_run(self, run, key, marker):
         open(marker, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)  # the pool child dies with the transaction open
     return "survived"
+
+
+@app.task(base=ExactlyOnceTask, bind=True, time_limit=10)
+def hard_limited(self, run, key, lock):
+    effect(self.db, run, key)
+    # Names its process for the test, then waits for an advisory lock the test holds past the
+    # time limit: the pool kills the child.
+    self.db.execute("SELECT set_config('application_name', %s, true)", (str(os.getpid()),))
+    self.db.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+    return "unlocked"
 
 
 @app.task(base=ExactlyOnceTask, bind=True)

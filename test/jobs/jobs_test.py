@@ -4,7 +4,8 @@ brokers, each task's effect a ledger line (examples/consumers/schema.sql).
 Celery's contract, one scenario each: a redelivered task returns the stored value without
 running, a business key, self.retry, a soft time limit, a raising task, a poison task
 (dead-lettered after max_attempts), a pool child killed mid-task (reject_on_worker_lost), a
-chord member, a configuration that would lose tasks refused.
+hard time limit (failed and acked, nothing kept), a chord member, a configuration that would
+lose tasks refused.
 
 Chaos, per framework: JOBS_N tasks (default 300; the issue's figure is 2000) with producer
 duplicates, workers SIGKILLed again and again (about JOBS_KILLS times, default 12: each kill
@@ -272,17 +273,61 @@ def celery_contract():
         marker = DIR / f"killed-{uuid.uuid4()}"
         k = m.kill_first_run.delay(run, "killed", str(marker)).get(timeout=WAIT)
         expect(k == "survived" and marker.exists(), f"kill_first_run gave {k}")
+        hard_time_limit(m, w, run)
         # A chord: its members and its body, each once.
         from celery import chord
         total = chord([m.add.s(run, f"member-{i}") for i in range(5)])(
             m.total.s(run, "chord-body")).get(timeout=WAIT)
         expect(total == 5, f"chord total {total}")
         found = effects(run)
-        want = {"k1": 1, "order-7": 1, "retried": 1, "killed": 1, "chord-body": 1,
+        want = {"k1": 1, "order-7": 1, "retried": 1, "killed": 1, "hard": 1, "chord-body": 1,
                 **{f"member-{i}": 1 for i in range(5)}}
         expect(found == want, f"effects {found}, expected {want}")
     finally:
         w.kill()
+
+
+def hard_time_limit(m, w, run, lock=57057):
+    """A task past its hard time limit (time_limit=10), its body blocked on a lock the test
+    holds: the pool kills the child (SIGTERM, then SIGKILL) and Celery records FAILURE
+    (TimeLimitExceeded) and acks the message, so nothing runs it again by itself. The child's
+    server session, blocked in a statement, notices the closed connection only when that
+    statement ends (here: the lock released); it then rolls the claim's transaction back with
+    the body's write. Sent again under the same task id (no key was stored), it runs, once."""
+    with db() as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (lock,))
+        res = m.hard_limited.delay(run, "hard", lock)
+        pid, child = wait_for("the body waiting for the lock", lambda: holder.execute(
+            "SELECT l.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a "
+            "USING (pid) WHERE l.locktype = 'advisory' AND NOT l.granted AND l.objid = %s",
+            (lock,)).fetchone())
+        res.get(timeout=WAIT, propagate=False)
+        expect(res.state == "FAILURE" and type(res.result).__name__ == "TimeLimitExceeded",
+               f"past the hard time limit: {res.state} {res.result!r}")
+        wait_for("the pool child killed", lambda: not process_exists(int(child)))
+        holder.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+        wait_for("the killed child's session gone", lambda: holder.execute(
+            "SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = %s)",
+            (pid,)).fetchone()[0])
+        found = effects(run).get("hard")
+        record = holder.execute("SELECT state FROM idempotency.lookup(%s, %s)",
+                                (scope_name("hard_limited"), res.id)).fetchone()
+        expect(found is None and record is None,
+               f"after the kill: {found} effects, the key {record} (nothing kept expected)")
+    res.forget()  # the failure's result, which would answer the get() below at once
+    again = m.hard_limited.apply_async((run, "hard", lock), task_id=res.id).get(timeout=WAIT)
+    expect(again == "unlocked", f"the task sent again gave {again}")
+    received = w.text().count(f"[{res.id}] received")
+    expect(received == 2, f"the task was received {received} times (2 expected: the first "
+                          "delivery and the one sent again; a redelivery would be a third)")
+
+
+def process_exists(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def celery_refused():
@@ -360,10 +405,19 @@ def chaos(framework, mode, workers, produce, kill, restart_broker, pending,
                 kill(rng.choice(workers))
         restart_exited(workers)
         # Progress, or nothing left for the workers (the framework-only run loses tasks: a
-        # task failed by a lost database connection is acknowledged as done).
-        if wait_for(f"{run}: progress", lambda: restart_exited(workers)
-                    or len(effects(run)) > progress and "progress"
-                    or pending(False) == 0 and "idle") == "idle":
+        # task failed by a lost database connection is acknowledged as done). The broker is
+        # asked only after 20 polls without progress: asking can take seconds on a loaded
+        # machine (BullMQ's count is a node process), and a run polled that slowly could end
+        # before its chaos.
+        polls = [0]
+
+        def progressed_or_idle():
+            if restart_exited(workers) or len(effects(run)) > progress:
+                return "progress"
+            polls[0] += 1
+            return polls[0] % 20 == 0 and pending(False) == 0 and "idle"
+
+        if wait_for(f"{run}: progress", progressed_or_idle) == "idle":
             break
     for _ in range(10):
         for w in workers:

@@ -21,16 +21,26 @@ the task returns, so a worker that dies mid-task leaves it for redelivery) and
 reject_on_worker_lost (a pool child that dies requeues its message instead of failing it);
 a task that sets either to False is refused when it is defined (ExactlyOnceConfigError).
 
+The run owns the transaction: inside the body, self.db.commit(), self.db.rollback() and a change
+of self.db.autocommit raise InvalidTransactionTermination (2D000; the body's writes would
+otherwise commit before the answer, and a worker killed in between would leave them without
+it, to be run again). Savepoints (self.db.transaction()) are the body's to use. A COMMIT or ROLLBACK the
+body sends as SQL cannot be refused before it runs; the run notices the ended transaction
+afterwards, still stores the answer (so a redelivery replays instead of running again), and
+then raises InvalidTransactionTermination.
+
 max_attempts (None by default) bounds a task that fails every time (a poison task): each
 failure is recorded on the key and the message is requeued (Reject(requeue=True)); the
 max_attempts-th failure records the key dead (idempotency.failed_keys) and rejects the message
 without requeue, to the queue's dead-letter exchange if it has one. self.retry() is not a
 failure: the claim rolls back and Celery's retry message runs the body again under the same
-key. A soft time limit (SoftTimeLimitExceeded) is a failure of the body like any exception; a
-hard time limit kills the pool child, whose open transaction the server rolls back.
+key. A soft time limit (SoftTimeLimitExceeded) is a failure of the body like any exception; at a
+hard time limit Celery records the task failed, acks its message (nothing redelivers it) and
+kills the pool child, whose open transaction the server rolls back.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any, Callable, Optional
@@ -46,10 +56,12 @@ from . import statements as sql
 from .connection import (autocommit_to_restore, check_encodable, check_usable,
                          check_work_left_usable, cursor_of, pipelined)
 from .consumer import _check_max_attempts, _counted, _record_failure
-from .errors import ConnectionLost, IdempotencyError, KeyInProgress, lost_connection, translate
-from .keys import names, raise_for, reservation_of, reserve_params
+from .errors import (ConnectionLost, IdempotencyError, InvalidTransactionTermination,
+                     KeyInProgress, lost_connection, translate)
+from .keys import names, raise_for, reservation_of, reserve_begin_refused, reserve_params
 from .observe import observing, tell
 from .transactions import _claimed
+from .versions import edition
 
 # The answer stored for a task: its return value under one name, so None is a value too.
 _RESULT = "result"
@@ -58,6 +70,70 @@ _STATUS = 200
 
 class ExactlyOnceConfigError(IdempotencyError, TypeError):
     """A task configuration that would lose tasks or run them twice, refused at definition."""
+
+
+def _refuse_in_body(what):
+    raise InvalidTransactionTermination(
+        f"{what} inside an exactly-once task: the run commits the body's writes together with "
+        "its answer, after the body returns",
+        hint="return to commit, raise to roll back; use self.db.transaction() for a savepoint")
+
+
+# The guarded twin of each connection class: commit, rollback and autocommit refused. A run
+# puts its connection in it for the body (the same object: cursors' .connection included, no
+# round trip) and back afterwards.
+_guarded_classes: dict = {}
+
+
+def _guarded_class(cls):
+    guarded = _guarded_classes.get(cls)
+    if guarded is None:
+        def commit(self):
+            _refuse_in_body("commit()")
+
+        def rollback(self):
+            _refuse_in_body("rollback()")
+
+        def set_autocommit(self, value):
+            _refuse_in_body("changing autocommit")
+
+        guarded = _guarded_classes[cls] = type(cls.__name__, (cls,), {
+            "__slots__": (), "__module__": cls.__module__, "commit": commit,
+            "rollback": rollback, "autocommit": property(cls.autocommit.fget, set_autocommit)})
+    return guarded
+
+
+class _BodyGuard:
+    """Puts conn in its guarded class for the body; .ended tells afterwards whether the body
+    ended the transaction with SQL of its own (the status no longer in a transaction)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.cls = type(conn)
+        self.ended = False
+
+    def __enter__(self):
+        self.conn.__class__ = _guarded_class(self.cls)
+        return self
+
+    def __exit__(self, *exc):
+        self.conn.__class__ = self.cls
+        self.ended = self.conn.info.transaction_status == TransactionStatus.IDLE
+
+    @contextlib.contextmanager
+    def reporting(self):
+        """Around the answer's statements: if the body ended the transaction, they still run
+        (a COMMIT of the body's leaves the claim in progress: without the answer a redelivery
+        would wait out lock_ttl and run the body again), then InvalidTransactionTermination,
+        which is not counted as a failure (nothing requeues it)."""
+        try:
+            yield
+        except Exception as e:
+            if self.ended:
+                raise _ended_error(stored=False) from e
+            raise
+        if self.ended:
+            raise _ended_error(stored=True)
 
 
 def _refuse_lossy(cls):
@@ -85,10 +161,16 @@ class _WorkerConnection:
     def __init__(self):
         self.conn: Optional[psycopg.Connection] = None
         self.pid = None
+        # Whether the claim may be reserve_begin: None until the server's edition is known,
+        # False once the server refused it (reserve_begin_refused).
+        self.reserve_begin: Optional[bool] = None
 
     def get(self, connect: Callable[[], psycopg.Connection]) -> psycopg.Connection:
+        if self.pid == os.getpid() and self.conn is not None and _left_unusable(self.conn):
+            self.drop()
         if self.conn is None or self.conn.closed or self.conn.broken or self.pid != os.getpid():
             self.conn, self.pid = connect(), os.getpid()
+            self.reserve_begin = None
         return self.conn
 
     def drop(self):
@@ -98,6 +180,15 @@ class _WorkerConnection:
             except Exception:  # noqa: BLE001 — a broken connection may refuse to close cleanly
                 pass
         self.conn = None
+
+
+def _left_unusable(conn) -> bool:
+    """A connection that a run interrupted mid-statement left behind (Celery terminating the
+    task, a signal in the child): still in pipeline mode, or a command still in progress.
+    Every later statement on it would fail: it is closed and replaced."""
+    return not (conn.closed or conn.broken) and (
+        bool(conn.pgconn.pipeline_status) or
+        conn.info.transaction_status == TransactionStatus.ACTIVE)
 
 
 # One connection per worker process and way of connecting (a task class's connect() and DSN).
@@ -217,25 +308,31 @@ class ExactlyOnceTask(Task):
                     if c.replayed:
                         return (c.response or {}).get(_RESULT)
                     ran = True
-                    result = super().__call__(*args, **kwargs)
-                    c.complete(_STATUS, {_RESULT: result})
-                    return result
-            # In autocommit the run's own BEGIN goes in the claim's round trip (psycopg syncs
-            # the BEGIN it sends by itself apart); the body runs inside that transaction.
+                    with _BodyGuard(conn) as body:
+                        result = super().__call__(*args, **kwargs)
+                    with body.reporting():
+                        c.complete(_STATUS, {_RESULT: result})
+                return result
+            # In autocommit the claim opens the run's transaction in its own round trip
+            # (reserve_begin, or BEGIN pipelined with reserve: psycopg syncs the BEGIN it sends
+            # by itself apart); the body runs inside that transaction.
             autocommit = conn.autocommit
             conn.autocommit = True
             try:
                 r = self._begin_reserve(conn, scope, key)
                 _saw(seen, r)
                 if r.outcome == "replay":
-                    self._end(conn, ((sql.COMMIT, None),))
+                    if conn.info.transaction_status != TransactionStatus.IDLE:
+                        self._end(conn, ((sql.COMMIT, None),))  # BEGIN + reserve's
                     return (r.response or {}).get(_RESULT)
                 ran = True
-                result = super().__call__(*args, **kwargs)
+                with _BodyGuard(conn) as body:
+                    result = super().__call__(*args, **kwargs)
                 check_work_left_usable(conn)
-                self._end(conn, ((sql.COMPLETE, (scope, key, _STATUS, Jsonb({_RESULT: result}),
-                                                 None)),
-                                 (sql.COMMIT, None)))
+                with body.reporting():
+                    self._end(conn, ((sql.COMPLETE, (scope, key, _STATUS,
+                                                     Jsonb({_RESULT: result}), None)),
+                                     (sql.COMMIT, None)))
                 return result
             except BaseException:
                 self._roll_back(conn)
@@ -251,18 +348,21 @@ class ExactlyOnceTask(Task):
                 seen.outcome = "in_progress"
             raise Reject(f"{scope}/{key} is being run by another worker", requeue=True)
         except Exception as exc:
-            if isinstance(exc, ConnectionLost) or lost_connection(conn, exc) is not None:
+            if isinstance(exc, ConnectionLost) or lost_connection(conn, exc) is not None or \
+                    _left_unusable(conn):
                 self._connection().drop()
                 self._requeue_later(f"the database connection was lost: {exc}")
-            if not ran or self.max_attempts is None or not _counted(conn, exc):
+            if not ran or self.max_attempts is None or not _counted(conn, exc) or \
+                    isinstance(exc, InvalidTransactionTermination):
                 raise
             self._count_failure(conn, scope, key, exc)
             raise
 
     @staticmethod
     def _pipelinable(conn) -> bool:
-        """Whether the run may open its transaction itself, BEGIN with the claim and complete
-        with COMMIT in one round trip each (psycopg's pipeline mode, libpq 14 or later): no
+        """Whether the run may open its transaction itself, with the claim (reserve_begin, or
+        BEGIN + reserve pipelined) and complete with COMMIT in one round trip each (psycopg's
+        pipeline mode, libpq 14 or later): no
         transaction open, not in pipeline mode, no isolation level / read-only / deferrable
         of psycopg's to carry; otherwise conn.transaction() carries them (claim())."""
         return (conn.info.transaction_status == TransactionStatus.IDLE and
@@ -271,17 +371,32 @@ class ExactlyOnceTask(Task):
                 conn.deferrable is None)
 
     def _begin_reserve(self, conn, scope, key):
-        """BEGIN and reserve in one round trip, the values bound; the reservation, or
+        """The claim in one round trip, the values bound: reserve_begin where the server
+        offers it (one statement; it opens the transaction for the outcome 'new' only, so a
+        replay needs no COMMIT), else BEGIN and reserve pipelined. The reservation, or
         KeyInProgress / KeyMismatch / KeyTooOld for those outcomes."""
         check_usable(conn)
         params = reserve_params(scope, key, None, self.lock_ttl, self.retention,
                                 self.lock_wait)
         check_encodable(conn, names(scope, key))
+        worker = self._connection()
         try:
-            with conn.pipeline():
-                conn.execute(sql.BEGIN)
-                cur = cursor_of(conn).execute(sql.RESERVE, params)
-            r = reservation_of(cur.fetchone(), cur)
+            if worker.reserve_begin is None:
+                worker.reserve_begin = edition(conn).offers("reserve_begin")
+            r = None
+            if worker.reserve_begin:
+                try:
+                    cur = cursor_of(conn).execute(sql.RESERVE_BEGIN, params)
+                    r = reservation_of(cur.fetchone(), cur)
+                except psycopg.Error as e:
+                    if not reserve_begin_refused(e):
+                        raise
+                    worker.reserve_begin = False
+            if r is None:
+                with conn.pipeline():
+                    conn.execute(sql.BEGIN)
+                    cur = cursor_of(conn).execute(sql.RESERVE, params)
+                r = reservation_of(cur.fetchone(), cur)
         except psycopg.Error as e:
             raise (lost_connection(conn, e) or translate(e)) from e
         raise_for(scope, key, r)
@@ -324,6 +439,15 @@ class ExactlyOnceTask(Task):
                          f"{doc['error']}", requeue=False) from exc
         raise Reject(f"{scope}/{key} failed (attempt {attempt} of {self.max_attempts}): "
                      f"{doc['error'] if doc else exc}", requeue=True) from exc
+
+
+def _ended_error(stored):
+    return InvalidTransactionTermination(
+        "the task body ended the run's transaction with COMMIT or ROLLBACK of its own: its "
+        "writes before that were not committed together with the answer " +
+        ("(the answer is stored now: a redelivery replays it)" if stored else
+         "(and the answer could not be stored after it)"),
+        hint="leave transaction control to the run: return to commit, raise to roll back")
 
 
 def stored_result(conn, scope: str, key: str):

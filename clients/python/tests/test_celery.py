@@ -2,9 +2,11 @@
 the stored value on a rerun, a business key, a raising body rolled back, poison counting, and
 the configurations refused."""
 import celery  # python3-celery (scripts/lib.sh's IDEM_PACKAGES)
+import psycopg
 import pytest
 from celery.exceptions import Reject
 
+from pg_idempotency import InvalidTransactionTermination
 from pg_idempotency.celery import ExactlyOnceConfigError, ExactlyOnceTask, stored_result
 
 
@@ -79,6 +81,105 @@ def test_a_poison_task_is_requeued_then_rejected_without_requeue(app, conn):
     assert dead["dead"] is True and dead["attempt"] == 2
 
 
+class SerializableTask(ExactlyOnceTask):
+    """Runs on claim()'s path (conn.transaction(): psycopg's BEGIN carries the level)."""
+
+    def connect(self):
+        c = super().connect()
+        c.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+        return c
+
+
+@pytest.mark.parametrize("base", [ExactlyOnceTask, SerializableTask])
+@pytest.mark.parametrize("end", ["commit", "rollback", "autocommit"])
+def test_the_body_cannot_end_the_runs_transaction(app, conn, end, base):
+    """A body that commits (or rolls back, or turns autocommit off) and then dies: without the
+    guard its insert is committed with no answer stored (a redelivery runs it again). With
+    it, the body's call is refused and nothing is kept."""
+    refused = []
+
+    @app.task(base=base, bind=True, name=f"ends_{end}_{base.__name__}")
+    def charge(self, order_id):
+        self.db.execute("INSERT INTO charges VALUES (%s, 1)", (order_id,))
+        try:
+            if end == "autocommit":
+                self.db.autocommit = not self.db.autocommit
+            else:
+                getattr(self.db, end)()
+        except InvalidTransactionTermination as e:
+            refused.append(e.sqlstate)
+        raise RuntimeError("the worker died here")
+
+    with pytest.raises(RuntimeError):
+        charge.apply(("o-5",), task_id=f"t-5-{end}").get()
+    assert charges(conn) == 0
+    assert stored_result(conn, charge.name, f"t-5-{end}") is None
+    assert refused == ["2D000"]
+
+
+def test_the_body_keeps_its_savepoints_and_the_connection_its_class(app, conn):
+    seen = []
+
+    @app.task(base=ExactlyOnceTask, bind=True)
+    def charge(self, order_id):
+        self.db.execute("INSERT INTO charges VALUES (%s, 1)", (order_id,))
+        try:
+            with self.db.transaction():
+                self.db.execute("INSERT INTO charges VALUES ('undone', 1)")
+                raise ValueError("rolled back to the savepoint")
+        except ValueError:
+            pass
+        seen.append(isinstance(self.db, psycopg.Connection))
+        with self.db.cursor() as cur:
+            try:
+                cur.connection.commit()  # the same object: refused too
+            except InvalidTransactionTermination:
+                seen.append("refused")
+        return 1
+
+    assert charge.apply(("o-6",), task_id="t-6").get() == 1
+    assert seen == [True, "refused"]
+    assert conn.execute("SELECT array_agg(order_id) FROM charges").fetchone()[0] == ["o-6"]
+    assert type(charge.db) is psycopg.Connection  # its own class again after the run
+
+
+def test_a_commit_sent_as_sql_stores_the_answer_then_raises(app, conn):
+    """SQL cannot be refused before it runs: after the body the run still stores the answer
+    (else the claim, committed in progress, would be run again once its lock_ttl lapsed),
+    then raises, and the failure is not counted towards max_attempts (nothing requeues it)."""
+    ran = []
+
+    @app.task(base=ExactlyOnceTask, bind=True, max_attempts=3)
+    def charge(self, order_id):
+        ran.append(order_id)
+        self.db.execute("INSERT INTO charges VALUES (%s, 1)", (order_id,))
+        self.db.execute("COMMIT")
+        return {"charged": 1}
+
+    result = charge.apply(("o-7",), task_id="t-7")
+    assert isinstance(result.result, InvalidTransactionTermination), result.result
+    assert stored_result(conn, charge.name, "t-7") == {"charged": 1}
+    assert charge.apply(("o-7",), task_id="t-7").get() == {"charged": 1}  # replayed
+    assert ran == ["o-7"] and charges(conn) == 1
+
+
+def test_a_connection_an_interrupted_run_left_in_pipeline_mode_is_replaced(app, conn):
+    """Celery terminating a task (its broker connection lost) or a signal in the pool child
+    can interrupt psycopg inside pipeline mode, leaving the connection there: every later
+    statement on it failed, and the child's later tasks were failed and acked (lost)."""
+    @app.task(base=ExactlyOnceTask, bind=True)
+    def charge(self, order_id):
+        self.db.execute("INSERT INTO charges VALUES (%s, 1)", (order_id,))
+        return 1
+
+    assert charge.apply(("o-8",), task_id="t-8").get() == 1
+    left = charge.db
+    left.pgconn.enter_pipeline_mode()  # as an interrupted pipeline leaves it
+    assert charge.apply(("o-9",), task_id="t-9").get() == 1
+    assert left.closed and charge.db is not left
+    assert charges(conn) == 2
+
+
 @pytest.mark.parametrize("option", ["acks_late", "reject_on_worker_lost"])
 def test_settings_that_lose_tasks_are_refused(app, option):
     with pytest.raises(ExactlyOnceConfigError, match=option):
@@ -93,10 +194,16 @@ def test_the_class_sets_what_at_least_once_delivery_needs():
 
 
 def test_a_new_task_takes_three_round_trips_its_values_bound(app, conn, dsn):
-    """BEGIN + the claim in one round trip, the body's insert, complete + COMMIT in one; a
-    replay: BEGIN + the claim, then COMMIT. Watched on the wire (libpq's trace)."""
+    """The claim (reserve_begin, which opens the transaction) in one round trip, the body's
+    insert, complete + COMMIT in one; a replay: the claim alone (nothing opened). Where the
+    server has no reserve_begin (the managed edition): BEGIN + reserve in one, and a replay's
+    COMMIT after it. Watched on the wire (libpq's trace), once the connection knows the
+    server's edition (one query per connection)."""
     from test_wire import MARK, Traced, assert_bound_only, marked, round_trips
+
+    from pg_idempotency.versions import edition
     traced = Traced(dsn, autocommit=False)
+    replay_round_trips = 1 if edition(traced.conn).offers("reserve_begin") else 2
 
     class TracedTask(ExactlyOnceTask):
         def connect(self):
@@ -117,7 +224,7 @@ def test_a_new_task_takes_three_round_trips_its_values_bound(app, conn, dsn):
         assert charge.apply((marked(),), task_id=key).get()["charged"].startswith(MARK)
         messages = traced.messages()
         assert_bound_only(messages)
-        assert round_trips(messages) == 2, messages
+        assert round_trips(messages) == replay_round_trips, messages
         assert charges(conn) == 1
     finally:
         charge._connection().drop()
