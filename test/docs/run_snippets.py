@@ -157,7 +157,7 @@ class ManagedServer:
         if self.env is None:
             r = subprocess.run(["bash", self.script, "start"], capture_output=True, text=True)
             if r.returncode != 0:
-                sys.exit(f"could not start the managed server: {r.stderr}")
+                raise RuntimeError(f"the managed server did not start: {r.stderr.strip()}")
             sock, port, _ = r.stdout.split("\n")[-2].split()
             self.env = dict(os.environ, PGHOST=sock, PGPORT=port, PGUSER="postgres")
         return self.env
@@ -173,7 +173,7 @@ def managed_database(root, env, db, owner):
     r = psql("-At", "-c", "SELECT count(*) FROM pg_available_extensions WHERE name = 'idempotency'",
              env=env)
     if r.returncode != 0 or r.stdout.strip() != "0":
-        sys.exit(f"the managed server offers the extension: {r.stdout}{r.stderr}")
+        raise RuntimeError(f"the managed server offers the extension: {r.stdout}{r.stderr}")
     before = set(psql("-At", "-c", "SELECT rolname FROM pg_roles", env=env).stdout.split())
     version = re.search(r"^default_version = '(.*)'$",
                         open(os.path.join(root, "idempotency.control")).read(), re.M).group(1)
@@ -185,7 +185,7 @@ def managed_database(root, env, db, owner):
         r = psql("-U", owner, "-1", "-f",
                  os.path.join(root, f"editions/managed/idempotency--{version}.sql"), db=db, env=env)
     if r.returncode != 0:
-        sys.exit(f"could not create database {db} with the managed edition: {r.stderr}")
+        raise RuntimeError(f"no database {db} with the managed edition: {r.stderr.strip()}")
     return before
 
 
@@ -319,8 +319,12 @@ def run_page(path, args, managed):
     server = owner = roles_before = None
     if page_server(path):
         db, owner = page_server(path)
-        server = managed.start()
-        roles_before = managed_database(args.root, server, db, owner)
+        try:
+            server = managed.start()
+            roles_before = managed_database(args.root, server, db, owner)
+        except RuntimeError as e:
+            print(f"FAILED {path}: {e}")
+            return 0, 1, fragments
     else:
         slug = re.sub(r"[^a-z0-9]+", "_", os.path.relpath(path, args.root).lower()).strip("_")
         db = "docs_" + slug
