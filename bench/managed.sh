@@ -12,7 +12,7 @@
 # and the median shown. Then where the edition's time goes: its functions' own time per call
 # (track_functions), for M2 and M3.
 #
-#   bash bench/managed.sh            full run (defaults below: ~15 minutes on 2 cores)
+#   bash bench/managed.sh            full run (defaults below: ~20 minutes on 2 cores)
 #   bash bench/managed.sh --smoke    a few seconds a run; report under bench/out/managed-smoke
 #   PG_CONFIG=/path/to/pg_config, IDEM_PG=18: as bench/run.sh
 #

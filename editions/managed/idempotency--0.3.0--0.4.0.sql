@@ -507,3 +507,166 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- === reserve and complete: the usual call told by one small expression ===
+-- The full argument checks (large expressions, set up again in every transaction) run only
+-- when it fails; reserve answers a new key or a replay itself, without nested calls.
+-- An interval in microseconds as _interval_usecs counts it (a month of 30 days), unchecked:
+-- for a value known to be in range (reserve's usual call).
+CREATE FUNCTION idempotency._usecs(value interval)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT (extract(epoch FROM value) * 1000000 - extract(year FROM value) * 453600000000)::bigint
+$$;
+
+REVOKE ALL ON FUNCTION idempotency._usecs(interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION idempotency.reserve(
+    scope text,
+    key text,
+    request_hash bytea DEFAULT NULL,
+    lock_ttl interval DEFAULT '5 minutes',
+    retention interval DEFAULT '24 hours',
+    wait interval DEFAULT '0')
+RETURNS idempotency.reservation
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
+AS $$
+DECLARE
+    ttl_us bigint;
+    retention_us bigint;
+    wait_us bigint;
+    now timestamptz;
+    r idempotency.keys;
+BEGIN
+    -- The usual call (no wait, names of 1 to 255 bytes, a lease and a retention of up to 30
+    -- days within an unset max_retention, READ COMMITTED, read-write) is told by one small
+    -- expression, and answered here when the lock is got at once and the key is new or a
+    -- replay without mismatch (as _reserve answers them, with no nested call). The full
+    -- checks are large expressions, set up again in every transaction: they run only when
+    -- that test fails, and raise what the extension raises. Anything else goes to _reserve,
+    -- which takes the lock again (held already, or tried once more) and reads again.
+    IF current_setting('transaction_isolation') = 'read committed'
+       AND current_setting('transaction_read_only') = 'off'
+       AND octet_length(scope) BETWEEN 1 AND 255 AND octet_length(key) BETWEEN 1 AND 255
+       AND lock_ttl BETWEEN '1 microsecond' AND '30 days'
+       AND retention BETWEEN '1 microsecond' AND '30 days' AND wait = '0'
+       AND nullif(current_setting('idempotency.max_retention', true), '') IS NULL THEN
+        IF pg_try_advisory_xact_lock(idempotency.key_lock_id(scope, key)) THEN
+            now := clock_timestamp();
+            SELECT k.* INTO r FROM idempotency.keys k
+             WHERE k.key OPERATOR(pg_catalog.=) reserve.key
+               AND k.scope OPERATOR(pg_catalog.=) reserve.scope AND k.expires_at > now
+             LIMIT 1;
+            IF r.state = 'completed' AND NOT coalesce(r.request_hash <> request_hash, false) THEN
+                RETURN idempotency._reservation('replay', r);
+            ELSIF r.key IS NULL THEN
+                ttl_us := idempotency._usecs(lock_ttl);
+                retention_us := idempotency._usecs(retention);
+                IF NOT coalesce(CASE WHEN octet_length(key) IN (26, 32, 36) THEN
+                        idempotency.key_time(key) < now - make_interval(secs => retention_us / 1000000.0)
+                        END, false) THEN
+                    r := ROW(scope, key, 'processing', 1, request_hash, NULL, NULL, NULL, NULL, now,
+                             NULL, now + make_interval(secs => ttl_us / 1000000.0), NULL);
+                    r.expires_at := r.locked_until + make_interval(secs => retention_us / 1000000.0);
+                    INSERT INTO idempotency.keys SELECT r.*;
+                    RETURN idempotency._reservation('new', r);
+                END IF;
+            END IF;
+        END IF;
+    ELSE
+        -- The argument checks, in the extension's order: each raises or is true.
+        ttl_us := CASE WHEN idempotency._check_writable('idempotency.reserve()')
+                            AND idempotency._check_name('scope', scope)
+                            AND idempotency._check_name('key', key)
+                       THEN idempotency._interval_usecs('lock_ttl', lock_ttl, false) END;
+        retention_us := idempotency._interval_usecs('retention', retention, false);
+        wait_us := least(idempotency._interval_usecs('wait', wait, true), 3155760000000000);
+        PERFORM idempotency._check_times(ttl_us, retention_us);
+    END IF;
+    RETURN idempotency._reserve(scope, key, request_hash, coalesce(ttl_us, idempotency._usecs(lock_ttl)),
+                                coalesce(retention_us, idempotency._usecs(retention)),
+                                coalesce(wait_us, 0), false);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION idempotency.complete(
+    scope text, key text, status_code integer, response jsonb, attempt integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
+AS $$
+DECLARE
+    r idempotency.keys;
+    now timestamptz;
+    new_expires_at timestamptz;
+    expiry_us numeric;
+BEGIN
+    -- The usual call told by one small expression, as reserve does; the full checks (large
+    -- expressions, set up again in every transaction) only when it fails.
+    IF (current_setting('transaction_isolation') = 'read committed'
+        AND current_setting('transaction_read_only') = 'off'
+        AND octet_length(scope) BETWEEN 1 AND 255 AND octet_length(key) BETWEEN 1 AND 255
+        AND status_code BETWEEN 100 AND 599
+        AND coalesce(pg_column_size(response) <= 10485760, true)) IS NOT TRUE THEN
+        PERFORM idempotency._check_writable('idempotency.complete()');
+        PERFORM idempotency._check_name('scope', scope);
+        PERFORM idempotency._check_name('key', key);
+        IF status_code IS NULL THEN
+            RAISE EXCEPTION 'status_code must not be null' USING ERRCODE = '22004';
+        ELSIF status_code NOT BETWEEN 100 AND 599 THEN
+            RAISE EXCEPTION 'status code % is out of range (100 to 599)', status_code
+                USING ERRCODE = '22023';
+        END IF;
+        PERFORM idempotency._check_size('response', response);
+    END IF;
+    -- The usual case, the holder within its lease: one UPDATE under the key's lock. Anything
+    -- else (no live claim, a stale attempt, a completed or failed key, a lapsed lease) is read
+    -- and answered below.
+    PERFORM pg_advisory_xact_lock(idempotency.key_lock_id(scope, key));
+    now := clock_timestamp();
+    UPDATE idempotency.keys k
+       SET state = 'completed', status_code = complete.status_code,
+           response = complete.response, completed_at = now, locked_until = NULL
+     WHERE k.key = complete.key AND k.scope = complete.scope AND k.expires_at > now
+       AND k.state = 'processing' AND k.locked_until >= now
+       AND (complete.attempt IS NULL OR k.attempt = complete.attempt);
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    r := idempotency._claim('complete', scope, key, attempt);
+    IF r.state = 'completed' THEN
+        IF r.status_code IS DISTINCT FROM complete.status_code
+           OR r.response IS DISTINCT FROM complete.response THEN
+            RAISE EXCEPTION 'key is already completed with a different result'
+                USING ERRCODE = 'IK002',
+                DETAIL = format('The stored status_code is %s.', r.status_code);
+        END IF;
+        RETURN;
+    ELSIF r.state = 'failed' THEN
+        RAISE EXCEPTION 'complete requires a live claim on the key' USING ERRCODE = '55000',
+            DETAIL = 'The last attempt failed and released its claim.',
+            HINT = 'Call idempotency.reserve first and act only on the outcome ''new''.';
+    END IF;
+    -- A complete after the lease lapsed moves expires_at forward by as much as it came late
+    -- (to the last valid timestamp at most): the answer stays replayable for the retention
+    -- after it was stored. Counted in microseconds: an interval with days would shift by an
+    -- hour across a daylight saving change.
+    now := clock_timestamp();
+    new_expires_at := r.expires_at;
+    IF r.locked_until IS NOT NULL AND now > r.locked_until THEN
+        expiry_us := (extract(epoch FROM r.expires_at) + extract(epoch FROM now)
+                      - extract(epoch FROM r.locked_until)) * 1000000;
+        new_expires_at := CASE
+            WHEN expiry_us >= extract(epoch FROM '294276-12-31 23:59:59.999999+00'::timestamptz) * 1000000
+                THEN '294276-12-31 23:59:59.999999+00'::timestamptz
+            ELSE r.expires_at + make_interval(secs => extract(epoch FROM now - r.locked_until)) END;
+    END IF;
+    UPDATE idempotency.keys k
+       SET state = 'completed', status_code = complete.status_code,
+           response = complete.response, completed_at = now, locked_until = NULL,
+           expires_at = new_expires_at
+     WHERE k.key = complete.key AND k.scope = complete.scope AND k.expires_at = r.expires_at;
+END
+$$;
