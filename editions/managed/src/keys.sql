@@ -229,7 +229,8 @@ DECLARE
     r idempotency.keys;
 BEGIN
     -- The usual call (no wait, names of 1 to 255 bytes, a lease and a retention of up to 30
-    -- days within an unset max_retention, READ COMMITTED, read-write) is told by one small
+    -- days within max_retention unset or '30d', as a server that loads the extension shows
+    -- it; READ COMMITTED, read-write) is told by one small
     -- expression, and answered here when the lock is got at once and the key is new or a
     -- replay without mismatch (as _reserve answers them, with no nested call). The full
     -- checks are large expressions, set up again in every transaction: they run only when
@@ -240,7 +241,7 @@ BEGIN
        AND octet_length(scope) BETWEEN 1 AND 255 AND octet_length(key) BETWEEN 1 AND 255
        AND lock_ttl BETWEEN '1 microsecond' AND '30 days'
        AND retention BETWEEN '1 microsecond' AND '30 days' AND wait = '0'
-       AND nullif(current_setting('idempotency.max_retention', true), '') IS NULL THEN
+       AND coalesce(nullif(current_setting('idempotency.max_retention', true), ''), '30d') = '30d' THEN
         IF pg_try_advisory_xact_lock(idempotency.key_lock_id(scope, key)) THEN
             now := clock_timestamp();
             SELECT k.* INTO r FROM idempotency.keys k
