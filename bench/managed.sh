@@ -3,18 +3,21 @@
 # hand-written advisory-lock pattern, W2 reserve + insert + complete, W3 replay), with pgbench,
 # where W2 and W3 run both against the extension and against the managed edition
 # (editions/managed, installed with psql -f by a role that is not a superuser, in a database
-# of its own on the same server), plus the hand-written pattern's replay (W1R). One run gives
-# the ratios the managed edition is held to: against the hand-written pattern (new keys M2/W1,
-# replays M3/W1R: at least 1.0) and against the extension (M2/W2, M3/W3: at least 0.6), each
-# taken within a round and the median shown. Then where the edition's time goes: its
-# functions' own time per call (track_functions), for M2 and M3.
+# of its own on the same server), plus the hand-written pattern's replay (W1R) and the floor
+# (F2, F3: W2's and W3's scripts calling bench/managed_floor.sql's reserve_floor and
+# complete_floor, what any SQL edition keeping the contract must do, in the edition's
+# database). One run gives the ratios the managed edition is held to: against the floor (M2/F2,
+# M3/F3: at least 0.85), against the hand-written pattern (new keys M2/W1, replays M3/W1R: at
+# least 1.0) and against the extension (M2/W2, M3/W3: at least 0.6), each taken within a round
+# and the median shown. Then where the edition's time goes: its functions' own time per call
+# (track_functions), for M2 and M3.
 #
-#   bash bench/managed.sh            full run (defaults below: ~15 minutes on 2 cores)
+#   bash bench/managed.sh            full run (defaults below: ~20 minutes on 2 cores)
 #   bash bench/managed.sh --smoke    a few seconds a run; report under bench/out/managed-smoke
 #   PG_CONFIG=/path/to/pg_config, IDEM_PG=18: as bench/run.sh
 #
 # Knobs (environment), as bench/run.sh's: BENCH_DURATION=6, BENCH_ROUNDS=5,
-# BENCH_CLIENTS="8 1", BENCH_MODES="plain pipelined", BENCH_WORKLOADS="w0 w1 w2 m2 w1r w3 m3",
+# BENCH_CLIENTS="8 1", BENCH_MODES="plain pipelined", BENCH_WORKLOADS="w0 w1 w2 m2 f2 w1r w3 m3 f3",
 # BENCH_W3_KEYS=20000, BENCH_STATS_TXNS=2000 (the time-per-function runs), BENCH_BUILD=1,
 # BENCH_PORT (default 54452 + IDEM_PORT_OFFSET), BENCH_OUT (default bench/out/managed-full),
 # BENCH_REPORT (default bench/managed.md; the smoke's goes under BENCH_OUT), BENCH_KEEP=0.
@@ -29,7 +32,7 @@ DURATION=${BENCH_DURATION:-6}
 ROUNDS=${BENCH_ROUNDS:-5}
 CLIENTS=${BENCH_CLIENTS:-8 1}
 MODES=${BENCH_MODES:-plain pipelined}
-WORKLOADS=${BENCH_WORKLOADS:-w0 w1 w2 m2 w1r w3 m3}
+WORKLOADS=${BENCH_WORKLOADS:-w0 w1 w2 m2 f2 w1r w3 m3 f3}
 W3_KEYS=${BENCH_W3_KEYS:-20000}
 STATS_TXNS=${BENCH_STATS_TXNS:-2000}
 TXNS="" # smoke: a fixed number of transactions per run instead of a duration
@@ -45,17 +48,22 @@ REPORT=${BENCH_REPORT:-$BENCH/managed.md}
 [[ $SMOKE == 1 ]] && REPORT=$OUT/managed.md
 
 # The workload scripts (bench/workloads) and the database each runs against: the M ones are
-# W2's and W3's very scripts, against the managed edition's database.
+# W2's and W3's very scripts, against the managed edition's database; the F ones the same
+# scripts calling the floor's functions instead of reserve and complete.
 declare -A SCRIPT=([w0]=w0_baseline [w1]=w1_handwritten [w2]=w2_extension [m2]=w2_extension
-  [w1r]=w1r_handwritten_replay [w3]=w3_replay [m3]=w3_replay)
-declare -A DBOF=([w0]=$EXT_DB [w1]=$EXT_DB [w2]=$EXT_DB [m2]=$MANAGED_DB [w1r]=$EXT_DB
-  [w3]=$EXT_DB [m3]=$MANAGED_DB)
+  [f2]=w2_extension [w1r]=w1r_handwritten_replay [w3]=w3_replay [m3]=w3_replay [f3]=w3_replay)
+declare -A DBOF=([w0]=$EXT_DB [w1]=$EXT_DB [w2]=$EXT_DB [m2]=$MANAGED_DB [f2]=$MANAGED_DB
+  [w1r]=$EXT_DB [w3]=$EXT_DB [m3]=$MANAGED_DB [f3]=$MANAGED_DB)
 declare -A NAME=([w0]="W0 baseline insert" [w1]="W1 hand-written pattern"
   [w2]="W2 extension" [m2]="M2 managed edition (W2's statements)"
+  [f2]="F2 the floor (managed_floor.sql, W2's statements)"
   [w1r]="W1R hand-written replay" [w3]="W3 replay, extension"
-  [m3]="M3 replay, managed edition (W3's statement)")
+  [m3]="M3 replay, managed edition (W3's statement)"
+  [f3]="F3 the floor's replay (managed_floor.sql, W3's statement)")
 # numerator denominator minimum: the managed edition's targets.
-TARGETS="m2 w1 1.0
+TARGETS="m2 f2 0.85
+m3 f3 0.85
+m2 w1 1.0
 m3 w1r 1.0
 m2 w2 0.6
 m3 w3 0.6"
@@ -82,6 +90,7 @@ done
 q -d postgres -c "DROP ROLE IF EXISTS $MANAGED_ROLE" -c "CREATE ROLE $MANAGED_ROLE LOGIN NOSUPERUSER" \
   -c "ALTER DATABASE $MANAGED_DB OWNER TO $MANAGED_ROLE"
 q -U "$MANAGED_ROLE" -d $MANAGED_DB -1 -f "$IDEM_ROOT/editions/managed/idempotency--0.4.0.sql"
+q -U "$MANAGED_ROLE" -d $MANAGED_DB -f "$BENCH/managed_floor.sql"
 log "setup (schema bench, $W3_KEYS completed keys for W3 and M3, in both databases)"
 q -d $EXT_DB -c "CREATE EXTENSION idempotency"
 # the time partitions, made ahead as the background worker (extension) or pg_cron (edition) does
@@ -102,11 +111,16 @@ rm -rf "$OUT"
 mkdir -p "$OUT/scripts" "$OUT/logs"
 for w in $WORKLOADS; do
   f=$BENCH/workloads/${SCRIPT[$w]}.sql
-  cp "$f" "$OUT/scripts/$w.plain.sql"
+  if [[ $w == f* ]]; then
+    sed 's/idempotency\.reserve(/idempotency.reserve_floor(/; s/idempotency\.complete(/idempotency.complete_floor(/' \
+      "$f" >"$OUT/scripts/$w.plain.sql"
+  else
+    cp "$f" "$OUT/scripts/$w.plain.sql"
+  fi
   # Pipelined: every run of consecutive SQL lines goes into \startpipeline ... \endpipeline.
   awk '/^(\\|--)/ || /^$/ { if (g) { print "\\endpipeline"; g = 0 } print; next }
        { if (!g) { print "\\startpipeline"; g = 1 } print }
-       END { if (g) print "\\endpipeline" }' "$f" >"$OUT/scripts/$w.pipelined.sql"
+       END { if (g) print "\\endpipeline" }' "$OUT/scripts/$w.plain.sql" >"$OUT/scripts/$w.pipelined.sql"
 done
 
 RUN=0
@@ -173,10 +187,11 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-# Sanity: every W2 and M2 transaction completed a key in its database.
+# Sanity: every W2, M2 and F2 transaction completed a key in its database (M2's and F2's share
+# the edition's).
 for w in w2 m2; do
   [[ " $WORKLOADS " == *" $w "* ]] || continue
-  want=$(awk -F'\t' -v w=$w '$4 == w { s += $6 } END { print s + 0 }' "$runs")
+  want=$(awk -F'\t' -v w=$w '$4 == w || (w == "m2" && $4 == "f2") { s += $6 } END { print s + 0 }' "$runs")
   got=$(q -d "${DBOF[$w]}" -c "SELECT count(*) FROM idempotency.keys WHERE scope = 'bench-w2' AND state = 'completed'")
   [[ $got == "$want" ]] || die "$w: $got completed keys for $want transactions"
 done
@@ -233,7 +248,7 @@ for c, mode in sorted({(k[0], k[1]) for k in tps}, key=lambda k: (-int(k[0]), k[
         ratio = statistics.median(ra[r] / rb[r] for r in ra if r in rb and rb[r] > 0)
         met = "yes" if ratio >= minimum else "no"
         verdicts.append(met)
-        out.append(f"| {a.upper()}/{b.upper()} | {c} | {mode} | {ratio:.2f} | {minimum:.1f} | {met} |")
+        out.append(f"| {a.upper()}/{b.upper()} | {c} | {mode} | {ratio:.2f} | {minimum:.2f} | {met} |")
 prof = list(csv.DictReader(open(profile_path), delimiter="\t"))
 if prof:
     out += ["", "Where the managed edition's time goes (one client, plain; per transaction; "

@@ -304,3 +304,370 @@ $$;
 
 GRANT EXECUTE ON FUNCTION idempotency._statement_count(text), idempotency._one_statement(text)
 TO PUBLIC;
+
+-- === partitions from the install on ===
+-- maintain() moves the rows of a new partition's range without a temporary table (one made
+-- while pg_tle updates the extension would become the extension's).
+CREATE OR REPLACE FUNCTION idempotency.maintain()
+RETURNS TABLE (
+    action text,
+    partition text,
+    range_start timestamptz,
+    range_end timestamptz,
+    rows bigint,
+    detail text)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    started timestamptz := clock_timestamp();
+    width_us bigint := idempotency._setting_usecs('idempotency.partition_width', '1d');
+    premake integer := coalesce(nullif(current_setting('idempotency.premake', true), '')::integer, 3);
+    lock_ms bigint := idempotency._setting_usecs('idempotency.maintenance_lock_timeout', '100ms') / 1000;
+    width interval := make_interval(secs => width_us / 1000000.0);
+    now timestamptz := clock_timestamp();
+    steps jsonb := '[]';
+    incomplete boolean := false;
+    b timestamptz;
+    lo timestamptz;
+    hi timestamptz;
+    cursor timestamptz;
+    gaps_lo timestamptz[];
+    gaps_hi timestamptz[];
+    r record;
+    p record;
+    n bigint;
+    name text;
+    caller_lock_timeout text := current_setting('lock_timeout');
+    skipped constant text := 'could not lock idempotency.keys within '
+        'idempotency.maintenance_lock_timeout; retried on the next run';
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'idempotency.maintain() must run in a READ COMMITTED transaction'
+            USING ERRCODE = '25001', HINT = 'Call it in a transaction of its own (autocommit).';
+    END IF;
+    IF width_us <= 0 OR premake < 0 THEN
+        RAISE EXCEPTION 'idempotency.partition_width and idempotency.premake must be positive'
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM set_config('lock_timeout', greatest(lock_ms, 1)::text, true);
+
+    -- 1. Expired rows of the default partition.
+    BEGIN
+        DELETE FROM ONLY idempotency.keys_default d WHERE d.expires_at <= now;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            action := 'purged'; partition := 'keys_default'; range_start := NULL;
+            range_end := NULL; rows := n;
+            detail := 'deleted expired rows from the default partition';
+            RETURN NEXT;
+            steps := steps || jsonb_build_object('action', action, 'partition', partition, 'rows', n);
+        END IF;
+    EXCEPTION WHEN lock_not_available THEN
+        action := 'skipped'; partition := 'keys_default'; range_start := NULL; range_end := NULL;
+        rows := NULL; detail := skipped; incomplete := true;
+        RETURN NEXT;
+        steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+    END;
+
+    -- 2. The current partition and the next premake ones, and those of live rows waiting in
+    -- the default partition, where no partition covers them.
+    FOR b IN
+        SELECT x.b FROM (
+            SELECT date_bin(width, now, '2000-01-01 00:00+00') + g * width AS b
+            FROM generate_series(0, premake) AS g
+            UNION
+            SELECT date_bin(width, d.expires_at, '2000-01-01 00:00+00')
+            FROM ONLY idempotency.keys_default d WHERE d.expires_at > now) x
+        ORDER BY 1
+    LOOP
+      -- The parts of [b, b + width) no attached partition covers (a partition made by hand
+      -- may cover some of it).
+      gaps_lo := '{}'; gaps_hi := '{}'; cursor := b;
+      FOR r IN SELECT x.range_start AS lo, x.range_end AS hi FROM idempotency.partitions x
+               WHERE NOT x.is_default AND x.range_start < b + width AND x.range_end > b
+               ORDER BY x.range_start
+      LOOP
+          IF r.lo > cursor THEN
+              gaps_lo := gaps_lo || cursor; gaps_hi := gaps_hi || r.lo;
+          END IF;
+          cursor := greatest(cursor, r.hi);
+      END LOOP;
+      IF cursor < b + width THEN
+          gaps_lo := gaps_lo || cursor; gaps_hi := gaps_hi || (b + width);
+      END IF;
+      FOR g IN 1 .. coalesce(cardinality(gaps_lo), 0) LOOP
+        lo := gaps_lo[g]; hi := gaps_hi[g];
+        name := idempotency._partition_name(lo, width_us);
+        BEGIN
+            LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE;
+            EXECUTE format('CREATE TABLE idempotency.%I (LIKE idempotency.keys INCLUDING DEFAULTS '
+                           'INCLUDING CONSTRAINTS, PRIMARY KEY (key, scope, expires_at))', name);
+            EXECUTE format('REVOKE ALL ON idempotency.%I FROM PUBLIC', name);
+            -- The rows of its range move from the default partition into the new table before
+            -- it is attached (no temporary table: one made while pg_tle creates the extension
+            -- would become the extension's).
+            EXECUTE format('WITH moved AS (DELETE FROM ONLY idempotency.keys_default d '
+                           'WHERE d.expires_at >= $1 AND d.expires_at < $2 RETURNING d.*) '
+                           'INSERT INTO idempotency.%I SELECT * FROM moved', name)
+                USING lo, hi;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            EXECUTE format('ALTER TABLE idempotency.keys ATTACH PARTITION idempotency.%I '
+                           'FOR VALUES FROM (%L) TO (%L)', name, lo, hi);
+            action := 'created'; partition := name; range_start := lo; range_end := hi;
+            rows := n; detail := CASE WHEN n > 0 THEN format('moved %s rows from the default partition', n) END;
+            RETURN NEXT;
+            steps := steps || jsonb_build_object('action', action, 'partition', partition,
+                                                 'range_start', lo, 'range_end', hi);
+        EXCEPTION
+            WHEN lock_not_available THEN
+                action := 'skipped'; partition := name; range_start := lo; range_end := hi;
+                rows := NULL; detail := skipped; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+            WHEN OTHERS THEN
+                -- reported; the other steps still run
+                action := 'failed'; partition := name; range_start := lo; range_end := hi;
+                rows := NULL; detail := SQLERRM; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+        END;
+      END LOOP;
+    END LOOP;
+
+    -- 3. Partitions whose upper bound has passed hold only expired rows: dropped whole.
+    -- By OID: a partition may live in another schema.
+    FOR p IN SELECT c.oid::regclass AS rel, c.relname::text AS partition, x.range_start,
+                    x.range_end, idempotency.rows_estimate(c.oid) AS rows_estimate
+             FROM pg_catalog.pg_inherits i
+             JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+             CROSS JOIN LATERAL idempotency.partition_bounds(c.oid) x
+             WHERE i.inhparent OPERATOR(pg_catalog.=) 'idempotency.keys'::regclass
+               AND NOT x.is_default AND x.range_end <= now
+             ORDER BY x.range_start
+    LOOP
+        BEGIN
+            EXECUTE format('DROP TABLE %s', p.rel);
+            action := 'dropped'; partition := p.partition; range_start := p.range_start;
+            range_end := p.range_end; rows := p.rows_estimate; detail := NULL;
+            RETURN NEXT;
+            steps := steps || jsonb_build_object('action', action, 'partition', partition);
+        EXCEPTION
+            WHEN lock_not_available THEN
+                action := 'skipped'; partition := p.partition; range_start := p.range_start;
+                range_end := p.range_end; rows := NULL; detail := skipped; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+            WHEN OTHERS THEN
+                action := 'failed'; partition := p.partition; range_start := p.range_start;
+                range_end := p.range_end; rows := NULL; detail := SQLERRM; incomplete := true;
+                RETURN NEXT;
+                steps := steps || jsonb_build_object('action', action, 'partition', partition, 'detail', detail);
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', caller_lock_timeout, true);
+
+    PERFORM set_config('idempotency.maintaining', 'on', true);
+    INSERT INTO idempotency.maintenance_log (started_at, ended_at, caller, role, result, steps)
+    VALUES (started, clock_timestamp(),
+            CASE WHEN current_setting('application_name') = 'pg_cron' THEN 'pg_cron' ELSE 'sql' END,
+            session_user, CASE WHEN incomplete THEN 'incomplete' ELSE 'ok' END, steps);
+    DELETE FROM idempotency.maintenance_log l
+     WHERE l.run <= (SELECT max(x.run) - 100 FROM idempotency.maintenance_log x);
+    PERFORM set_config('idempotency.maintaining', 'off', true);
+END
+$$;
+
+-- The partitions maintain() makes (the current one and the next idempotency.premake ones),
+-- from the install on: the first keys land in a dated partition, not in keys_default. Where
+-- pg_tle creates (or updates) the extension they are not made its members, as maintain()'s
+-- later ones are not: maintain() drops each when it expires. Outside READ COMMITTED (which
+-- maintain() needs) the install leaves them to the first maintain().
+DO $$
+DECLARE
+    part regclass;
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE NOTICE 'idempotency: no partition made at the install (not READ COMMITTED); run SELECT idempotency.maintain()';
+        RETURN;
+    END IF;
+    PERFORM FROM idempotency.maintain();
+    FOR part IN
+        SELECT d.objid::regclass FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_inherits i ON i.inhrelid OPERATOR(pg_catalog.=) d.objid
+          JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::regclass
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND e.extname OPERATOR(pg_catalog.=) 'idempotency'
+           AND i.inhparent OPERATOR(pg_catalog.=) 'idempotency.keys'::regclass
+           AND d.objid OPERATOR(pg_catalog.<>) 'idempotency.keys_default'::regclass
+    LOOP
+        EXECUTE pg_catalog.format('ALTER EXTENSION idempotency DROP TABLE %s', part);
+    END LOOP;
+END
+$$;
+
+-- === reserve and complete: the usual call told by one small expression ===
+-- The full argument checks (large expressions, set up again in every transaction) run only
+-- when it fails; reserve answers a new key or a replay itself, without nested calls.
+-- An interval in microseconds as _interval_usecs counts it (a month of 30 days), unchecked:
+-- for a value known to be in range (reserve's usual call).
+CREATE FUNCTION idempotency._usecs(value interval)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT (extract(epoch FROM value) * 1000000 - extract(year FROM value) * 453600000000)::bigint
+$$;
+
+REVOKE ALL ON FUNCTION idempotency._usecs(interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION idempotency.reserve(
+    scope text,
+    key text,
+    request_hash bytea DEFAULT NULL,
+    lock_ttl interval DEFAULT '5 minutes',
+    retention interval DEFAULT '24 hours',
+    wait interval DEFAULT '0')
+RETURNS idempotency.reservation
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
+AS $$
+DECLARE
+    ttl_us bigint;
+    retention_us bigint;
+    wait_us bigint;
+    now timestamptz;
+    r idempotency.keys;
+BEGIN
+    -- The usual call (no wait, names of 1 to 255 bytes, a lease and a retention of up to 30
+    -- days within max_retention unset or '30d', as a server that loads the extension shows
+    -- it; READ COMMITTED, read-write) is told by one small
+    -- expression, and answered here when the lock is got at once and the key is new or a
+    -- replay without mismatch (as _reserve answers them, with no nested call). The full
+    -- checks are large expressions, set up again in every transaction: they run only when
+    -- that test fails, and raise what the extension raises. Anything else goes to _reserve,
+    -- which takes the lock again (held already, or tried once more) and reads again.
+    IF current_setting('transaction_isolation') = 'read committed'
+       AND current_setting('transaction_read_only') = 'off'
+       AND octet_length(scope) BETWEEN 1 AND 255 AND octet_length(key) BETWEEN 1 AND 255
+       AND lock_ttl BETWEEN '1 microsecond' AND '30 days'
+       AND retention BETWEEN '1 microsecond' AND '30 days' AND wait = '0'
+       AND coalesce(nullif(current_setting('idempotency.max_retention', true), ''), '30d') = '30d' THEN
+        IF pg_try_advisory_xact_lock(idempotency.key_lock_id(scope, key)) THEN
+            now := clock_timestamp();
+            SELECT k.* INTO r FROM idempotency.keys k
+             WHERE k.key OPERATOR(pg_catalog.=) reserve.key
+               AND k.scope OPERATOR(pg_catalog.=) reserve.scope AND k.expires_at > now
+             LIMIT 1;
+            IF r.state = 'completed' AND NOT coalesce(r.request_hash <> request_hash, false) THEN
+                RETURN idempotency._reservation('replay', r);
+            ELSIF r.key IS NULL THEN
+                ttl_us := idempotency._usecs(lock_ttl);
+                retention_us := idempotency._usecs(retention);
+                IF NOT coalesce(CASE WHEN octet_length(key) IN (26, 32, 36) THEN
+                        idempotency.key_time(key) < now - make_interval(secs => retention_us / 1000000.0)
+                        END, false) THEN
+                    r := ROW(scope, key, 'processing', 1, request_hash, NULL, NULL, NULL, NULL, now,
+                             NULL, now + make_interval(secs => ttl_us / 1000000.0), NULL);
+                    r.expires_at := r.locked_until + make_interval(secs => retention_us / 1000000.0);
+                    INSERT INTO idempotency.keys SELECT r.*;
+                    RETURN idempotency._reservation('new', r);
+                END IF;
+            END IF;
+        END IF;
+    ELSE
+        -- The argument checks, in the extension's order: each raises or is true.
+        ttl_us := CASE WHEN idempotency._check_writable('idempotency.reserve()')
+                            AND idempotency._check_name('scope', scope)
+                            AND idempotency._check_name('key', key)
+                       THEN idempotency._interval_usecs('lock_ttl', lock_ttl, false) END;
+        retention_us := idempotency._interval_usecs('retention', retention, false);
+        wait_us := least(idempotency._interval_usecs('wait', wait, true), 3155760000000000);
+        PERFORM idempotency._check_times(ttl_us, retention_us);
+    END IF;
+    RETURN idempotency._reserve(scope, key, request_hash, coalesce(ttl_us, idempotency._usecs(lock_ttl)),
+                                coalesce(retention_us, idempotency._usecs(retention)),
+                                coalesce(wait_us, 0), false);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION idempotency.complete(
+    scope text, key text, status_code integer, response jsonb, attempt integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
+AS $$
+DECLARE
+    r idempotency.keys;
+    now timestamptz;
+    new_expires_at timestamptz;
+    expiry_us numeric;
+BEGIN
+    -- The usual call told by one small expression, as reserve does; the full checks (large
+    -- expressions, set up again in every transaction) only when it fails.
+    IF (current_setting('transaction_isolation') = 'read committed'
+        AND current_setting('transaction_read_only') = 'off'
+        AND octet_length(scope) BETWEEN 1 AND 255 AND octet_length(key) BETWEEN 1 AND 255
+        AND status_code BETWEEN 100 AND 599
+        AND coalesce(pg_column_size(response) <= 10485760, true)) IS NOT TRUE THEN
+        PERFORM idempotency._check_writable('idempotency.complete()');
+        PERFORM idempotency._check_name('scope', scope);
+        PERFORM idempotency._check_name('key', key);
+        IF status_code IS NULL THEN
+            RAISE EXCEPTION 'status_code must not be null' USING ERRCODE = '22004';
+        ELSIF status_code NOT BETWEEN 100 AND 599 THEN
+            RAISE EXCEPTION 'status code % is out of range (100 to 599)', status_code
+                USING ERRCODE = '22023';
+        END IF;
+        PERFORM idempotency._check_size('response', response);
+    END IF;
+    -- The usual case, the holder within its lease: one UPDATE under the key's lock. Anything
+    -- else (no live claim, a stale attempt, a completed or failed key, a lapsed lease) is read
+    -- and answered below.
+    PERFORM pg_advisory_xact_lock(idempotency.key_lock_id(scope, key));
+    now := clock_timestamp();
+    UPDATE idempotency.keys k
+       SET state = 'completed', status_code = complete.status_code,
+           response = complete.response, completed_at = now, locked_until = NULL
+     WHERE k.key = complete.key AND k.scope = complete.scope AND k.expires_at > now
+       AND k.state = 'processing' AND k.locked_until >= now
+       AND (complete.attempt IS NULL OR k.attempt = complete.attempt);
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    r := idempotency._claim('complete', scope, key, attempt);
+    IF r.state = 'completed' THEN
+        IF r.status_code IS DISTINCT FROM complete.status_code
+           OR r.response IS DISTINCT FROM complete.response THEN
+            RAISE EXCEPTION 'key is already completed with a different result'
+                USING ERRCODE = 'IK002',
+                DETAIL = format('The stored status_code is %s.', r.status_code);
+        END IF;
+        RETURN;
+    ELSIF r.state = 'failed' THEN
+        RAISE EXCEPTION 'complete requires a live claim on the key' USING ERRCODE = '55000',
+            DETAIL = 'The last attempt failed and released its claim.',
+            HINT = 'Call idempotency.reserve first and act only on the outcome ''new''.';
+    END IF;
+    -- A complete after the lease lapsed moves expires_at forward by as much as it came late
+    -- (to the last valid timestamp at most): the answer stays replayable for the retention
+    -- after it was stored. Counted in microseconds: an interval with days would shift by an
+    -- hour across a daylight saving change.
+    now := clock_timestamp();
+    new_expires_at := r.expires_at;
+    IF r.locked_until IS NOT NULL AND now > r.locked_until THEN
+        expiry_us := (extract(epoch FROM r.expires_at) + extract(epoch FROM now)
+                      - extract(epoch FROM r.locked_until)) * 1000000;
+        new_expires_at := CASE
+            WHEN expiry_us >= extract(epoch FROM '294276-12-31 23:59:59.999999+00'::timestamptz) * 1000000
+                THEN '294276-12-31 23:59:59.999999+00'::timestamptz
+            ELSE r.expires_at + make_interval(secs => extract(epoch FROM now - r.locked_until)) END;
+    END IF;
+    UPDATE idempotency.keys k
+       SET state = 'completed', status_code = complete.status_code,
+           response = complete.response, completed_at = now, locked_until = NULL,
+           expires_at = new_expires_at
+     WHERE k.key = complete.key AND k.scope = complete.scope AND k.expires_at = r.expires_at;
+END
+$$;

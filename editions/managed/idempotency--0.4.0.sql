@@ -92,6 +92,15 @@ AS $$
               - extract(year FROM value) * 453600000000)::bigint END
 $$;
 
+-- An interval in microseconds as _interval_usecs counts it (a month of 30 days), unchecked:
+-- for a value known to be in range (reserve's usual call).
+CREATE FUNCTION idempotency._usecs(value interval)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT (extract(epoch FROM value) * 1000000 - extract(year FROM value) * 453600000000)::bigint
+$$;
+
 CREATE FUNCTION idempotency._setting_parse(name text, raw text)
 RETURNS bigint
 LANGUAGE plpgsql STABLE PARALLEL SAFE
@@ -692,16 +701,58 @@ DECLARE
     ttl_us bigint;
     retention_us bigint;
     wait_us bigint;
+    now timestamptz;
+    r idempotency.keys;
 BEGIN
-    PERFORM idempotency._check_writable('idempotency.reserve()');
-    PERFORM idempotency._check_name('scope', scope);
-    PERFORM idempotency._check_name('key', key);
-    ttl_us := idempotency._interval_usecs('lock_ttl', lock_ttl, false);
-    retention_us := idempotency._interval_usecs('retention', retention, false);
-    wait_us := idempotency._interval_usecs('wait', wait, true);
-    PERFORM idempotency._check_times(ttl_us, retention_us);
-    RETURN idempotency._reserve(scope, key, request_hash, ttl_us, retention_us,
-                                least(wait_us, 3155760000000000), false);
+    -- The usual call (no wait, names of 1 to 255 bytes, a lease and a retention of up to 30
+    -- days within max_retention unset or '30d', as a server that loads the extension shows
+    -- it; READ COMMITTED, read-write) is told by one small
+    -- expression, and answered here when the lock is got at once and the key is new or a
+    -- replay without mismatch (as _reserve answers them, with no nested call). The full
+    -- checks are large expressions, set up again in every transaction: they run only when
+    -- that test fails, and raise what the extension raises. Anything else goes to _reserve,
+    -- which takes the lock again (held already, or tried once more) and reads again.
+    IF current_setting('transaction_isolation') = 'read committed'
+       AND current_setting('transaction_read_only') = 'off'
+       AND octet_length(scope) BETWEEN 1 AND 255 AND octet_length(key) BETWEEN 1 AND 255
+       AND lock_ttl BETWEEN '1 microsecond' AND '30 days'
+       AND retention BETWEEN '1 microsecond' AND '30 days' AND wait = '0'
+       AND coalesce(nullif(current_setting('idempotency.max_retention', true), ''), '30d') = '30d' THEN
+        IF pg_try_advisory_xact_lock(idempotency.key_lock_id(scope, key)) THEN
+            now := clock_timestamp();
+            SELECT k.* INTO r FROM idempotency.keys k
+             WHERE k.key OPERATOR(pg_catalog.=) reserve.key
+               AND k.scope OPERATOR(pg_catalog.=) reserve.scope AND k.expires_at > now
+             LIMIT 1;
+            IF r.state = 'completed' AND NOT coalesce(r.request_hash <> request_hash, false) THEN
+                RETURN idempotency._reservation('replay', r);
+            ELSIF r.key IS NULL THEN
+                ttl_us := idempotency._usecs(lock_ttl);
+                retention_us := idempotency._usecs(retention);
+                IF NOT coalesce(CASE WHEN octet_length(key) IN (26, 32, 36) THEN
+                        idempotency.key_time(key) < now - make_interval(secs => retention_us / 1000000.0)
+                        END, false) THEN
+                    r := ROW(scope, key, 'processing', 1, request_hash, NULL, NULL, NULL, NULL, now,
+                             NULL, now + make_interval(secs => ttl_us / 1000000.0), NULL);
+                    r.expires_at := r.locked_until + make_interval(secs => retention_us / 1000000.0);
+                    INSERT INTO idempotency.keys SELECT r.*;
+                    RETURN idempotency._reservation('new', r);
+                END IF;
+            END IF;
+        END IF;
+    ELSE
+        -- The argument checks, in the extension's order: each raises or is true.
+        ttl_us := CASE WHEN idempotency._check_writable('idempotency.reserve()')
+                            AND idempotency._check_name('scope', scope)
+                            AND idempotency._check_name('key', key)
+                       THEN idempotency._interval_usecs('lock_ttl', lock_ttl, false) END;
+        retention_us := idempotency._interval_usecs('retention', retention, false);
+        wait_us := least(idempotency._interval_usecs('wait', wait, true), 3155760000000000);
+        PERFORM idempotency._check_times(ttl_us, retention_us);
+    END IF;
+    RETURN idempotency._reserve(scope, key, request_hash, coalesce(ttl_us, idempotency._usecs(lock_ttl)),
+                                coalesce(retention_us, idempotency._usecs(retention)),
+                                coalesce(wait_us, 0), false);
 END
 $$;
 
@@ -797,16 +848,24 @@ DECLARE
     new_expires_at timestamptz;
     expiry_us numeric;
 BEGIN
-    PERFORM idempotency._check_writable('idempotency.complete()');
-    PERFORM idempotency._check_name('scope', scope);
-    PERFORM idempotency._check_name('key', key);
-    IF status_code IS NULL THEN
-        RAISE EXCEPTION 'status_code must not be null' USING ERRCODE = '22004';
-    ELSIF status_code NOT BETWEEN 100 AND 599 THEN
-        RAISE EXCEPTION 'status code % is out of range (100 to 599)', status_code
-            USING ERRCODE = '22023';
+    -- The usual call told by one small expression, as reserve does; the full checks (large
+    -- expressions, set up again in every transaction) only when it fails.
+    IF (current_setting('transaction_isolation') = 'read committed'
+        AND current_setting('transaction_read_only') = 'off'
+        AND octet_length(scope) BETWEEN 1 AND 255 AND octet_length(key) BETWEEN 1 AND 255
+        AND status_code BETWEEN 100 AND 599
+        AND coalesce(pg_column_size(response) <= 10485760, true)) IS NOT TRUE THEN
+        PERFORM idempotency._check_writable('idempotency.complete()');
+        PERFORM idempotency._check_name('scope', scope);
+        PERFORM idempotency._check_name('key', key);
+        IF status_code IS NULL THEN
+            RAISE EXCEPTION 'status_code must not be null' USING ERRCODE = '22004';
+        ELSIF status_code NOT BETWEEN 100 AND 599 THEN
+            RAISE EXCEPTION 'status code % is out of range (100 to 599)', status_code
+                USING ERRCODE = '22023';
+        END IF;
+        PERFORM idempotency._check_size('response', response);
     END IF;
-    PERFORM idempotency._check_size('response', response);
     -- The usual case, the holder within its lease: one UPDATE under the key's lock. Anything
     -- else (no live claim, a stale attempt, a completed or failed key, a lapsed lease) is read
     -- and answered below.
@@ -972,6 +1031,7 @@ FROM PUBLIC;
 REVOKE ALL ON FUNCTION
     idempotency._check_name(text, text),
     idempotency._interval_usecs(text, interval, boolean),
+    idempotency._usecs(interval),
     idempotency._setting_usecs(text, text),
     idempotency._setting_parse(text, text),
     idempotency._duration_usecs(text),
@@ -2144,18 +2204,16 @@ BEGIN
             EXECUTE format('CREATE TABLE idempotency.%I (LIKE idempotency.keys INCLUDING DEFAULTS '
                            'INCLUDING CONSTRAINTS, PRIMARY KEY (key, scope, expires_at))', name);
             EXECUTE format('REVOKE ALL ON idempotency.%I FROM PUBLIC', name);
-            IF to_regclass('pg_temp.idempotency_moved_rows') IS NULL THEN
-                CREATE TEMP TABLE idempotency_moved_rows (LIKE idempotency.keys) ON COMMIT DROP;
-            END IF;
-            WITH moved AS (
-                DELETE FROM ONLY idempotency.keys_default d
-                WHERE d.expires_at >= lo AND d.expires_at < hi RETURNING d.*)
-            INSERT INTO pg_temp.idempotency_moved_rows SELECT * FROM moved;
+            -- The rows of its range move from the default partition into the new table before
+            -- it is attached (no temporary table: one made while pg_tle creates the extension
+            -- would become the extension's).
+            EXECUTE format('WITH moved AS (DELETE FROM ONLY idempotency.keys_default d '
+                           'WHERE d.expires_at >= $1 AND d.expires_at < $2 RETURNING d.*) '
+                           'INSERT INTO idempotency.%I SELECT * FROM moved', name)
+                USING lo, hi;
             GET DIAGNOSTICS n = ROW_COUNT;
             EXECUTE format('ALTER TABLE idempotency.keys ATTACH PARTITION idempotency.%I '
                            'FOR VALUES FROM (%L) TO (%L)', name, lo, hi);
-            INSERT INTO idempotency.keys SELECT * FROM pg_temp.idempotency_moved_rows;
-            TRUNCATE pg_temp.idempotency_moved_rows;
             action := 'created'; partition := name; range_start := lo; range_end := hi;
             rows := n; detail := CASE WHEN n > 0 THEN format('moved %s rows from the default partition', n) END;
             RETURN NEXT;
@@ -2224,3 +2282,33 @@ REVOKE ALL ON FUNCTION
     idempotency.maintain(),
     idempotency._partition_name(timestamptz, bigint)
 FROM PUBLIC;
+
+-- The partitions maintain() makes (the current one and the next idempotency.premake ones),
+-- from the install on: the first keys land in a dated partition, not in keys_default. Where
+-- pg_tle creates (or updates) the extension they are not made its members, as maintain()'s
+-- later ones are not: maintain() drops each when it expires. Outside READ COMMITTED (which
+-- maintain() needs) the install leaves them to the first maintain().
+DO $$
+DECLARE
+    part regclass;
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE NOTICE 'idempotency: no partition made at the install (not READ COMMITTED); run SELECT idempotency.maintain()';
+        RETURN;
+    END IF;
+    PERFORM FROM idempotency.maintain();
+    FOR part IN
+        SELECT d.objid::regclass FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_inherits i ON i.inhrelid OPERATOR(pg_catalog.=) d.objid
+          JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::regclass
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND e.extname OPERATOR(pg_catalog.=) 'idempotency'
+           AND i.inhparent OPERATOR(pg_catalog.=) 'idempotency.keys'::regclass
+           AND d.objid OPERATOR(pg_catalog.<>) 'idempotency.keys_default'::regclass
+    LOOP
+        EXECUTE pg_catalog.format('ALTER EXTENSION idempotency DROP TABLE %s', part);
+    END LOOP;
+END
+$$;

@@ -3,6 +3,9 @@
 # (sql/NAME.sql) run against the managed edition the way pg_regress runs them against the
 # extension, and are compared with the same expected output.
 #   conformance_db DB        settings pg_regress gives its database
+#   conformance_fresh DB     drops the partitions the edition's install made: the files
+#                            start where CREATE EXTENSION leaves the extension (no partition
+#                            but the default one until maintain() runs)
 #   conformance_run DB TEST OUTDIR   sql/TEST.sql (or the edition's own
 #                                    editions/managed/sql/TEST.sql) with psql -a -q from the
 #                                    repository root, with pg_regress's time zone, date and
@@ -18,6 +21,18 @@ conformance_db() {
     -c "ALTER DATABASE \"$1\" SET lc_monetary TO 'C'" -c "ALTER DATABASE \"$1\" SET lc_numeric TO 'C'" \
     -c "ALTER DATABASE \"$1\" SET lc_time TO 'C'" -c "ALTER DATABASE \"$1\" SET bytea_output TO 'hex'" \
     -c "ALTER DATABASE \"$1\" SET timezone_abbreviations TO 'Default'"
+}
+
+conformance_fresh() {
+  mpsql -d "$1" -q -c "DO \$\$
+    DECLARE part regclass;
+    BEGIN
+      FOR part IN SELECT inhrelid::regclass FROM pg_inherits
+                   WHERE inhparent = 'idempotency.keys'::regclass
+                     AND inhrelid <> 'idempotency.keys_default'::regclass LOOP
+        EXECUTE format('DROP TABLE %s', part);
+      END LOOP;
+    END \$\$"
 }
 
 conformance_run() {

@@ -107,6 +107,16 @@ installed_by_non_superuser() {
                               WHERE c.relnamespace = 'idempotency'::regnamespace AND r.rolsuper") == 0 ]]
 }
 
+# key_in_dated_partition DB WHAT: a key reserved right after the install or update WHAT
+# lands in a dated partition (the install makes them), not in keys_default.
+key_in_dated_partition() {
+  local where
+  mpsql_admin -d "$1" -q -c "SELECT idempotency.reserve('installed', 'first')" >/dev/null &&
+    where=$(mpsql -d "$1" -At -c "SELECT tableoid::regclass FROM idempotency.keys
+                                   WHERE scope = 'installed' AND key = 'first'") &&
+    echo "the key is in $where" && [[ $where == idempotency.keys_p* ]]
+}
+
 new_db managed_tle && check "pg_tle: install_extension + CREATE EXTENSION as a non-superuser" install_tle managed_tle
 extension_version() { # extension_version DB WANT
   [[ $(mpsql -d "$1" -At -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'") == "$2" ]]
@@ -117,6 +127,10 @@ no_library() { ! compgen -G "$MANAGED_ROOT$("$PG_CONFIG" --pkglibdir)/idempotenc
 check "pg_tle: no idempotency library exists on this server" no_library
 new_db managed_plain && check "psql -f: the plain script as a non-superuser" install_plain managed_plain
 check "psql -f: every object installed by the admin role, not a superuser" installed_by_non_superuser managed_plain
+check "pg_tle: a key reserved right after the install is in a dated partition, not keys_default" \
+  key_in_dated_partition managed_tle
+check "psql -f: a key reserved right after the install is in a dated partition, not keys_default" \
+  key_in_dated_partition managed_plain
 objects_of managed_tle >"$OUT/objects-tle.txt"
 objects_of managed_plain >"$OUT/objects-plain.txt"
 check "both installs end with the same objects ($(wc -l <"$OUT/objects-tle.txt") of them)" \
@@ -168,11 +182,11 @@ FROM (
              coalesce(' ' || a.attacl::text, ''), ', ' ORDER BY a.attnum)
            FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
            WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '') ||
-         coalesce((SELECT string_agg(pg_get_indexdef(i.indexrelid), '; ' ORDER BY 1)
+         coalesce((SELECT string_agg(pg_get_indexdef(i.indexrelid), '; ' ORDER BY pg_get_indexdef(i.indexrelid))
            FROM pg_index i WHERE i.indrelid = c.oid), '') ||
-         coalesce((SELECT string_agg(x.conname || ' ' || pg_get_constraintdef(x.oid), '; ' ORDER BY 1)
+         coalesce((SELECT string_agg(x.conname || ' ' || pg_get_constraintdef(x.oid), '; ' ORDER BY x.conname)
            FROM pg_constraint x WHERE x.conrelid = c.oid), '') ||
-         coalesce((SELECT string_agg(pg_get_triggerdef(t.oid) || ' ' || t.tgenabled::text, '; ' ORDER BY 1)
+         coalesce((SELECT string_agg(pg_get_triggerdef(t.oid) || ' ' || t.tgenabled::text, '; ' ORDER BY t.tgname)
            FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal), '')
     FROM pg_class c WHERE c.relnamespace = 'idempotency'::regnamespace
   UNION ALL
@@ -222,6 +236,8 @@ check "pg_tle: a key completed at $PREVIOUS" with_key upd_tle
 check "pg_tle: update_pg_tle.sql + ALTER EXTENSION UPDATE as a non-superuser" update_tle upd_tle
 check "pg_tle: the updated extension is idempotency $VERSION" extension_version upd_tle "$VERSION"
 check "pg_tle: the key completed at $PREVIOUS reads back after the update" key_kept upd_tle
+check "pg_tle: a key reserved right after the update is in a dated partition, not keys_default" \
+  key_in_dated_partition upd_tle
 check "the edition statement: pg_tle's updated install is managed $VERSION" \
   edition_is upd_tle "managed|$VERSION|extension"
 new_db fresh_tle >/dev/null && install_tle fresh_tle >/dev/null
@@ -232,6 +248,8 @@ new_db upd_plain >/dev/null &&
 check "psql -f: a key completed at $PREVIOUS" with_key upd_plain
 check "psql -f: the update script as a non-superuser" update_plain upd_plain
 check "psql -f: the key completed at $PREVIOUS reads back after the update" key_kept upd_plain
+check "psql -f: a key reserved right after the update is in a dated partition, not keys_default" \
+  key_in_dated_partition upd_plain
 check "the edition statement: the updated plain script is managed $VERSION" \
   edition_is upd_plain "managed|$VERSION|script"
 new_db fresh_plain >/dev/null && install_plain fresh_plain >/dev/null
@@ -254,7 +272,8 @@ check "pg_tle: DROP EXTENSION removes the schema" drop_ext
 
 for t in $REGRESS_FILES; do
   db=conf_$t
-  if ! { new_db "$db" && conformance_db "$db" && install_tle "$db"; } >"$OUT/$t.install.log" 2>&1; then
+  if ! { new_db "$db" && conformance_db "$db" && install_tle "$db" && conformance_fresh "$db"; } \
+    >"$OUT/$t.install.log" 2>&1; then
     fail "conformance $t: the edition did not install"
     sed 's/^/    /' "$OUT/$t.install.log"
     continue
@@ -284,7 +303,8 @@ if ensure_locale de_DE.UTF-8 ja_JP.UTF-8 >"$OUT/locales.log" 2>&1; then
     locale=${lang%%:*} proof=${lang#*:} db=conf_lang_${lang:0:2}
     mkdir -p "$OUT/$db"
     if ! { new_db "$db" && conformance_db "$db" &&
-      mpsql -d "$db" -q -c "ALTER DATABASE \"$db\" SET lc_messages TO '$locale'" && install_tle "$db"; } \
+      mpsql -d "$db" -q -c "ALTER DATABASE \"$db\" SET lc_messages TO '$locale'" && install_tle "$db" &&
+      conformance_fresh "$db"; } \
       >"$OUT/$db.install.log" 2>&1; then
       fail "lc_messages $locale: the edition did not install"
       sed 's/^/    /' "$OUT/$db.install.log"
@@ -315,7 +335,8 @@ fi
 # here. pg_isolation_regress's own verdict compares with the extension's expected output
 # only: each result is compared here, as above.
 ISO=$MANAGED_ROOT$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/isolation/pg_isolation_regress
-if new_db conf_iso >/dev/null && conformance_db conf_iso && install_plain conf_iso; then
+if new_db conf_iso >/dev/null && conformance_db conf_iso && install_plain conf_iso &&
+  conformance_fresh conf_iso; then
   # shellcheck disable=SC2086 # one word a spec
   PGTZ=PST8PDT PGDATESTYLE='Postgres, MDY' "$ISO" --inputdir=test/isolation \
     --outputdir="$OUT/isolation" --host="$MSOCK" --port="$MPORT" --user=postgres \
@@ -333,79 +354,6 @@ if new_db conf_iso >/dev/null && conformance_db conf_iso && install_plain conf_i
   done
 else
   fail "conformance isolation: the edition did not install"
-fi
-
-# --- the first hour: docs/managed.md's walk ---------------------------------------------------
-# The blocks of docs/managed.md marked "the managed walk, as ROLE", in page order, in a
-# database of the admin role with the edition installed by psql -f: as the admin role
-# (idem_dbadmin) where the page says admin, as the role it names otherwise. Then: the key the
-# service stored went to a dated partition (maintain() ran at the install), the service's role
-# owns nothing and may not run maintain(), and examples/http-node, started as that role,
-# answers an order and its retry with one order row, running no DDL.
-walk_blocks() { # walk_blocks DIR: DIR/NN-ROLE.sql, one a block
-  awk -v dir="$1" '
-    /^<!-- fragment: the managed walk, as [a-z_]+ / { role = $7; want = 1; next }
-    want && /^```/ {
-      if (open) { open = 0; want = 0; close(file) }
-      else { n++; open = 1; file = sprintf("%s/%02d-%s.sql", dir, n, role) }
-      next
-    }
-    open { print > file }' docs/managed.md
-}
-WALK=$OUT/walk
-mkdir -p "$WALK"
-if { new_db app && install_plain app; } >"$OUT/walk-install.log" 2>&1; then
-  walk_blocks "$WALK"
-  check "docs/managed.md's walk has its blocks (5 or more)" [ "$(find "$WALK" -name '*.sql' | wc -l)" -ge 5 ]
-  for f in "$WALK"/*.sql; do
-    role=${f##*/[0-9][0-9]-}
-    role=${role%.sql}
-    [[ $role == admin ]] && role=idem_dbadmin
-    check "docs/managed.md's walk: block ${f##*/} as $role" \
-      mpsql -U "$role" -d app -q -v ON_ERROR_STOP=1 -f "$f"
-  done
-  in_dated_partition() {
-    [[ $(mpsql -d app -At -c "SELECT tableoid::regclass FROM idempotency.keys WHERE key = 'first-hour-1'") == idempotency.keys_p* ]]
-  }
-  check "the walk: the service's key is in a dated partition, not keys_default" in_dated_partition
-  owns_nothing() {
-    [[ $(mpsql -d app -At -c "SELECT count(*) FROM pg_class WHERE relowner = 'orders_app'::regrole") == 0 ]] &&
-      ! mpsql -U orders_app -d app -q -c "SELECT idempotency.maintain()" 2>/dev/null &&
-      ! mpsql -U orders_app -d app -q -c "CREATE TABLE owned_by_app (a int)" 2>/dev/null
-  }
-  check "the walk: orders_app owns nothing, may not run maintain() nor create a table" owns_nothing
-  example_as_app() {
-    local log=$OUT/walk-example.log url="" pid status
-    scripts/npm_ci.sh examples/http-node >"$OUT/walk-npm.log" 2>&1 || return 1
-    (cd examples/http-node && PGHOST=$MSOCK PGPORT=$MPORT PGUSER=orders_app PGDATABASE=app \
-      HOST=127.0.0.1 PORT=0 exec node src/server.js) >"$log" 2>&1 &
-    pid=$!
-    for _ in $(seq 600); do
-      url=$(sed -n 's/^listening on \(http:[^ ]*\).*/\1/p' "$log")
-      [[ -n $url ]] && break
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    status=1
-    if [[ -n $url ]]; then
-      for _ in 1 2; do
-        curl -sS -o /dev/null -w '%{http_code}\n' -X POST "$url/orders" -H 'Authorization: Bearer alice-token' \
-          -H 'Idempotency-Key: first-hour-http' -H 'Content-Type: application/json' \
-          -d '{"item": "widget", "quantity": 3}'
-      done >"$OUT/walk-codes.txt"
-      [[ $(tr '\n' ' ' <"$OUT/walk-codes.txt") == "201 201 " ]] &&
-        [[ $(mpsql -d app -At -c "SELECT count(*) FROM orders WHERE idempotency_key = 'first-hour-http'") == 1 ]] &&
-        status=0
-    fi
-    kill "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    [[ $status == 0 ]] || { cat "$log" "$OUT/walk-codes.txt"; }
-    return $status
-  }
-  check "the walk: examples/http-node as orders_app answers an order and its retry, one order row" example_as_app
-else
-  fail "docs/managed.md's walk: the edition did not install"
-  sed 's/^/    /' "$OUT/walk-install.log"
 fi
 
 # --- moving between editions ---------------------------------------------------------------

@@ -90,6 +90,15 @@ AS $$
               - extract(year FROM value) * 453600000000)::bigint END
 $$;
 
+-- An interval in microseconds as _interval_usecs counts it (a month of 30 days), unchecked:
+-- for a value known to be in range (reserve's usual call).
+CREATE FUNCTION idempotency._usecs(value interval)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT (extract(epoch FROM value) * 1000000 - extract(year FROM value) * 453600000000)::bigint
+$$;
+
 CREATE FUNCTION idempotency._setting_parse(name text, raw text)
 RETURNS bigint
 LANGUAGE plpgsql STABLE PARALLEL SAFE

@@ -225,16 +225,58 @@ DECLARE
     ttl_us bigint;
     retention_us bigint;
     wait_us bigint;
+    now timestamptz;
+    r idempotency.keys;
 BEGIN
-    PERFORM idempotency._check_writable('idempotency.reserve()');
-    PERFORM idempotency._check_name('scope', scope);
-    PERFORM idempotency._check_name('key', key);
-    ttl_us := idempotency._interval_usecs('lock_ttl', lock_ttl, false);
-    retention_us := idempotency._interval_usecs('retention', retention, false);
-    wait_us := idempotency._interval_usecs('wait', wait, true);
-    PERFORM idempotency._check_times(ttl_us, retention_us);
-    RETURN idempotency._reserve(scope, key, request_hash, ttl_us, retention_us,
-                                least(wait_us, 3155760000000000), false);
+    -- The usual call (no wait, names of 1 to 255 bytes, a lease and a retention of up to 30
+    -- days within max_retention unset or '30d', as a server that loads the extension shows
+    -- it; READ COMMITTED, read-write) is told by one small
+    -- expression, and answered here when the lock is got at once and the key is new or a
+    -- replay without mismatch (as _reserve answers them, with no nested call). The full
+    -- checks are large expressions, set up again in every transaction: they run only when
+    -- that test fails, and raise what the extension raises. Anything else goes to _reserve,
+    -- which takes the lock again (held already, or tried once more) and reads again.
+    IF current_setting('transaction_isolation') = 'read committed'
+       AND current_setting('transaction_read_only') = 'off'
+       AND octet_length(scope) BETWEEN 1 AND 255 AND octet_length(key) BETWEEN 1 AND 255
+       AND lock_ttl BETWEEN '1 microsecond' AND '30 days'
+       AND retention BETWEEN '1 microsecond' AND '30 days' AND wait = '0'
+       AND coalesce(nullif(current_setting('idempotency.max_retention', true), ''), '30d') = '30d' THEN
+        IF pg_try_advisory_xact_lock(idempotency.key_lock_id(scope, key)) THEN
+            now := clock_timestamp();
+            SELECT k.* INTO r FROM idempotency.keys k
+             WHERE k.key OPERATOR(pg_catalog.=) reserve.key
+               AND k.scope OPERATOR(pg_catalog.=) reserve.scope AND k.expires_at > now
+             LIMIT 1;
+            IF r.state = 'completed' AND NOT coalesce(r.request_hash <> request_hash, false) THEN
+                RETURN idempotency._reservation('replay', r);
+            ELSIF r.key IS NULL THEN
+                ttl_us := idempotency._usecs(lock_ttl);
+                retention_us := idempotency._usecs(retention);
+                IF NOT coalesce(CASE WHEN octet_length(key) IN (26, 32, 36) THEN
+                        idempotency.key_time(key) < now - make_interval(secs => retention_us / 1000000.0)
+                        END, false) THEN
+                    r := ROW(scope, key, 'processing', 1, request_hash, NULL, NULL, NULL, NULL, now,
+                             NULL, now + make_interval(secs => ttl_us / 1000000.0), NULL);
+                    r.expires_at := r.locked_until + make_interval(secs => retention_us / 1000000.0);
+                    INSERT INTO idempotency.keys SELECT r.*;
+                    RETURN idempotency._reservation('new', r);
+                END IF;
+            END IF;
+        END IF;
+    ELSE
+        -- The argument checks, in the extension's order: each raises or is true.
+        ttl_us := CASE WHEN idempotency._check_writable('idempotency.reserve()')
+                            AND idempotency._check_name('scope', scope)
+                            AND idempotency._check_name('key', key)
+                       THEN idempotency._interval_usecs('lock_ttl', lock_ttl, false) END;
+        retention_us := idempotency._interval_usecs('retention', retention, false);
+        wait_us := least(idempotency._interval_usecs('wait', wait, true), 3155760000000000);
+        PERFORM idempotency._check_times(ttl_us, retention_us);
+    END IF;
+    RETURN idempotency._reserve(scope, key, request_hash, coalesce(ttl_us, idempotency._usecs(lock_ttl)),
+                                coalesce(retention_us, idempotency._usecs(retention)),
+                                coalesce(wait_us, 0), false);
 END
 $$;
 
@@ -330,16 +372,24 @@ DECLARE
     new_expires_at timestamptz;
     expiry_us numeric;
 BEGIN
-    PERFORM idempotency._check_writable('idempotency.complete()');
-    PERFORM idempotency._check_name('scope', scope);
-    PERFORM idempotency._check_name('key', key);
-    IF status_code IS NULL THEN
-        RAISE EXCEPTION 'status_code must not be null' USING ERRCODE = '22004';
-    ELSIF status_code NOT BETWEEN 100 AND 599 THEN
-        RAISE EXCEPTION 'status code % is out of range (100 to 599)', status_code
-            USING ERRCODE = '22023';
+    -- The usual call told by one small expression, as reserve does; the full checks (large
+    -- expressions, set up again in every transaction) only when it fails.
+    IF (current_setting('transaction_isolation') = 'read committed'
+        AND current_setting('transaction_read_only') = 'off'
+        AND octet_length(scope) BETWEEN 1 AND 255 AND octet_length(key) BETWEEN 1 AND 255
+        AND status_code BETWEEN 100 AND 599
+        AND coalesce(pg_column_size(response) <= 10485760, true)) IS NOT TRUE THEN
+        PERFORM idempotency._check_writable('idempotency.complete()');
+        PERFORM idempotency._check_name('scope', scope);
+        PERFORM idempotency._check_name('key', key);
+        IF status_code IS NULL THEN
+            RAISE EXCEPTION 'status_code must not be null' USING ERRCODE = '22004';
+        ELSIF status_code NOT BETWEEN 100 AND 599 THEN
+            RAISE EXCEPTION 'status code % is out of range (100 to 599)', status_code
+                USING ERRCODE = '22023';
+        END IF;
+        PERFORM idempotency._check_size('response', response);
     END IF;
-    PERFORM idempotency._check_size('response', response);
     -- The usual case, the holder within its lease: one UPDATE under the key's lock. Anything
     -- else (no live claim, a stale attempt, a completed or failed key, a lapsed lease) is read
     -- and answered below.
@@ -505,6 +555,7 @@ FROM PUBLIC;
 REVOKE ALL ON FUNCTION
     idempotency._check_name(text, text),
     idempotency._interval_usecs(text, interval, boolean),
+    idempotency._usecs(interval),
     idempotency._setting_usecs(text, text),
     idempotency._setting_parse(text, text),
     idempotency._duration_usecs(text),

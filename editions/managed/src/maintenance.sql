@@ -159,18 +159,16 @@ BEGIN
             EXECUTE format('CREATE TABLE idempotency.%I (LIKE idempotency.keys INCLUDING DEFAULTS '
                            'INCLUDING CONSTRAINTS, PRIMARY KEY (key, scope, expires_at))', name);
             EXECUTE format('REVOKE ALL ON idempotency.%I FROM PUBLIC', name);
-            IF to_regclass('pg_temp.idempotency_moved_rows') IS NULL THEN
-                CREATE TEMP TABLE idempotency_moved_rows (LIKE idempotency.keys) ON COMMIT DROP;
-            END IF;
-            WITH moved AS (
-                DELETE FROM ONLY idempotency.keys_default d
-                WHERE d.expires_at >= lo AND d.expires_at < hi RETURNING d.*)
-            INSERT INTO pg_temp.idempotency_moved_rows SELECT * FROM moved;
+            -- The rows of its range move from the default partition into the new table before
+            -- it is attached (no temporary table: one made while pg_tle creates the extension
+            -- would become the extension's).
+            EXECUTE format('WITH moved AS (DELETE FROM ONLY idempotency.keys_default d '
+                           'WHERE d.expires_at >= $1 AND d.expires_at < $2 RETURNING d.*) '
+                           'INSERT INTO idempotency.%I SELECT * FROM moved', name)
+                USING lo, hi;
             GET DIAGNOSTICS n = ROW_COUNT;
             EXECUTE format('ALTER TABLE idempotency.keys ATTACH PARTITION idempotency.%I '
                            'FOR VALUES FROM (%L) TO (%L)', name, lo, hi);
-            INSERT INTO idempotency.keys SELECT * FROM pg_temp.idempotency_moved_rows;
-            TRUNCATE pg_temp.idempotency_moved_rows;
             action := 'created'; partition := name; range_start := lo; range_end := hi;
             rows := n; detail := CASE WHEN n > 0 THEN format('moved %s rows from the default partition', n) END;
             RETURN NEXT;
@@ -239,3 +237,33 @@ REVOKE ALL ON FUNCTION
     idempotency.maintain(),
     idempotency._partition_name(timestamptz, bigint)
 FROM PUBLIC;
+
+-- The partitions maintain() makes (the current one and the next idempotency.premake ones),
+-- from the install on: the first keys land in a dated partition, not in keys_default. Where
+-- pg_tle creates (or updates) the extension they are not made its members, as maintain()'s
+-- later ones are not: maintain() drops each when it expires. Outside READ COMMITTED (which
+-- maintain() needs) the install leaves them to the first maintain().
+DO $$
+DECLARE
+    part regclass;
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE NOTICE 'idempotency: no partition made at the install (not READ COMMITTED); run SELECT idempotency.maintain()';
+        RETURN;
+    END IF;
+    PERFORM FROM idempotency.maintain();
+    FOR part IN
+        SELECT d.objid::regclass FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_inherits i ON i.inhrelid OPERATOR(pg_catalog.=) d.objid
+          JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::regclass
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND e.extname OPERATOR(pg_catalog.=) 'idempotency'
+           AND i.inhparent OPERATOR(pg_catalog.=) 'idempotency.keys'::regclass
+           AND d.objid OPERATOR(pg_catalog.<>) 'idempotency.keys_default'::regclass
+    LOOP
+        EXECUTE pg_catalog.format('ALTER EXTENSION idempotency DROP TABLE %s', part);
+    END LOOP;
+END
+$$;
