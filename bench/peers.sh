@@ -138,8 +138,9 @@ svc_stop() { kill "$SVC_PID" 2>/dev/null; wait "$SVC_PID" 2>/dev/null || true; S
 
 # --- speed ----------------------------------------------------------------------------------
 SPEED=$OUT/speed.tsv
-# cpu_ms: service + PostgreSQL + Redis; service_ms: the service's share
-printf 'round\tstrategy\tscenario\trps\tp50\tp99\tp999\tcpu_ms\tok\trequests\tkeys\tdoubled\tservice_ms\n' \
+# cpu_ms: service + PostgreSQL + Redis; service_ms: the service's share; load: the 1-minute
+# load average at the scenario's end
+printf 'round\tstrategy\tscenario\trps\tp50\tp99\tp999\tcpu_ms\tok\trequests\tkeys\tdoubled\tservice_ms\tload\n' \
   >"$SPEED"
 # Keys of KEYFILE that got more than one order.
 doubled() { q -c 'CREATE TEMP TABLE sent (k text)' -c "\\copy sent FROM '$1'" \
@@ -163,7 +164,8 @@ delta = {pid: t - t0.get(pid, 0) for pid, t in
 per_request = lambda ticks: ticks * 1000 / int(hz) / max(r["requests"], 1)
 cpu, service_cpu = per_request(sum(delta.values())), per_request(delta.get(int(service), 0))
 print(f'{rnd}\t{strat}\t{name}\t{r["rps"]:.1f}\t{r["p50"]:.2f}\t{r["p99"]:.2f}\t{r["p999"]:.2f}'
-      f'\t{cpu:.3f}\t{r["ok"]}\t{r["requests"]}\t{keys}\t{doubled}\t{service_cpu:.3f}')
+      f'\t{cpu:.3f}\t{r["ok"]}\t{r["requests"]}\t{keys}\t{doubled}\t{service_cpu:.3f}'
+      f'\t{open("/proc/loadavg").read().split()[0]}')
 PY
 }
 # The index of the I-th strategy to run in round ROUND, of N: each round starts (ROUND - 1) /

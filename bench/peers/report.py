@@ -41,6 +41,8 @@ for s in strategies:
             # the service's share of cpu_ms (runs before it was counted: none)
             shares = [float(r["service_ms"]) for r in rs if r.get("service_ms")]
             med[s, sc]["service_ms"] = statistics.median(shares) if shares else None
+            loads = [float(r["load"]) for r in rs if r.get("load")]
+            med[s, sc]["load"] = (min(loads), max(loads)) if loads else None
 rounds = len({r["round"] for r in rows})
 load = open(os.path.join(out, "load.txt")).read().strip()
 lines = [f"# bench/peers: results of one run", "",
@@ -116,9 +118,14 @@ if pairs:
                 for p in ("", "fastify-")]
         lines.append(f"| {title} | {over[0]} | {over[1]} |")
     lines += ["", "A strategy on Fastify beside the same on Express. CPU ms per request: the",
-              "service's + the backends' (PostgreSQL and Redis).", "",
+              "service's + the backends' (PostgreSQL and Redis). Load: the 1-minute load average",
+              "at the end of its runs (lowest to highest over the rounds, both frameworks).", "",
               "| scenario | strategy | req/s, Express | req/s, Fastify | Fastify / Express "
-              "| CPU ms/req, Express | CPU ms/req, Fastify |", "|---|---|---|---|---|---|---|"]
+              "| CPU ms/req, Express | CPU ms/req, Fastify | load |",
+              "|---|---|---|---|---|---|---|---|"]
+    def load_of(*ms):
+        loads = [x for m in ms if m and m["load"] for x in m["load"]]
+        return f"{min(loads):.1f} to {max(loads):.1f}" if loads else "-"
     def cpu_of(m):
         if not m:
             return "-"
@@ -133,7 +140,7 @@ if pairs:
             cells = [f"{m['rps']:,.0f}" if m else "-" for m in (me, mf)]
             cpu = [cpu_of(m) for m in (me, mf)]
             lines.append(f"| {title} | {NAMES[e].split(' ', 1)[0]} | {cells[0]} | {cells[1]} "
-                         f"| {ratio(mf, me)} | {cpu[0]} | {cpu[1]} |")
+                         f"| {ratio(mf, me)} | {cpu[0]} | {cpu[1]} | {load_of(me, mf)} |")
     lines.append("")
 
 faults = list(csv.DictReader(open(os.path.join(out, "faults.tsv")), delimiter="\t"))
