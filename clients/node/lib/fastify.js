@@ -72,6 +72,20 @@ function routeHooks(options) {
     return keepingBytes(payload, chunks);
   }
 
+  // The statement form: every answer is the flow's own, and no handler runs (nothing to hold
+  // back, so no onSend / onResponse).
+  async function statementPreHandler(request, reply) {
+    const chunks = request[STATE]?.chunks;
+    if (request.rawBody === undefined || request.rawBody === null)
+      request.rawBody = chunks === undefined ? Buffer.alloc(0) : Buffer.concat(chunks);
+    let answer;
+    await flow.handle(request, {
+      run: () => { throw new Error('the statement form runs no handler'); },
+      respond: (a) => { answer = a; },
+    });
+    return sendAnswer(reply, answer);
+  }
+
   async function preHandler(request, reply) {
     const state = request[STATE] ?? { chunks: [] };
     request[STATE] = state;
@@ -147,6 +161,9 @@ function routeHooks(options) {
     return fallback.call(this, error, request, reply);
   };
 
+  if (options.statement !== undefined) {
+    return { preParsing, preHandler: statementPreHandler, errorHandlerOver };
+  }
   return { preParsing, preHandler, onSend, onResponse, errorHandlerOver };
 }
 
@@ -165,7 +182,7 @@ async function idempotency(fastify, options) {
     const bodyLimit = merged.limit ?? limit;
     if (bodyLimit !== undefined && route.bodyLimit === undefined) route.bodyLimit = bodyLimit;
     for (const name of ['preParsing', 'preHandler', 'onSend', 'onResponse'])
-      route[name] = hooksOf(route[name], hooks[name]);
+      if (hooks[name]) route[name] = hooksOf(route[name], hooks[name]);
     route.errorHandler = hooks.errorHandlerOver(route.errorHandler ?? this.errorHandler);
   });
 }
