@@ -88,6 +88,8 @@ if loop:
                          f"| {m['postgresql_us']:.0f} | {m['redis_us']:.0f} | {total:.0f} |")
         lines.append("")
 for sc, title in SCENARIOS:
+    if not any((s, sc) in med for s in strategies):  # not run (BENCH_SCENARIOS)
+        continue
     base = med.get(("middleware", sc), {}).get("rps")
     lines += [f"## {title}", "",
               "| strategy | req/s | x (1) | p50 ms | p99 ms | p99.9 ms | CPU ms/req | ok / sent "
