@@ -145,7 +145,7 @@ alive() {
 }
 
 echo "--- 1. restarted with no request in flight"
-# each pool holds its connections idle: a burst opens several
+# each pool keeps the connection of its first request idle
 out=$(drive /orders /orders /orders /orders /statement /statement /statement /statement)
 expect "the first requests are answered" "$(awk '{ print $2 }' <<<"$out" | sort -u)" 201
 [[ $(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'

@@ -13,8 +13,9 @@
 //               middleware's own 400 invalid_json / 413 body_too_large; any other error goes
 //               on to the route's or the instance's error handler
 // The options are idempotencyMiddleware's (middleware.js), with the statement form: its
-// route's handler is never called (every answer comes from execute_once). The plugin must be
-// registered (awaited) before the routes that use it.
+// route's handler is never called (every answer comes from execute_once, sent by preHandler; no
+// onSend / onResponse hooks are added there). The plugin must be registered (awaited) before
+// the routes that use it.
 import fastifyPlugin from 'fastify-plugin';
 import { Readable, Transform } from 'node:stream';
 import { DecisionFlow } from './decision.js';
