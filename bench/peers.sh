@@ -5,12 +5,16 @@
 # execute_once's statement) and runExternal, hand-written PostgreSQL ("fortress"), Redis SET
 # NX + Lua, the Redis + PostgreSQL hybrid, Powertools (Redis cache layer) and
 # express-idempotency (Redis adapter), and (0) the insert alone with no idempotency (new keys
-# only: what any layer over that work can approach). Speed (throughput, p50/p99/p99.9, CPU per
+# only: what any layer over that work can approach). The same service on Fastify 5
+# (bench/peers/fastify.mjs) takes the strategies fastify-middleware, fastify-statement and
+# fastify-accelerator (the Fastify plugin's two forms and Redis + Lua as a Fastify route), with
+# fastify-insert beside them. Speed (throughput, p50/p99/p99.9, CPU per
 # request over service + PostgreSQL + Redis from /proc; rounds in a rotated order) and
 # correctness under faults (service SIGKILL, Redis restart, PostgreSQL -m immediate restart).
 #   bash bench/peers.sh            full run; report in bench/peers/results.md + results.png
 #   bash bench/peers.sh --smoke    seconds; report under bench/out/peers-smoke/
-# Either fails, after writing the report, when one of the project's strategies ((1), (1s), (2))
+# Either fails, after writing the report, when one of the project's strategies ((1), (1s), (2),
+# on either framework)
 # doubled a key or lost, doubled or answered wrong under a fault.
 # Knobs: BENCH_ROUNDS (3), BENCH_SECONDS (8 per scenario), BENCH_STRATEGIES, BENCH_FAULT_KEYS
 # (300), BENCH_FAULT_SECONDS (120: the longest a fault run waits for its keys), BENCH_PHASES
@@ -37,7 +41,7 @@ SCENARIOS=(${BENCH_SCENARIOS:-new8 replay8 new32 mix8 burst8})
 NODE_ARGS=(${BENCH_NODE_ARGS:-})
 # shellcheck disable=SC2206 # a list of words
 STRATEGIES=(${BENCH_STRATEGIES:-middleware statement external fortress accelerator hybrid
-  powertools express-idempotency})
+  powertools express-idempotency fastify-middleware fastify-statement fastify-accelerator})
 if [[ $SMOKE == 1 ]]; then ROUNDS=1 SECONDS_PER=1 MAXREQ=40 FAULT_KEYS=12 FAULT_SECONDS=10; fi
 BASE=${BENCH_PORT:-$((20020 + ${IDEM_PORT_OFFSET:-0}))}
 PGPORT_B=$BASE REDIS_PORT=$((BASE + 1)) SVC_PORT=$((BASE + 2))
@@ -49,6 +53,8 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 [[ -n $(missing_packages redis-server) ]] && apt_install redis-server >&2
 command -v node >/dev/null || die "node is not installed"
 "$IDEM_ROOT/scripts/npm_ci.sh" "$PEERS" >&2
+# the Fastify plugin's own import (fastify-plugin) resolves in the client's node_modules
+"$IDEM_ROOT/scripts/npm_ci.sh" "$IDEM_ROOT/clients/node" >&2
 
 # --- PostgreSQL --------------------------------------------------------------------------
 DATA=/tmp/idempotency-bench-peers-$PGPORT_B/data
@@ -114,10 +120,12 @@ cpu_ticks() {
 HZ=$(getconf CLK_TCK)
 
 svc_start() { # STRATEGY [node options...]
+  local service=$PEERS/service.mjs
+  [[ $1 == fastify-* ]] && service=$PEERS/fastify.mjs
   # emptied here, not by the child's redirection: that may come after the wait below has read
   # the "listening" of the previous start
   : >"$OUT/service-$1.log"
-  STRATEGY=$1 node "${@:2}" "$PEERS/service.mjs" >>"$OUT/service-$1.log" 2>&1 &
+  STRATEGY=$1 node "${@:2}" "$service" >>"$OUT/service-$1.log" 2>&1 &
   SVC_PID=$!
   until grep -q listening "$OUT/service-$1.log" 2>/dev/null; do
     kill -0 "$SVC_PID" 2>/dev/null ||
@@ -130,7 +138,9 @@ svc_stop() { kill "$SVC_PID" 2>/dev/null; wait "$SVC_PID" 2>/dev/null || true; S
 
 # --- speed ----------------------------------------------------------------------------------
 SPEED=$OUT/speed.tsv
-printf 'round\tstrategy\tscenario\trps\tp50\tp99\tp999\tcpu_ms\tok\trequests\tkeys\tdoubled\n' \
+# cpu_ms: service + PostgreSQL + Redis; service_ms: the service's share; load: the 1-minute
+# load average at the scenario's end
+printf 'round\tstrategy\tscenario\trps\tp50\tp99\tp999\tcpu_ms\tok\trequests\tkeys\tdoubled\tservice_ms\tload\n' \
   >"$SPEED"
 # Keys of KEYFILE that got more than one order.
 doubled() { q -c 'CREATE TEMP TABLE sent (k text)' -c "\\copy sent FROM '$1'" \
@@ -144,16 +154,18 @@ scenario() { # ROUND STRATEGY NAME MODE CONNS
   cpu_ticks >"$OUT/ticks1"
   keys=$(grep -c . "$OUT/sent" || true)
   python3 - "$1" "$2" "$3" "$line" "$OUT/ticks0" "$OUT/ticks1" "$HZ" "$keys" "$(doubled "$OUT/sent")" \
-    >>"$SPEED" <<'PY'
+    "$SVC_PID" >>"$SPEED" <<'PY'
 import json, sys
-rnd, strat, name, line, before, after, hz, keys, doubled = sys.argv[1:]
+rnd, strat, name, line, before, after, hz, keys, doubled, service = sys.argv[1:]
 r = json.loads(line)
 t0 = dict(map(int, l.split()) for l in open(before) if l.strip())
-ticks = sum(t - t0.get(pid, 0) for pid, t in
-            (map(int, l.split()) for l in open(after) if l.strip()))
-cpu = int(ticks) * 1000 / int(hz) / max(r["requests"], 1)
+delta = {pid: t - t0.get(pid, 0) for pid, t in
+         (map(int, l.split()) for l in open(after) if l.strip())}
+per_request = lambda ticks: ticks * 1000 / int(hz) / max(r["requests"], 1)
+cpu, service_cpu = per_request(sum(delta.values())), per_request(delta.get(int(service), 0))
 print(f'{rnd}\t{strat}\t{name}\t{r["rps"]:.1f}\t{r["p50"]:.2f}\t{r["p99"]:.2f}\t{r["p999"]:.2f}'
-      f'\t{cpu:.3f}\t{r["ok"]}\t{r["requests"]}\t{keys}\t{doubled}')
+      f'\t{cpu:.3f}\t{r["ok"]}\t{r["requests"]}\t{keys}\t{doubled}\t{service_cpu:.3f}'
+      f'\t{open("/proc/loadavg").read().split()[0]}')
 PY
 }
 # The index of the I-th strategy to run in round ROUND, of N: each round starts (ROUND - 1) /
@@ -164,8 +176,9 @@ in_round() { echo $((($1 + ($2 - 1) * $3 / ROUNDS) % $3)); }
 REDIS_MODE=default redis_start
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/load.txt"
 # (0), the insert alone (no idempotency), runs beside them for new keys: the ceiling of any layer
-# over the same work.
+# over the same work (on Fastify too when a strategy runs there).
 SPEED_STRATEGIES=("${STRATEGIES[@]}" insert)
+[[ " ${STRATEGIES[*]}" == *" fastify-"* ]] && SPEED_STRATEGIES+=(fastify-insert)
 n=${#SPEED_STRATEGIES[@]}
 for ((round = 1; round <= ROUNDS; round++)); do
   [[ $PHASES == *" speed "* ]] || break
@@ -175,7 +188,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
     svc_start "$s" "${NODE_ARGS[@]}"
     log "round $round: $s"
     for sc in "${SCENARIOS[@]}"; do # new8 -> mode new, 8 connections
-      [[ $s == insert && $sc != new* ]] && continue
+      [[ $s == *insert && $sc != new* ]] && continue
       scenario "$round" "$s" "$sc" "${sc%%[0-9]*}" "${sc##*[a-z]}"
     done
     svc_stop
@@ -261,8 +274,8 @@ for mode in ${MODES[@]+"${MODES[@]}"}; do
     for fault in kill redis pg; do
       # (1s) takes the Redis restart too, though it uses no Redis (it must not notice); Redis's
       # persistence (aof) changes nothing for the PostgreSQL-only strategies
-      [[ $fault == redis && $s =~ ^(middleware|external|fortress)$ ]] && continue
-      [[ $mode == aof && $s =~ ^(middleware|statement|external|fortress)$ ]] && continue
+      [[ $fault == redis && ${s#fastify-} =~ ^(middleware|external|fortress)$ ]] && continue
+      [[ $mode == aof && ${s#fastify-} =~ ^(middleware|statement|external|fortress)$ ]] && continue
       reset_state
       # Redis restarted without saving: SIGKILL, then a new server on the same directory (with
       # aof, it reads what everysec wrote).
@@ -299,7 +312,7 @@ cat "$REPORT_DIR/results.md"
 python3 - "$SPEED" "$FAULTS" <<'PY'
 import csv, sys
 speed, faults = sys.argv[1:]
-ONCE = {"middleware", "statement", "external"}
+ONCE = {"middleware", "statement", "external", "fastify-middleware", "fastify-statement"}
 broken = []
 for r in csv.DictReader(open(speed), delimiter="\t"):
     if r["strategy"] in ONCE and int(r["doubled"]) != 0:

@@ -1,6 +1,6 @@
 // The fault driver: clients that retry each key with the same body until they get an answer
-// (2xx), while a fault hits. It starts the service itself (service.mjs, the environment's
-// STRATEGY), so that it can SIGKILL and restart it.
+// (2xx), while a fault hits. It starts the service itself (service.mjs, or fastify.mjs for a
+// STRATEGY fastify-...), so that it can SIGKILL and restart it.
 //   node faults.mjs FAULT KEYS CLIENTS      FAULT: kill | redis | pg
 // kill: the service is SIGKILLed and restarted every ~1.5 s, at least 4 times; redis / pg:
 // FAULT_CMD (a shell command that restarts Redis without saving, or PostgreSQL with -m
@@ -17,7 +17,8 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 
 const [fault, nKeys, nClients] = process.argv.slice(2);
-const SERVICE = fileURLToPath(new URL('service.mjs', import.meta.url));
+const SERVICE = fileURLToPath(new URL(
+  process.env.STRATEGY?.startsWith('fastify-') ? 'fastify.mjs' : 'service.mjs', import.meta.url));
 const port = Number(process.env.PORT);
 const deadline = Date.now() + Number(process.env.FAULT_SECONDS ?? 120) * 1000;
 let service;

@@ -14,7 +14,13 @@ NAMES = {"middleware": "(1) middleware", "statement": "(1s) the middleware's sta
          "fortress": "(3) fortress SQL", "accelerator": "(4) Redis SET NX + Lua",
          "hybrid": "(5) hybrid Redis + SQL", "powertools": "(6) Powertools, Redis",
          "express-idempotency": "(7) express-idempotency, Redis",
-         "insert": "(0) the insert alone (no idempotency)"}
+         "insert": "(0) the insert alone (no idempotency)",
+         "fastify-middleware": "(1) middleware, Fastify",
+         "fastify-statement": "(1s) the statement form, Fastify",
+         "fastify-accelerator": "(4) Redis SET NX + Lua, Fastify",
+         "fastify-insert": "(0) the insert alone, Fastify"}
+# the chart's label of a strategy: its number, F for Fastify
+LABELS = {s: NAMES[s].split(" ", 1)[0] + ("F" if s.startswith("fastify-") else "") for s in NAMES}
 SCENARIOS = [("new8", "new keys, 8 conn."), ("new32", "new keys, 32 conn."),
              ("replay8", "replays, 8 conn."), ("mix8", "80% new + 20% retries"),
              ("burst8", "one key from 8 clients")]
@@ -32,6 +38,11 @@ for s in strategies:
                           for k in ("rps", "p50", "p99", "p999", "cpu_ms", "ok", "requests")}
             med[s, sc]["keys"] = sum(int(r.get("keys") or 0) for r in rs)
             med[s, sc]["doubled"] = sum(int(r.get("doubled") or 0) for r in rs)
+            # the service's share of cpu_ms (runs before it was counted: none)
+            shares = [float(r["service_ms"]) for r in rs if r.get("service_ms")]
+            med[s, sc]["service_ms"] = statistics.median(shares) if shares else None
+            loads = [float(r["load"]) for r in rs if r.get("load")]
+            med[s, sc]["load"] = (min(loads), max(loads)) if loads else None
 rounds = len({r["round"] for r in rows})
 load = open(os.path.join(out, "load.txt")).read().strip()
 lines = [f"# bench/peers: results of one run", "",
@@ -77,6 +88,8 @@ if loop:
                          f"| {m['postgresql_us']:.0f} | {m['redis_us']:.0f} | {total:.0f} |")
         lines.append("")
 for sc, title in SCENARIOS:
+    if not any((s, sc) in med for s in strategies):  # not run (BENCH_SCENARIOS)
+        continue
     base = med.get(("middleware", sc), {}).get("rps")
     lines += [f"## {title}", "",
               "| strategy | req/s | x (1) | p50 ms | p99 ms | p99.9 ms | CPU ms/req | ok / sent "
@@ -89,6 +102,47 @@ for sc, title in SCENARIOS:
         lines.append(f"| {NAMES[s]} | {m['rps']:,.0f} | {ratio} | {m['p50']:.2f} "
                      f"| {m['p99']:.2f} | {m['p999']:.2f} | {m['cpu_ms']:.2f} "
                      f"| {m['ok']:.0f} / {m['requests']:.0f} | {m['doubled']} / {m['keys']} |")
+    lines.append("")
+
+# The same strategies on both frameworks: (1s) to (4) on each, and Fastify to Express.
+pairs = [(s, f"fastify-{s}") for s in ("statement", "accelerator", "middleware", "insert")]
+pairs = [p for p in pairs if any((p[1], sc) in med for sc, _ in SCENARIOS)]
+if pairs:
+    def ratio(a, b):
+        return f"{a['rps'] / b['rps']:.2f}" if a and b and b["rps"] else "-"
+    shown = [(sc, title) for sc, title in SCENARIOS if any((f, sc) in med for _, f in pairs)]
+    lines += ["## Fastify beside Express", "",
+              "Medians of the tables above. The statement form's throughput over Redis SET NX +",
+              "Lua's on the same framework:", "",
+              "| scenario | (1s) / (4), Express | (1s) / (4), Fastify |", "|---|---|---|"]
+    for sc, title in shown:
+        over = [ratio(med.get((p + "statement", sc)), med.get((p + "accelerator", sc)))
+                for p in ("", "fastify-")]
+        lines.append(f"| {title} | {over[0]} | {over[1]} |")
+    lines += ["", "A strategy on Fastify beside the same on Express. CPU ms per request: the",
+              "service's + the backends' (PostgreSQL and Redis). Load: the 1-minute load average",
+              "at the end of its runs (lowest to highest over the rounds, both frameworks).", "",
+              "| scenario | strategy | req/s, Express | req/s, Fastify | Fastify / Express "
+              "| CPU ms/req, Express | CPU ms/req, Fastify | load |",
+              "|---|---|---|---|---|---|---|---|"]
+    def load_of(*ms):
+        loads = [x for m in ms if m and m["load"] for x in m["load"]]
+        return f"{min(loads):.1f} to {max(loads):.1f}" if loads else "-"
+    def cpu_of(m):
+        if not m:
+            return "-"
+        if m["service_ms"] is None:
+            return f"{m['cpu_ms']:.2f}"
+        return f"{m['service_ms']:.2f} + {m['cpu_ms'] - m['service_ms']:.2f}"
+    for sc, title in shown:
+        for e, f in pairs:
+            me, mf = med.get((e, sc)), med.get((f, sc))
+            if not me and not mf:
+                continue
+            cells = [f"{m['rps']:,.0f}" if m else "-" for m in (me, mf)]
+            cpu = [cpu_of(m) for m in (me, mf)]
+            lines.append(f"| {title} | {NAMES[e].split(' ', 1)[0]} | {cells[0]} | {cells[1]} "
+                         f"| {ratio(mf, me)} | {cpu[0]} | {cpu[1]} | {load_of(me, mf)} |")
     lines.append("")
 
 faults = list(csv.DictReader(open(os.path.join(out, "faults.tsv")), delimiter="\t"))
@@ -110,7 +164,7 @@ with open(dat, "w") as fh:
     for i, s in enumerate(strategies):
         m = med.get((s, "new8"))
         if m:
-            fh.write(f'{i} "{NAMES[s].split(" ", 1)[0]}" {m["rps"]:.1f} {m["p99"]:.2f}\n')
+            fh.write(f'{i} "{LABELS[s]}" {m["rps"]:.1f} {m["p99"]:.2f}\n')
 png = os.path.join(report_dir, "results.png")
 script = f"""set terminal pngcairo size 900,420 noenhanced
 set output '{png}'

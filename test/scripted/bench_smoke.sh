@@ -30,9 +30,9 @@ for request in "new key" replay; do
     "$report") -eq 1 ]] || { echo "$out"; echo "clients.md: expected 1 middleware row: $request"; exit 1; }
 done
 
-# bench/peers.sh --smoke: every strategy in every speed table (with the count of keys
-# that got more than one order) and in the round-trip table, the loops without HTTP, every
-# fault run, the chart. No speed figure is checked, only that the harness ran; the round trips
+# bench/peers.sh --smoke: every strategy (the Fastify service's too) in every speed table (with
+# the count of keys that got more than one order) and in the round-trip table, the loops
+# without HTTP, every fault run, the Fastify-beside-Express table, the chart. No speed figure is checked, only that the harness ran; the round trips
 # of (1s) are (one call of execute_once a request). peers.sh itself fails when one of the
 # project's strategies ((1), (1s), (2)) doubled a key in a speed scenario or lost, doubled or
 # answered wrong in a fault run.
@@ -43,7 +43,8 @@ rows_of() { awk -v title="$1" -v row="| $2 | " '/^##/ { on = index($0, title) > 
   on && index($0, row) == 1' "$report"; }
 for strategy in "(1) middleware" "(1s) the middleware's statement form" "(2) runExternal" \
   "(3) fortress SQL" "(4) Redis SET NX + Lua" "(5) hybrid Redis + SQL" "(6) Powertools, Redis" \
-  "(7) express-idempotency, Redis"; do
+  "(7) express-idempotency, Redis" "(1) middleware, Fastify" "(1s) the statement form, Fastify" \
+  "(4) Redis SET NX + Lua, Fastify"; do
   # 5 speed rows ending in "doubled / keys", 1 round-trip row of 6 numbers
   [[ $(rows_of "## " "$strategy" | grep -cE '\| [0-9]+ / [0-9]+ \| [0-9]+ / [0-9]+ \|$') -eq 5 ]] ||
     { echo "$out"; echo "results.md: expected 5 speed rows of $strategy"; exit 1; }
@@ -51,16 +52,30 @@ for strategy in "(1) middleware" "(1s) the middleware's statement form" "(2) run
     grep -cE '^(\| [^|]+ )(\| [0-9.]+ ){6}\|$') -eq 1 ]] ||
     { echo "$out"; echo "results.md: expected 1 round-trip row of $strategy"; exit 1; }
 done
-# (1s): one round trip (PostgreSQL's, no Redis) for a new key and for a replay
-[[ $(rows_of "## Round trips" "(1s) the middleware's statement form") == \
-  "| (1s) the middleware's statement form | 1 | 0 | 1 | 1 | 0 | 1 |" ]] ||
-  { echo "$out"; echo "results.md: (1s) is not one round trip a request"; exit 1; }
-# (0), the insert alone: new keys at 8 and 32 connections only, no replays
-[[ $(rows_of "## new keys" "(0) the insert alone (no idempotency)" |
-  grep -cE '\| [0-9]+ / [0-9]+ \| [0-9]+ / [0-9]+ \|$') -eq 2 ]] ||
-  { echo "$out"; echo "results.md: expected 2 speed rows of (0), new keys at 8 and 32"; exit 1; }
-[[ -z $(rows_of "## replays" "(0) the insert alone (no idempotency)") ]] ||
-  { echo "$out"; echo "results.md: (0) has no replays"; exit 1; }
+# (1s): one round trip (PostgreSQL's, no Redis) for a new key and for a replay, on both
+# frameworks
+for strategy in "(1s) the middleware's statement form" "(1s) the statement form, Fastify"; do
+  [[ $(rows_of "## Round trips" "$strategy") == "| $strategy | 1 | 0 | 1 | 1 | 0 | 1 |" ]] ||
+    { echo "$out"; echo "results.md: $strategy is not one round trip a request"; exit 1; }
+done
+# (0), the insert alone, on both frameworks: new keys at 8 and 32 connections only, no replays
+for strategy in "(0) the insert alone (no idempotency)" "(0) the insert alone, Fastify"; do
+  [[ $(rows_of "## new keys" "$strategy" |
+    grep -cE '\| [0-9]+ / [0-9]+ \| [0-9]+ / [0-9]+ \|$') -eq 2 ]] ||
+    { echo "$out"; echo "results.md: expected 2 speed rows of $strategy, new keys at 8 and 32"; exit 1; }
+  [[ -z $(rows_of "## replays" "$strategy") ]] ||
+    { echo "$out"; echo "results.md: $strategy has no replays"; exit 1; }
+done
+# Fastify beside Express: (1s) / (4) on both frameworks for each scenario, and (1s), (4), (1)
+# and (0) on both for new keys at 8 and 32 connections
+[[ $(rows_of "## Fastify beside Express" "new keys, 8 conn." |
+  grep -cE '^\| new keys, 8 conn\. \| [0-9.]+ \| [0-9.]+ \|$') -eq 1 ]] ||
+  { echo "$out"; echo "results.md: no (1s) / (4) row of new keys at 8 conn. on both frameworks"; exit 1; }
+for sc in "new keys, 8 conn." "new keys, 32 conn."; do
+  [[ $(rows_of "## Fastify beside Express" "$sc" |
+    grep -cE '^\| [^|]+ \| \([0-9s]+\) \| [0-9,]+ \| [0-9,]+ \| [0-9.]+ \|') -eq 4 ]] ||
+    { echo "$out"; echo "results.md: expected 4 Fastify-beside-Express rows of $sc"; exit 1; }
+done
 # without HTTP: (1), (1s), (3) and (4) for new keys and replays, (0) for new keys
 for strategy in "(1) middleware" "(1s) the middleware's statement form" "(3) fortress SQL" \
   "(4) Redis SET NX + Lua" "(0) the insert alone (no idempotency)"; do
@@ -70,9 +85,9 @@ for strategy in "(1) middleware" "(1s) the middleware's statement form" "(3) for
       { echo "$out"; echo "results.md: expected 1 row of $strategy in $table"; exit 1; }
   done
 done
-# faults: 3 PostgreSQL-only strategies x 2 faults, (1s) and 4 Redis ones x 3 faults (the smoke
-# run takes Redis's defaults only)
-[[ $(grep -cE '^\| default \| ' "$report") -eq 21 ]] ||
-  { echo "$out"; echo "results.md: expected 21 fault rows"; exit 1; }
+# faults: 4 PostgreSQL-only strategies x 2 faults, the two (1s) and 5 Redis ones x 3 faults
+# (the smoke run takes Redis's defaults only)
+[[ $(grep -cE '^\| default \| ' "$report") -eq 29 ]] ||
+  { echo "$out"; echo "results.md: expected 29 fault rows"; exit 1; }
 [[ -s bench/out/peers-smoke/results.png ]] || { echo "no chart"; exit 1; }
 echo "bench smoke: ok"

@@ -13,8 +13,9 @@
 //               middleware's own 400 invalid_json / 413 body_too_large; any other error goes
 //               on to the route's or the instance's error handler
 // The options are idempotencyMiddleware's (middleware.js), with the statement form: its
-// route's handler is never called (every answer comes from execute_once). The plugin must be
-// registered (awaited) before the routes that use it.
+// route's handler is never called (every answer comes from execute_once, sent by preHandler; no
+// onSend / onResponse hooks are added there). The plugin must be registered (awaited) before
+// the routes that use it.
 import fastifyPlugin from 'fastify-plugin';
 import { Readable, Transform } from 'node:stream';
 import { DecisionFlow } from './decision.js';
@@ -70,6 +71,20 @@ function routeHooks(options) {
     const chunks = [];
     request[STATE] = { chunks };
     return keepingBytes(payload, chunks);
+  }
+
+  // The statement form: every answer is the flow's own, and no handler runs (nothing to hold
+  // back, so no onSend / onResponse).
+  async function statementPreHandler(request, reply) {
+    const chunks = request[STATE]?.chunks;
+    if (request.rawBody === undefined || request.rawBody === null)
+      request.rawBody = chunks === undefined ? Buffer.alloc(0) : Buffer.concat(chunks);
+    let answer;
+    await flow.handle(request, {
+      run: () => { throw new Error('the statement form runs no handler'); },
+      respond: (a) => { answer = a; },
+    });
+    return sendAnswer(reply, answer);
   }
 
   async function preHandler(request, reply) {
@@ -147,6 +162,9 @@ function routeHooks(options) {
     return fallback.call(this, error, request, reply);
   };
 
+  if (options.statement !== undefined) {
+    return { preParsing, preHandler: statementPreHandler, errorHandlerOver };
+  }
   return { preParsing, preHandler, onSend, onResponse, errorHandlerOver };
 }
 
@@ -165,7 +183,7 @@ async function idempotency(fastify, options) {
     const bodyLimit = merged.limit ?? limit;
     if (bodyLimit !== undefined && route.bodyLimit === undefined) route.bodyLimit = bodyLimit;
     for (const name of ['preParsing', 'preHandler', 'onSend', 'onResponse'])
-      route[name] = hooksOf(route[name], hooks[name]);
+      if (hooks[name]) route[name] = hooksOf(route[name], hooks[name]);
     route.errorHandler = hooks.errorHandlerOver(route.errorHandler ?? this.errorHandler);
   });
 }
