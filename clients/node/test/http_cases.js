@@ -1,9 +1,9 @@
 // The cases every framework adapter of the middleware passes on a real server and PostgreSQL
-// (test/nestjs.test.js; the Fastify plugin's test/fastify.test.js has its own copy): a replay
-// byte for byte the first answer, 409 while the first request runs, a burst of one key, the
-// statement form on a pipelined pool, a backend terminated mid-request, and every connection cut
-// while new ones are refused (what a restart with -m immediate does to the service). And the
-// helpers they share: the answers of test/vectors/http_answers.json, a client of the service.
+// (test/nestjs.test.js, test/fastify.test.js): a replay byte for byte the first answer, 409
+// while the first request runs, a burst of one key, the statement form on a pipelined pool, a
+// backend terminated mid-request, and every connection cut while new ones are refused (what a
+// restart with -m immediate does to the service). And the helpers they share: the answers of
+// test/vectors/http_answers.json, a client of the service.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
