@@ -64,12 +64,17 @@ constexpr const char *kDefaultBucketsSql =
 constexpr int kLockAttemptMs = 10;
 constexpr long kLockPauseMs = 10;
 
+struct LockAttempt {
+    Oid keys;
+    int attempt_ms;
+};
+
 void lock_attempt(void *arg) noexcept {
-    int attempt_ms = *static_cast<int *>(arg);
+    auto *a = static_cast<LockAttempt *>(arg);
     int level = NewGUCNestLevel();
-    (void)set_config_option("lock_timeout", psprintf("%d", attempt_ms), PGC_SUSET, PGC_S_SESSION,
+    (void)set_config_option("lock_timeout", psprintf("%d", a->attempt_ms), PGC_SUSET, PGC_S_SESSION,
                             GUC_ACTION_SAVE, true, 0, false);
-    LockRelationOid(key_table_oid(), AccessExclusiveLock);
+    LockRelationOid(a->keys, AccessExclusiveLock);
     AtEOXact_GUC(true, level);
 }
 
@@ -79,9 +84,9 @@ void take_exclusive_lock(Oid keys) noexcept {
         TimestampTzPlusMilliseconds(GetCurrentTimestamp(), maintenance_lock_timeout_ms());
     for (;;) {
         long left_ms = long((deadline - GetCurrentTimestamp()) / 1000);
-        int attempt_ms = int(Max(1L, Min(long(kLockAttemptMs), left_ms)));
+        LockAttempt attempt{keys, int(Max(1L, Min(long(kLockAttemptMs), left_ms)))};
         ErrorData *edata = nullptr;
-        if (run_in_subtransaction(lock_attempt, &attempt_ms, &edata)) return;
+        if (run_in_subtransaction(lock_attempt, &attempt, &edata)) return;
         if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE || GetCurrentTimestamp() >= deadline)
             ReThrowError(edata);
         FreeErrorData(edata);
