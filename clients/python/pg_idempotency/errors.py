@@ -10,6 +10,7 @@ import psycopg
 # The classes of one SQLSTATE with nothing more to them (NullValueNotAllowed, StaleAttempt, ...)
 # are generated from test/vectors/client.json: spec.py.
 from .error_base import IdempotencyError
+from .sessions import going_away
 from .spec import *  # noqa: F401,F403
 from .spec import (OUTCOME_SQLSTATES, SQLSTATE_ALIASES, TRANSLATED, InvalidParameterValue,
                    ProgramLimitExceeded)
@@ -30,10 +31,14 @@ class ConnectionLost(IdempotencyError, psycopg.OperationalError):
 
 
 def lost_connection(conn, err: Exception):
-    """ConnectionLost for an OperationalError of a broken or closed connection, else None."""
+    """ConnectionLost for an OperationalError of a broken or closed connection, or one whose
+    SQLSTATE says the server is going away (class 08, 57P01-57P03): libpq hands over a
+    terminated session's error before it has read the socket's close, so the connection can
+    still look usable then. Else None."""
     if isinstance(err, ConnectionLost):
         return err
-    if isinstance(err, psycopg.OperationalError) and (conn.broken or conn.closed):
+    if isinstance(err, psycopg.OperationalError) and (
+            conn.broken or conn.closed or going_away(getattr(err, "sqlstate", None))):
         return ConnectionLost(f"the connection to the server was lost: {err}".strip(), pgerror=err)
     return None
 

@@ -181,6 +181,26 @@ def test_a_connection_an_interrupted_run_left_in_pipeline_mode_is_replaced(app, 
     assert charges(conn) == 2
 
 
+@pytest.mark.parametrize("sqlstate", ["57P01", "57P02", "57P03", "08006"])
+def test_a_server_going_away_requeues_though_the_connection_looks_usable(app, conn, sqlstate):
+    """A terminated session's error (a server's fast shutdown or restart) reaches psycopg
+    before libpq has read the socket's close, so the connection is not yet marked broken: the
+    task must still be requeued, not failed (Celery acks a failed task: it would be lost)."""
+    @app.task(base=ExactlyOnceTask, bind=True, reconnect_pause=0)
+    def charge(self, order_id):
+        self.db.execute("INSERT INTO charges VALUES (%s, 1)", (order_id,))
+        assert not (self.db.broken or self.db.closed)
+        raise psycopg.errors.lookup(sqlstate)("terminating connection due to administrator "
+                                              "command")
+
+    result = charge.apply(("o-10",), task_id="t-10")
+    assert result.state == "REJECTED" and isinstance(result.result, Reject), result.result
+    assert result.result.requeue is True
+    assert charges(conn) == 0
+    assert conn.execute("SELECT count(*) FROM idempotency.lookup(%s, 't-10') "
+                        "WHERE state = 'completed'", (charge.name,)).fetchone()[0] == 0
+
+
 @pytest.mark.parametrize("option", ["acks_late", "reject_on_worker_lost"])
 def test_settings_that_lose_tasks_are_refused(app, option):
     with pytest.raises(ExactlyOnceConfigError, match=option):
