@@ -53,7 +53,9 @@ EDITION=${BENCH_EDITION:-extension}
 if [[ $SMOKE == 1 ]]; then ROUNDS=1 SECONDS_PER=1 MAXREQ=40 FAULT_KEYS=12 FAULT_SECONDS=10; fi
 BASE=${BENCH_PORT:-$((20020 + ${IDEM_PORT_OFFSET:-0}))}
 PGPORT_B=$BASE REDIS_PORT=$((BASE + 1)) SVC_PORT=$((BASE + 2))
-OUT=$IDEM_ROOT/bench/out/peers$([[ $EDITION == managed ]] && echo -managed)$([[ $SMOKE == 1 ]] && echo -smoke)
+OUT=$IDEM_ROOT/bench/out/peers
+[[ $EDITION == extension ]] || OUT+=-$EDITION
+[[ $SMOKE == 0 ]] || OUT+=-smoke
 REPORT_DIR=$([[ $SMOKE == 1 || $EDITION == managed ]] && echo "$OUT" || echo "$PEERS")
 rm -rf "$OUT" && mkdir -p "$OUT"
 echo "$EDITION" >"$OUT/edition.txt"
