@@ -22,7 +22,13 @@
 # alone, without HTTP: loop.mjs), BENCH_SCENARIOS (new8 replay8 new32 mix8 burst8: a mode and a
 # number of connections; replay needs new before it), BENCH_NODE_ARGS (options of the
 # service's node in the speed phase, e.g. --cpu-prof --cpu-prof-dir=DIR), BENCH_PORT (22020
-# with IDEM_PORT_OFFSET=2000: PostgreSQL; +1 Redis, +2 the service).
+# with IDEM_PORT_OFFSET=2000: PostgreSQL; +1 Redis, +2 the service), BENCH_EDITION (extension;
+# managed: the project's strategies against the managed edition, as a team on RDS has it: a
+# server that loads no idempotency library, the edition installed with psql -f by the
+# database's owner, a role that is not a superuser, into a database of its own, the roles and
+# grants of docs/managed.md's first hour pasted as they are, and the service connecting as the
+# application role (orders_app) that owns nothing; the peers, (3) among them, unchanged on the
+# same database; the report goes under bench/out/peers-managed[-smoke]/).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
@@ -42,12 +48,17 @@ NODE_ARGS=(${BENCH_NODE_ARGS:-})
 # shellcheck disable=SC2206 # a list of words
 STRATEGIES=(${BENCH_STRATEGIES:-middleware statement external fortress accelerator hybrid
   powertools express-idempotency fastify-middleware fastify-statement fastify-accelerator})
+EDITION=${BENCH_EDITION:-extension}
+[[ $EDITION =~ ^(extension|managed)$ ]] || die "BENCH_EDITION is extension or managed, not $EDITION"
 if [[ $SMOKE == 1 ]]; then ROUNDS=1 SECONDS_PER=1 MAXREQ=40 FAULT_KEYS=12 FAULT_SECONDS=10; fi
 BASE=${BENCH_PORT:-$((20020 + ${IDEM_PORT_OFFSET:-0}))}
 PGPORT_B=$BASE REDIS_PORT=$((BASE + 1)) SVC_PORT=$((BASE + 2))
-OUT=$IDEM_ROOT/bench/out/$([[ $SMOKE == 1 ]] && echo peers-smoke || echo peers)
-REPORT_DIR=$([[ $SMOKE == 1 ]] && echo "$OUT" || echo "$PEERS")
+OUT=$IDEM_ROOT/bench/out/peers
+[[ $EDITION == extension ]] || OUT+=-$EDITION
+[[ $SMOKE == 0 ]] || OUT+=-smoke
+REPORT_DIR=$([[ $SMOKE == 1 || $EDITION == managed ]] && echo "$OUT" || echo "$PEERS")
 rm -rf "$OUT" && mkdir -p "$OUT"
+echo "$EDITION" >"$OUT/edition.txt"
 
 # --- what it needs: redis-server (Debian), the npm packages (package-lock.json) ------------
 [[ -n $(missing_packages redis-server) ]] && apt_install redis-server >&2
@@ -69,20 +80,54 @@ cleanup() {
 }
 trap cleanup EXIT
 log "PostgreSQL on $PGPORT_B ($DATA), Redis on $REDIS_PORT, the service on $SVC_PORT"
-cluster_init "$DATA" "$PGPORT_B" "$SOCK" "max_connections = 200" "synchronous_commit = on"
+# managed: no library preloaded (nor created: the edition is SQL only), as on RDS
+SERVER_SETTINGS=("max_connections = 200" "synchronous_commit = on")
+[[ $EDITION == managed ]] && SERVER_SETTINGS+=("shared_preload_libraries = ''")
+cluster_init "$DATA" "$PGPORT_B" "$SOCK" "${SERVER_SETTINGS[@]}"
 cluster_start "$DATA" "$PGPORT_B" "$SOCK"
-export PGHOST=$SOCK PGPORT=$PGPORT_B PGUSER=postgres PGDATABASE=postgres
+# q: psql as the superuser, for the setup and the checks; the service connects as SVC_USER.
+BENCH_DB=postgres SVC_USER=postgres
+[[ $EDITION == managed ]] && BENCH_DB=bench_managed SVC_USER=orders_app
+export PGHOST=$SOCK PGPORT=$PGPORT_B PGDATABASE=$BENCH_DB
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT PORT=$SVC_PORT
-q() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
-q <<'SQL'
-CREATE EXTENSION IF NOT EXISTS idempotency;
-CREATE TABLE bench_orders (id bigserial PRIMARY KEY, k text NOT NULL, item text, qty int,
+q() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -U postgres "$@"; }
+BENCH_TABLES="CREATE TABLE bench_orders (id bigserial PRIMARY KEY, k text NOT NULL, item text, qty int,
   created_at timestamptz NOT NULL DEFAULT now());
 CREATE INDEX ON bench_orders (k);
 -- the fortress's key table (strategies 3 and 5)
 CREATE TABLE bench_idem (k text PRIMARY KEY, request_hash text NOT NULL, status text NOT NULL,
-  status_code int, response jsonb, created_at timestamptz NOT NULL DEFAULT now());
+  status_code int, response jsonb, created_at timestamptz NOT NULL DEFAULT now());"
+if [[ $EDITION == managed ]]; then
+  # The database's owner (the RDS master user's part): the edition's script, the roles and
+  # grants of docs/managed.md (step 2, the block that creates orders_app, as it is), the tables
+  # and the service's grants on them (step 3).
+  VERSION=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$IDEM_ROOT/idempotency.control")
+  q -d postgres -c "CREATE ROLE bench_admin LOGIN CREATEROLE NOSUPERUSER" \
+    -c "CREATE DATABASE $BENCH_DB OWNER bench_admin"
+  q -U bench_admin -1 -f "$IDEM_ROOT/editions/managed/idempotency--$VERSION.sql" >/dev/null
+  python3 - "$IDEM_ROOT/docs/managed.md" <<'PY' | q -U bench_admin -1 -f -
+import re, sys
+blocks = re.findall(r"^```sql\n(.*?)^```", open(sys.argv[1]).read(), re.S | re.M)
+print(next(b for b in blocks if "CREATE ROLE orders_app LOGIN" in b))
+PY
+  q -U bench_admin -1 <<SQL
+$BENCH_TABLES
+GRANT SELECT, INSERT, UPDATE ON bench_orders, bench_idem TO $SVC_USER;
+GRANT USAGE ON SEQUENCE bench_orders_id_seq TO $SVC_USER;
 SQL
+  EDITION_SQL=$(python3 -c 'import json, sys
+print(json.load(open(sys.argv[1]))["statements"]["edition"]["sql"])' "$IDEM_ROOT/test/vectors/statements.json")
+  [[ $(q -U "$SVC_USER" -c "SELECT edition || ' ' || installed_as FROM ($EDITION_SQL) AS e") == "managed script" ]] ||
+    die "$BENCH_DB does not have the managed edition installed as a script"
+  [[ $(q -c "SELECT rolsuper FROM pg_roles WHERE rolname = current_user" -U "$SVC_USER") == f ]] ||
+    die "$SVC_USER is a superuser"
+else
+  q <<SQL
+CREATE EXTENSION IF NOT EXISTS idempotency;
+$BENCH_TABLES
+SQL
+fi
+export PGUSER=$SVC_USER
 
 # --- Redis: MODE default (redis-server's defaults) or aof (appendonly yes, everysec) --------
 redis_start() {

@@ -668,7 +668,9 @@ run_suite_script() {
 # server with pg_tle built from ../shared/vendor and no idempotency library, installed through
 # pg_tle and with psql -f by a role that is not a superuser; the extension's regression files
 # and isolation specs run against it (test/managed/run.sh), and a database moves from it to
-# the extension (test/managed/move.sh, on a cluster of its own with the build installed above).
+# the extension (test/managed/move.sh, on a cluster of its own with the build installed above);
+# then bench/peers's Express service against the edition, end to end, as the application role
+# of docs/managed.md (BENCH_EDITION=managed bash bench/peers.sh --smoke, faults included).
 # The same whatever the major: run once, by the run against 15; another major's summary names it.
 run_managed() {
   run_suite_script managed test/managed/run.sh "the managed edition through pg_tle and psql -f"

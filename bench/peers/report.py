@@ -45,7 +45,10 @@ for s in strategies:
             med[s, sc]["load"] = (min(loads), max(loads)) if loads else None
 rounds = len({r["round"] for r in rows})
 load = open(os.path.join(out, "load.txt")).read().strip()
-lines = [f"# bench/peers: results of one run", "",
+edition_path = os.path.join(out, "edition.txt")
+edition = open(edition_path).read().strip() if os.path.exists(edition_path) else "extension"
+lines = [f"# bench/peers: results of one run" +
+         (" against the managed edition" if edition == "managed" else ""), "",
          f"Medians of {rounds} round(s), strategy order rotated each round; {load}.",
          "Ratios are to (1) within this run. CPU ms per request: service + PostgreSQL + Redis",
          "processes (from /proc). ok: 2xx answers (a replay counts; 409 and 422 do not).",
@@ -103,6 +106,35 @@ for sc, title in SCENARIOS:
                      f"| {m['p99']:.2f} | {m['p999']:.2f} | {m['cpu_ms']:.2f} "
                      f"| {m['ok']:.0f} / {m['requests']:.0f} | {m['doubled']} / {m['keys']} |")
     lines.append("")
+
+# The project's forms against the hand-written pattern (3), a ratio taken within each round (the
+# two ran in the same round, minutes apart at most), then their median; with the managed
+# edition, beside the targets it is held to.
+TARGETS = {("statement", "new"): 1.2, ("middleware", "new"): 1.0,
+           ("statement", "replay"): 2.0, ("middleware", "replay"): 1.3}
+by_round = {(r["round"], r["strategy"], r["scenario"]): r for r in rows}
+against = []
+for sc, title in SCENARIOS:
+    for s in ("statement", "middleware"):
+        per = []
+        for (rnd, st, scn), r in sorted(by_round.items()):
+            f = by_round.get((rnd, "fortress", scn))
+            if st == s and scn == sc and f and float(f["rps"]):
+                per.append((float(r["rps"]) / float(f["rps"]), r.get("load") or "-"))
+        if per:
+            target = TARGETS.get((s, sc.rstrip("0123456789"))) if edition == "managed" else None
+            med_ratio = statistics.median(x for x, _ in per)
+            verdict = "-" if target is None else (
+                f"{target:g}: {'met' if med_ratio >= target else 'missed'}")
+            against.append(f"| {title} | {NAMES[s]} / (3) | "
+                           f"{', '.join(f'{x:.2f}' for x, _ in per)} | {med_ratio:.2f} | {verdict} "
+                           f"| {', '.join(load for _, load in per)} |")
+if against:
+    lines += ["## Against the hand-written pattern (3)", "",
+              "Throughput over (3)'s in the same round, each round, and their median. Load: the",
+              "1-minute load average at the end of the project's strategy's scenario, each round.",
+              "", "| scenario | ratio | per round | median | target | load |",
+              "|---|---|---|---|---|---|", *against, ""]
 
 # The same strategies on both frameworks: (1s) to (4) on each, and Fastify to Express.
 pairs = [(s, f"fastify-{s}") for s in ("statement", "accelerator", "middleware", "insert")]

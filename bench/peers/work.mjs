@@ -5,7 +5,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { createClient } from '@redis/client';
-import { completeThen, requestHash, reserveBegin } from '../../clients/node/lib/keys.js';
+import { completeThen, requestHash, reserveAfter, reserveBegin } from '../../clients/node/lib/keys.js';
+import { serverEdition } from '../../clients/node/lib/versions.js';
 import { runOnce } from '../../clients/node/lib/transactions.js';
 
 export const TTL = 86400; // seconds a result is kept
@@ -101,17 +102,23 @@ export async function accelerate(r, pool, key, hash, body) {
 }
 
 // (1) without HTTP: the statements the project's middleware sends for a request
-// (reserve_begin prepared; on 'new' the work, then complete + COMMIT in one round trip).
+// (reserve_begin prepared, or BEGIN + reserve in one round trip where the server's edition has
+// no reserve_begin, the managed edition; on 'new' the work, then complete + COMMIT in one round
+// trip).
 export async function middlewareStatements(pool, key, rawBody, body) {
   const client = await pool.connect();
   try {
-    const r = await reserveBegin(client, 'bench', key, requestHash(rawBody), { prepare: true });
+    const hash = requestHash(rawBody);
+    const begun = (await serverEdition(client)).offers('reserve_begin');
+    const r = begun ? await reserveBegin(client, 'bench', key, hash, { prepare: true })
+      : await reserveAfter(client, 'BEGIN', 'bench', key, hash);
     if (r.outcome !== 'new') {
+      if (!begun) await client.query('ROLLBACK');
       client.release();
       return { status: r.statusCode ?? 409, body: r.response, replay: r.outcome === 'replay' };
     }
     const answer = { id: await insertOrder(client, key, body) };
-    await completeThen(client, 'COMMIT', 'bench', key, 201, answer, r.attempt, { prepare: true });
+    await completeThen(client, 'COMMIT', 'bench', key, 201, answer, r.attempt, { prepare: begun });
     client.release();
     return { status: 201, body: answer };
   } catch (err) {

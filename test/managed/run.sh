@@ -9,8 +9,9 @@
 # sql/ and test/isolation/, compared with the extension's expected output or, where
 # docs/managed.md lists a difference, the edition's own) and the move of a database from the
 # edition to the extension (test/managed/move.sh), the scripted test of key calls beside
-# maintain()'s lock (test/scripted/maintain_lock_queue.sh), and the Python and Node clients' suites
-# against the edition, as a role that is not a superuser.
+# maintain()'s lock (test/scripted/maintain_lock_queue.sh), the Python and Node clients' suites
+# against the edition, as a role that is not a superuser, and bench/peers's service against it
+# end to end (bench/peers.sh --smoke with BENCH_EDITION=managed, faults included).
 # Prints "ok"/"FAILED" per check and ends with "# passed N failed M".
 set -uo pipefail
 # shellcheck source=scripts/lib.sh
@@ -452,6 +453,44 @@ else
     fail "the Node client's suite against the managed edition: ${passed:-0} passed, $failed failed, exit $rc (${took} s)"
     grep -E '^ *not ok ' "$OUT/clients-node.log" | sed 's/^/    /' | head -n 30
   fi
+fi
+
+# --- end to end: the service of bench/peers against the edition ------------------------------
+# bench/peers.sh --smoke with BENCH_EDITION=managed: the edition installed with psql -f by the
+# database's owner, not a superuser, the service connecting as docs/managed.md's orders_app
+# with that page's grants; the middleware (1) and its statement form (1s) beside the
+# hand-written pattern (3), every scenario, then the service killed and PostgreSQL restarted
+# under retrying clients. peers.sh fails when (1) or (1s) doubled a key or lost, doubled or
+# answered wrong under a fault; here, also when either answered nothing.
+peers_served() { # peers_served OUT: (1) and (1s) answered new keys and took each fault
+  python3 - "$1" <<'PY'
+import csv, os, sys
+out = sys.argv[1]
+speed = list(csv.DictReader(open(os.path.join(out, "speed.tsv")), delimiter="\t"))
+faults = list(csv.DictReader(open(os.path.join(out, "faults.tsv")), delimiter="\t"))
+bad = []
+for s in ("middleware", "statement"):
+    if not any(r["strategy"] == s and r["scenario"] == "new8" and int(r["ok"]) > 0 for r in speed):
+        bad.append(f"{s}: no new key answered")
+    for fault in ("kill", "pg"):
+        if not any(r["strategy"] == s and r["fault"] == fault for r in faults):
+            bad.append(f"{s}: no {fault} fault run")
+print("\n".join(bad) or "(1) and (1s) answered, every fault run ran")
+sys.exit(1 if bad else 0)
+PY
+}
+started=$SECONDS
+BENCH_EDITION=managed BENCH_STRATEGIES="middleware statement fortress" \
+  BENCH_PHASES="speed roundtrips faults" timeout -k 10 600 bash bench/peers.sh --smoke \
+  >"$OUT/peers.log" 2>&1 </dev/null
+rc=$?
+took=$((SECONDS - started))
+if [[ $rc -eq 0 ]] && peers_served bench/out/peers-managed-smoke >>"$OUT/peers.log" 2>&1; then
+  pass "end to end: bench/peers.sh --smoke against the edition, as orders_app: (1) and (1s) exactly once, faults included (${took} s)"
+else
+  fail "end to end: bench/peers.sh --smoke against the edition (exit $rc, ${took} s), log:"
+  grep -E 'not exactly once|^(ERROR|error|Error)|FATAL|did not|: no ' "$OUT/peers.log" | sed 's/^/    /' | head -n 30
+  tail -n 15 "$OUT/peers.log" | sed 's/^/    /'
 fi
 
 finish
