@@ -2102,11 +2102,52 @@ AS $$
         ELSE pg_catalog.to_char(lo AT TIME ZONE 'UTC', 'YYYY_MM_DD_HH24MISS_US') END
 $$;
 
+-- ACCESS EXCLUSIVE on idempotency.keys (the parent first: the order every reader locks them),
+-- held to the end of the transaction. A lock request waiting in the table's queue makes every
+-- key call that comes after it wait too, however short the DDL it is for: so the lock is taken
+-- at once when it is free, else in attempts of at most 10 ms (lock_timeout), 10 ms apart, in
+-- which the calls queued meanwhile go through, until timeout_ms has passed; then the last
+-- attempt's lock_not_available (55P03) reaches the caller, which skips its step.
+CREATE FUNCTION idempotency._lock_keys_exclusively(timeout_ms bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    deadline timestamptz;
+    left_ms bigint;
+    caller_lock_timeout text := current_setting('lock_timeout');
+BEGIN
+    LOOP
+        BEGIN
+            LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE NOWAIT;
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;
+        END;
+        deadline := coalesce(deadline, clock_timestamp() + make_interval(secs => timeout_ms / 1000.0));
+        left_ms := ceil(extract(epoch FROM deadline - clock_timestamp()) * 1000)::bigint;
+        BEGIN
+            PERFORM set_config('lock_timeout', greatest(1, least(10, left_ms))::text, true);
+            LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE;
+            PERFORM set_config('lock_timeout', caller_lock_timeout, true);
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            IF clock_timestamp() >= deadline THEN
+                RAISE;
+            END IF;
+        END;
+        PERFORM pg_sleep(greatest(1, least(10, left_ms)) / 1000.0);
+    END LOOP;
+END
+$$;
+
 -- maintain(): purges expired rows from the default partition, creates the current and the
 -- next idempotency.premake partitions of idempotency.partition_width (moving rows of their
 -- range out of the default partition), and drops partitions whose upper bound has passed.
--- Each step takes its locks within idempotency.maintenance_lock_timeout and is skipped
--- (reported, retried on the next run) when it cannot. Call it from pg_cron or the
+-- Each step takes its locks within idempotency.maintenance_lock_timeout (the exclusive lock of
+-- idempotency.keys in short attempts: _lock_keys_exclusively) and is skipped (reported,
+-- retried on the next run) when it cannot. Call it from pg_cron or the
 -- application; it must run in a READ COMMITTED transaction.
 CREATE FUNCTION idempotency.maintain()
 RETURNS TABLE (
@@ -2200,7 +2241,7 @@ BEGIN
         lo := gaps_lo[g]; hi := gaps_hi[g];
         name := idempotency._partition_name(lo, width_us);
         BEGIN
-            LOCK TABLE ONLY idempotency.keys IN ACCESS EXCLUSIVE MODE;
+            PERFORM idempotency._lock_keys_exclusively(lock_ms);
             EXECUTE format('CREATE TABLE idempotency.%I (LIKE idempotency.keys INCLUDING DEFAULTS '
                            'INCLUDING CONSTRAINTS, PRIMARY KEY (key, scope, expires_at))', name);
             EXECUTE format('REVOKE ALL ON idempotency.%I FROM PUBLIC', name);
@@ -2247,6 +2288,7 @@ BEGIN
              ORDER BY x.range_start
     LOOP
         BEGIN
+            PERFORM idempotency._lock_keys_exclusively(lock_ms);
             EXECUTE format('DROP TABLE %s', p.rel);
             action := 'dropped'; partition := p.partition; range_start := p.range_start;
             range_end := p.range_end; rows := p.rows_estimate; detail := NULL;
@@ -2280,6 +2322,7 @@ $$;
 
 REVOKE ALL ON FUNCTION
     idempotency.maintain(),
+    idempotency._lock_keys_exclusively(bigint),
     idempotency._partition_name(timestamptz, bigint)
 FROM PUBLIC;
 

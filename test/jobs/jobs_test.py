@@ -444,6 +444,21 @@ def restart_exited(workers):
     return False
 
 
+def trace(run):
+    """For a failed exactly-once run: each key lost or doubled, with the lines of every
+    worker log that name it or its Celery task id (the logs are gone after a CI run)."""
+    found = effects(run)
+    bad = [k for k in (f"{run}-{i}" for i in range(N)) if found.get(k, 0) != 1]
+    logs = sorted((DIR / "workers").glob("*.log"))
+    for key in bad[:5]:
+        names = (key, str(uuid.uuid5(uuid.NAMESPACE_URL, key)))
+        print(f"#   {key}: {found.get(key, 0)} effects; worker log lines naming it:", flush=True)
+        for log in logs:
+            for line in log.read_text(errors="replace").splitlines():
+                if any(n in line for n in names):
+                    print(f"#     {log.name}: {line[:300]}", flush=True)
+
+
 def report(framework, mode, result):
     once, doubled, lost, unknown, kills = result
     print(f"#   {framework} {mode}: {N} keys, {kills} kills, once {once}, doubled {doubled}, "
@@ -572,6 +587,8 @@ def main():
             result = result_of(mode)
             report(framework, mode, result)
             once, doubled, lost, unknown, _ = result
+            if (doubled, lost, unknown) != (0, 0, 0):
+                trace(f"{framework}-{mode}")
             expect((doubled, lost, unknown) == (0, 0, 0) and once == N,
                    f"{framework} {mode}: {doubled} doubled, {lost} lost, {unknown} unknown")
         return run

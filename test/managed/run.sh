@@ -8,7 +8,8 @@
 # then the conformance files (the extension's own regression files and isolation specs, from
 # sql/ and test/isolation/, compared with the extension's expected output or, where
 # docs/managed.md lists a difference, the edition's own) and the move of a database from the
-# edition to the extension (test/managed/move.sh), and the Python and Node clients' suites
+# edition to the extension (test/managed/move.sh), the scripted test of key calls beside
+# maintain()'s lock (test/scripted/maintain_lock_queue.sh), and the Python and Node clients' suites
 # against the edition, as a role that is not a superuser.
 # Prints "ok"/"FAILED" per check and ends with "# passed N failed M".
 set -uo pipefail
@@ -368,6 +369,17 @@ if [[ -x test/managed/move.sh ]]; then
     fail "a database moves from the managed edition to the extension, log:"
     sed 's/^/    /' "$OUT/move.log" | tail -n 40
   fi
+fi
+
+# --- maintain() and the key calls ------------------------------------------------------------
+# The extension's scripted test, run against the edition: a reserve does not queue behind
+# maintain() while a transaction holding a key keeps it from the exclusive lock.
+if MPGBIN=$MPGBIN MPORT=$MPORT MSOCK=$MSOCK bash test/scripted/maintain_lock_queue.sh \
+  >"$OUT/maintain_lock_queue.log" 2>&1; then
+  pass "a key call does not queue behind maintain()'s lock request (test/scripted/maintain_lock_queue.sh)"
+else
+  fail "a key call queues behind maintain()'s lock request (test/scripted/maintain_lock_queue.sh), log:"
+  sed 's/^/    /' "$OUT/maintain_lock_queue.log" | tail -n 40
 fi
 
 # --- the clients' suites ----------------------------------------------------------------

@@ -6,15 +6,38 @@
 # answer while that transaction is still open and maintain() still trying (a lock request
 # waiting in the queue would hold it until the transaction ended or the timeout passed); once
 # the transaction commits, maintain() drops the partition.
+# The extension on a cluster of its own; with MPGBIN, MPORT and MSOCK (test/managed/run.sh)
+# the managed edition, installed with psql -f by its admin role (idem_dbadmin) in a database
+# of its own on the managed suite's cluster, every session as that role.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
-cluster_setup test-cluster/maintain-lock-queue 54517
-source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
+if [[ -n ${MPGBIN:-} ]]; then
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" none
+  PGBIN=$MPGBIN CLUSTER_PORT=$MPORT CLUSTER_SOCK=$MSOCK ROLE=idem_dbadmin DB=lock_queue
+  q() { "$PGBIN/psql" -X -v ON_ERROR_STOP=1 -h "$CLUSTER_SOCK" -p "$CLUSTER_PORT" -U postgres -d "$DB" -qAt "$@"; }
+  drop_db() { q -d postgres -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null; }
+  on_exit drop_db
+  q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" \
+    -c "CREATE DATABASE $DB OWNER $ROLE" \
+    -c "ALTER DATABASE $DB SET idempotency.partition_width = '1d'" \
+    -c "ALTER DATABASE $DB SET idempotency.premake = 1"
+  "$PGBIN/psql" -X -v ON_ERROR_STOP=1 -h "$CLUSTER_SOCK" -p "$CLUSTER_PORT" -U "$ROLE" -d "$DB" -q -1 \
+    -f "$IDEM_ROOT/editions/managed/idempotency--$(sed -n "s/^default_version = '\(.*\)'$/\1/p" \
+      "$IDEM_ROOT/idempotency.control").sql" >/dev/null
+  # as the admin role, which owns the key table (maintain() drops the partitions it may)
+  qo() { "$PGBIN/psql" -X -v ON_ERROR_STOP=1 -h "$CLUSTER_SOCK" -p "$CLUSTER_PORT" -U "$ROLE" -d "$DB" -qAt "$@"; }
+else
+  cluster_setup test-cluster/maintain-lock-queue 54517
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/prelude.sh" cluster
+  ROLE=postgres DB=postgres
+  cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
+    "idempotency.partition_width = '1d'" "idempotency.premake = 1"
+  cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
+  q -c "CREATE EXTENSION idempotency"
+  qo() { q "$@"; }
+fi
 WORK=$(mktemp -d /tmp/idem-maintain-lock-queue.XXXXXX)
 chmod 777 "$WORK"
-cluster_init "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK" \
-  "idempotency.partition_width = '1d'" "idempotency.premake = 1"
-cluster_start "$CLUSTER_DATA" "$CLUSTER_PORT" "$CLUSTER_SOCK"
 
 # bg NAME OUT SQL...: a session (application_name NAME) running the statements in the
 # background, its output in OUT.
@@ -24,15 +47,15 @@ bg() {
   local args=()
   for s in "$@"; do args+=(-c "$s"); done
   PGAPPNAME=$name "$PGBIN/psql" -X -qAt -v ON_ERROR_STOP=1 -h "$CLUSTER_SOCK" \
-    -p "$CLUSTER_PORT" -U postgres -d postgres "${args[@]}" >"$out" 2>&1 &
+    -p "$CLUSTER_PORT" -U "$ROLE" -d "$DB" "${args[@]}" >"$out" 2>&1 &
   BG+=("$!")
   LAST_BG=$!
 }
 running() { kill -0 "$1" 2>/dev/null; }
 
-q -c "CREATE EXTENSION idempotency" -c "SELECT count(*) FROM idempotency.maintain()" >/dev/null
+qo -c "SELECT count(*) FROM idempotency.maintain()" >/dev/null
 # Yesterday's keys: a partition whose range has passed, with a row in it.
-q -c "CREATE TABLE idempotency.keys_expired PARTITION OF idempotency.keys
+qo -c "CREATE TABLE idempotency.keys_expired PARTITION OF idempotency.keys
         FOR VALUES FROM (date_trunc('day', now()) - interval '2 days')
                      TO (date_trunc('day', now()) - interval '1 day')" \
   -c "INSERT INTO idempotency.keys_expired (scope, key, state, attempt, first_seen_at, expires_at)
