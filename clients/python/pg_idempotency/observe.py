@@ -3,8 +3,8 @@ run_external, claim, claim_once, consume_once, apply_once, the outbox consumer's
 Celery ExactlyOnceTask's runs: helper "celery") and each request of the HTTP middlewares
 (ASGI, WSGI, Django: helper "middleware", with the status answered) tells listeners a
 ClaimEvent (the helper, the scope, the claim's outcome, the attempt, the call's round trips to
-the server, its time and what it raised), and the logger "pg_idempotency.claims" a DEBUG record with the same fields as its
-`idempotency` attribute. With no listener and that logger not enabled for DEBUG nothing is
+the server, its time and what it raised), and the logger "pg_idempotency.claims" a DEBUG
+record with the same fields as its `idempotency` attribute. With no listener and that logger not enabled for DEBUG nothing is
 measured: one test per call.
 
     from pg_idempotency.observe import prometheus_metrics
