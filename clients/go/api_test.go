@@ -209,6 +209,7 @@ field ClaimEvent.Err
 field ClaimEvent.Helper
 field ClaimEvent.Key
 field ClaimEvent.Outcome
+field ClaimEvent.RoundTrips
 field ClaimEvent.Scope
 field ClaimEvent.Status
 field ClaimOnceOptions.Retention

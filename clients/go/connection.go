@@ -31,12 +31,14 @@ type Querier interface {
 
 // exec runs one statement; errors come out typed (translate).
 func exec(ctx context.Context, q Querier, query string, args ...interface{}) error {
+	noteRoundTrip(ctx)
 	_, err := q.ExecContext(ctx, query, args...)
 	return translate(err)
 }
 
 // queryRow runs one statement that returns one row and scans it into dest.
 func queryRow(ctx context.Context, q Querier, query string, args []interface{}, dest ...interface{}) error {
+	noteRoundTrip(ctx)
 	return translate(q.QueryRowContext(ctx, query, args...).Scan(dest...))
 }
 
@@ -173,6 +175,9 @@ type session struct {
 	pipeliners []Pipeliner // the client's own (WithPipeliner), before the registered ones
 	open       bool        // a transaction is open on it
 	bad        bool        // discard it (broken, or its state unknown)
+	// background is for the statements sent whether or not the caller is still there (a
+	// ROLLBACK, storing an answer), with the round-trip counter of the call (detached)
+	background context.Context
 }
 
 // release gives the connection back to the pool, or closes it if it is broken or its
@@ -191,7 +196,8 @@ func (s *session) rollback() {
 	if !s.open || s.bad {
 		return
 	}
-	if _, err := s.conn.ExecContext(context.Background(), sqlRollback); err == nil {
+	noteRoundTrip(s.background)
+	if _, err := s.conn.ExecContext(s.background, sqlRollback); err == nil {
 		s.open = false
 	} else {
 		s.bad = true
@@ -214,7 +220,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 		}
 		return nil, &Error{Code: CodeConnectionLost, Message: "no connection to the server: " + err.Error(), Err: err}
 	}
-	return &session{conn: conn, pipeliners: c.pipeliners}, nil
+	return &session{conn: conn, pipeliners: c.pipeliners, background: detached(ctx)}, nil
 }
 
 // Statement is one statement of a pipeline: its text and its parameters as text (nil: NULL).
@@ -269,6 +275,7 @@ func (s *session) pipeline(ctx context.Context, statements []Statement) (rows []
 		for _, p := range ps {
 			r, handled, e := p(ctx, driverConn, statements)
 			if handled {
+				noteRoundTrip(ctx)
 				rows, ok, err = r, true, e
 				if e != nil && lostCause(e) {
 					return driver.ErrBadConn // database/sql closes the connection

@@ -35,6 +35,7 @@ func ClaimOnce(ctx context.Context, q Querier, scope, key string, o ClaimOnceOpt
 func (c *Client) ConsumeOnce(ctx context.Context, scope, key string, o ClaimOnceOptions,
 	work func(ctx context.Context, tx Querier) error) (ran bool, err error) {
 	if c.Observer != nil {
+		ctx = countingRoundTrips(ctx)
 		defer func(start time.Time) {
 			c.observeApplied(ctx, "ConsumeOnce", scope, func() string { return key }, start, ran, err)
 		}(time.Now())
@@ -61,6 +62,7 @@ func (c *Client) ConsumeOnce(ctx context.Context, scope, key string, o ClaimOnce
 func (c *Client) ApplyOnce(ctx context.Context, consumer, partition string, position Position, strict bool,
 	fn func(ctx context.Context, tx Querier) error) (ran bool, err error) {
 	if c.Observer != nil {
+		ctx = countingRoundTrips(ctx)
 		defer func(start time.Time) {
 			c.observeApplied(ctx, "ApplyOnce", consumer,
 				func() string { return partition + "@" + position.text }, start, ran, err)
@@ -141,6 +143,7 @@ func (c *Client) inTransaction(ctx context.Context, first string, args []string,
 // failed transaction as an error, with both drivers).
 func inSQLTx(ctx context.Context, s *session, first string, args []string,
 	then func(ok bool, tx Querier) error) (bool, error) {
+	noteRoundTrip(ctx) // BEGIN
 	tx, err := s.conn.BeginTx(ctx, nil)
 	if err != nil {
 		return false, s.note(err)
@@ -150,14 +153,18 @@ func inSQLTx(ctx context.Context, s *session, first string, args []string,
 		values[i] = a
 	}
 	var ok bool
+	noteRoundTrip(ctx)
 	if err := tx.QueryRowContext(ctx, first, values...).Scan(&ok); err != nil {
+		noteRoundTrip(ctx) // ROLLBACK
 		_ = tx.Rollback()
 		return false, s.note(err)
 	}
 	if err := then(ok, tx); err != nil {
+		noteRoundTrip(ctx) // ROLLBACK
 		_ = tx.Rollback()
 		return false, s.note(err)
 	}
+	noteRoundTrip(ctx) // COMMIT
 	if err := tx.Commit(); err != nil {
 		err = s.note(err)
 		if !IsConnectionLost(err) {

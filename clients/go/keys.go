@@ -107,6 +107,7 @@ func Reserve(ctx context.Context, q Querier, scope, key string, requestHash []by
 	if err != nil {
 		return nil, err
 	}
+	noteRoundTrip(ctx)
 	return scanReservation(q.QueryRowContext(ctx, sqlReserve, args...))
 }
 
@@ -119,6 +120,7 @@ func ReserveBegin(ctx context.Context, conn *sql.Conn, scope, key string, reques
 	if err != nil {
 		return nil, err
 	}
+	noteRoundTrip(ctx)
 	return scanReservation(conn.QueryRowContext(ctx, sqlReserveBegin, args...))
 }
 
@@ -192,6 +194,7 @@ func Lookup(ctx context.Context, q Querier, scope, key string) (*Record, error) 
 		response, recovery, lastError             sql.NullString
 		firstSeen, completed, lockedUntil, expiry sql.NullTime
 	)
+	noteRoundTrip(ctx)
 	err := q.QueryRowContext(ctx, sqlLookup, scope, key).Scan(&r.State, &status, &response, &r.RequestHash,
 		&attempt, &recovery, &lastError, &firstSeen, &completed, &lockedUntil, &expiry)
 	if err == sql.ErrNoRows {

@@ -462,6 +462,7 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	if c.Observer != nil {
 		seen = &servedClaim{ResponseWriter: w}
 		w = seen
+		r = r.WithContext(countingRoundTrips(r.Context()))
 		defer func(start time.Time) { c.observeServed(r.Context(), scope, key, start, seen) }(time.Now())
 	}
 	if o.Statement != nil {
@@ -509,7 +510,7 @@ func (c *Client) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	// The answer is stored and committed even if the client has gone away meanwhile: a retry
 	// then gets it.
-	ctx := context.Background()
+	ctx := s.background
 	var endErr error
 	if held.body.Len() > 0 && held.header.Get("Content-Type") == "" {
 		if _, set := held.header["Content-Type"]; !set {

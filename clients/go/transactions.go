@@ -78,6 +78,7 @@ func (c *Client) claim(ctx context.Context, s *session, scope, key string, hash 
 		}
 		atomic.StoreInt32(&c.features.noReserveBegin, 1)
 	}
+	noteRoundTrip(ctx)
 	if _, err := s.conn.ExecContext(ctx, sqlBegin); err != nil {
 		return nil, s.note(err)
 	}
@@ -122,6 +123,7 @@ func (s *session) finish(ctx context.Context, scope, key string, status int, res
 		s.rollback()
 		return err
 	}
+	noteRoundTrip(ctx)
 	if _, err := s.conn.ExecContext(ctx, sqlCommit); err != nil {
 		// a COMMIT that broke may have committed: a retry with the same key tells (replay)
 		s.bad = true
@@ -137,6 +139,7 @@ func (s *session) finish(ctx context.Context, scope, key string, status int, res
 // Statements: reserve_begin, the work's, complete, COMMIT (a replay: reserve_begin alone).
 func (c *Client) RunOnce(ctx context.Context, req Request, work Work) (res *Result, err error) {
 	if c.Observer != nil {
+		ctx = countingRoundTrips(ctx)
 		defer func(start time.Time) { c.observe(ctx, "RunOnce", req, start, res, err) }(time.Now())
 	}
 	hash, err := req.hash()
@@ -196,9 +199,10 @@ func RunOnceTx(ctx context.Context, tx Querier, req Request, work Work) (*Result
 		return nil, err
 	}
 	undo := func() {
-		_, _ = tx.ExecContext(context.Background(), sqlRollbackToSavepoint)
-		_, _ = tx.ExecContext(context.Background(), sqlReleaseSavepoint)
+		_ = exec(detached(ctx), tx, sqlRollbackToSavepoint)
+		_ = exec(detached(ctx), tx, sqlReleaseSavepoint)
 	}
+	noteRoundTrip(ctx)
 	r, err := scanReservation(tx.QueryRowContext(ctx, sqlReserve, args...))
 	if err != nil {
 		undo()
@@ -260,6 +264,7 @@ type ExternalOptions struct {
 func (c *Client) RunExternal(ctx context.Context, req Request, o ExternalOptions,
 	work func(ctx context.Context, a *Attempt) (int, json.RawMessage, error)) (res *Result, err error) {
 	if c.Observer != nil {
+		ctx = countingRoundTrips(ctx)
 		defer func(start time.Time) { c.observe(ctx, "RunExternal", req, start, res, err) }(time.Now())
 	}
 	hash, err := req.hash()
@@ -296,13 +301,14 @@ func (c *Client) RunExternal(ctx context.Context, req Request, o ExternalOptions
 			return // the lease lapses on its own
 		}
 		// taken over or completed already, or the database is gone: the lease lapses
-		_ = Fail(context.Background(), c.DB, req.Scope, req.Key, failWith(err), r.Attempt)
+		_ = Fail(detached(ctx), c.DB, req.Scope, req.Key, failWith(err), r.Attempt)
 	}
 	status, response, err := work(ctx, a)
 	if err != nil {
 		release(err)
 		return nil, err
 	}
+	noteRoundTrip(ctx) // BEGIN
 	tx, err := c.DB.BeginTx(ctx, nil)
 	if err != nil {
 		err = translate(err)
@@ -315,6 +321,7 @@ func (c *Client) RunExternal(ctx context.Context, req Request, o ExternalOptions
 	if err == nil {
 		err = Complete(ctx, tx, req.Scope, req.Key, status, response, r.Attempt)
 	}
+	noteRoundTrip(ctx) // COMMIT or ROLLBACK
 	if err == nil {
 		err = translate(tx.Commit())
 	} else {
@@ -362,6 +369,7 @@ func ExecuteOnce(ctx context.Context, q Querier, scope, key string, requestHash 
 		status = 201
 	}
 	lockTTL, retention, wait := o.values()
+	noteRoundTrip(ctx)
 	r, err := scanReservation(q.QueryRowContext(ctx, sqlExecuteOnce, scope, key, nullableBytes(requestHash),
 		statement, textArray(values), status, lockTTL, retention, wait))
 	if err != nil {
@@ -523,6 +531,7 @@ type OneStatement struct {
 // key new.
 func (c *Client) RunOnceStatement(ctx context.Context, req Request, st OneStatement) (res *Result, err error) {
 	if c.Observer != nil {
+		ctx = countingRoundTrips(ctx)
 		defer func(start time.Time) { c.observe(ctx, "RunOnceStatement", req, start, res, err) }(time.Now())
 	}
 	return runOnceStatement(ctx, c.DB, req, st)

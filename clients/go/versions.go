@@ -45,6 +45,7 @@ func (e *Edition) Offers(function string) bool {
 func DetectEdition(ctx context.Context, q Querier) (*Edition, error) {
 	var name, version, installedAs sql.NullString
 	var functions string
+	noteRoundTrip(ctx)
 	if err := q.QueryRowContext(ctx, sqlEdition).Scan(&name, &version, &installedAs, &functions); err != nil {
 		return nil, translate(err)
 	}

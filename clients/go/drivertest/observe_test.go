@@ -185,3 +185,95 @@ func TestClaimObserverMiddleware(t *testing.T) {
 		}
 	})
 }
+
+// Each event's RoundTrips is what the helper itself sent, as the driver saw it (each
+// statement, BEGIN and COMMIT of a *sql.Tx, or pipelined batch), less the work's or the
+// handler's own statement (one each here).
+func TestClaimObserverRoundTrips(t *testing.T) {
+	eachClient(t, func(t *testing.T, ctx context.Context, db *sql.DB, c *idempotency.Client) {
+		if _, err := c.Edition(ctx); err != nil { // asked once per Client: not in the calls below
+			t.Fatal(err)
+		}
+		seen := make(chan idempotency.ClaimEvent, 1)
+		c.Observer = idempotency.ClaimObserverFunc(func(_ context.Context, e idempotency.ClaimEvent) {
+			seen <- e
+		})
+		type call struct {
+			helper   string
+			outcome  idempotency.Outcome
+			observed int
+			helpers  int // the statements sent less the work's
+			sent     []string
+		}
+		var calls []call
+		// observed runs fn and keeps its event's round trips beside the statements sent
+		observed := func(workStatements int, fn func()) {
+			sent := counting(fn)
+			e := <-seen // the middleware's is told after its answer: waited for here
+			calls = append(calls, call{e.Helper, e.Outcome, e.RoundTrips, len(sent) - workStatements, sent})
+		}
+		scope, key, stmtKey, extKey, msg := "acct_trips", newKey("trips"), newKey("trips-stmt"),
+			newKey("trips-ext"), newKey("trips-msg")
+		runs := 0
+		req := idempotency.Request{Scope: scope, Key: key, Request: []byte(`{}`)}
+		observed(1, func() { _, err := c.RunOnce(ctx, req, insertOrder(scope, key, &runs)); must(t, err) })
+		observed(0, func() { _, err := c.RunOnce(ctx, req, insertOrder(scope, key, &runs)); must(t, err) })
+		stmt := idempotency.Request{Scope: scope, Key: stmtKey}
+		for i := 0; i < 2; i++ {
+			observed(0, func() {
+				_, err := c.RunOnceStatement(ctx, stmt, idempotency.OneStatement{SQL: "SELECT 1"})
+				must(t, err)
+			})
+		}
+		observed(0, func() {
+			_, err := c.RunExternal(ctx, idempotency.Request{Scope: scope, Key: extKey},
+				idempotency.ExternalOptions{},
+				func(ctx context.Context, a *idempotency.Attempt) (int, json.RawMessage, error) {
+					return 200, nil, nil
+				})
+			must(t, err)
+		})
+		consume := func(ctx context.Context, tx idempotency.Querier) error {
+			_, err := tx.ExecContext(ctx, "SELECT 1")
+			return err
+		}
+		observed(1, func() {
+			_, err := c.ConsumeOnce(ctx, "queue_trips", msg, idempotency.ClaimOnceOptions{}, consume)
+			must(t, err)
+		})
+		observed(0, func() {
+			_, err := c.ConsumeOnce(ctx, "queue_trips", msg, idempotency.ClaimOnceOptions{}, consume)
+			must(t, err)
+		})
+		srv := httptest.NewServer(c.Middleware(idempotency.MiddlewareOptions{Scope: scopeFromHeader})(orderHandler(t)))
+		defer srv.Close()
+		mwKey := newKey("trips-mw")
+		observed(1, func() { post(t, srv.URL, mwKey, "application/json", `{"item": "lamp"}`) })
+		observed(0, func() { post(t, srv.URL, mwKey, "application/json", `{"item": "lamp"}`) })
+
+		want := []struct {
+			helper  string
+			outcome idempotency.Outcome
+		}{
+			{"RunOnce", idempotency.OutcomeNew}, {"RunOnce", idempotency.OutcomeReplay},
+			{"RunOnceStatement", idempotency.OutcomeNew}, {"RunOnceStatement", idempotency.OutcomeReplay},
+			{"RunExternal", idempotency.OutcomeNew},
+			{"ConsumeOnce", idempotency.OutcomeNew}, {"ConsumeOnce", idempotency.OutcomeReplay},
+			{"Middleware", idempotency.OutcomeNew}, {"Middleware", idempotency.OutcomeReplay},
+		}
+		if len(calls) != len(want) {
+			t.Fatalf("%d calls: %+v", len(calls), calls)
+		}
+		for i, w := range want {
+			got := calls[i]
+			if got.helper != w.helper || got.outcome != w.outcome || got.observed != got.helpers ||
+				got.observed == 0 {
+				t.Fatalf("call %d: %+v, want %+v and round trips as sent", i, got, w)
+			}
+		}
+		// the statement form: one round trip for a new key and for a replay
+		if calls[2].observed != 1 || calls[3].observed != 1 || calls[1].observed != 1 {
+			t.Fatalf("statement form and replay: %+v", calls[1:4])
+		}
+	})
+}

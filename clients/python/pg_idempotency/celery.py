@@ -59,7 +59,7 @@ from .consumer import _check_max_attempts, _counted, _record_failure
 from .errors import (ConnectionLost, IdempotencyError, InvalidTransactionTermination,
                      KeyInProgress, lost_connection, translate)
 from .keys import names, raise_for, reservation_of, reserve_begin_refused, reserve_params
-from .observe import observing, tell
+from .observe import counting_round_trips, note_round_trip, observing, tell
 from .transactions import _claimed
 from .versions import edition
 
@@ -283,14 +283,15 @@ class ExactlyOnceTask(Task):
         if not observing():
             return self._run(scope, key, None, args, kwargs)
         seen = _Seen()
-        start = time.perf_counter()
-        try:
-            result = self._run(scope, key, seen, args, kwargs)
-        except BaseException as e:
-            tell("celery", scope, key, seen.outcome or getattr(e, "outcome", None) or None,
-                 seen.attempt, start, e)
-            raise
-        tell("celery", scope, key, seen.outcome, seen.attempt, start, None)
+        with counting_round_trips():
+            start = time.perf_counter()
+            try:
+                result = self._run(scope, key, seen, args, kwargs)
+            except BaseException as e:
+                tell("celery", scope, key, seen.outcome or getattr(e, "outcome", None) or None,
+                     seen.attempt, start, e)
+                raise
+            tell("celery", scope, key, seen.outcome, seen.attempt, start, None)
         return result
 
     def _run(self, scope, key, seen, args, kwargs):
@@ -386,6 +387,7 @@ class ExactlyOnceTask(Task):
             r = None
             if worker.reserve_begin:
                 try:
+                    note_round_trip()
                     cur = cursor_of(conn).execute(sql.RESERVE_BEGIN, params)
                     r = reservation_of(cur.fetchone(), cur)
                 except psycopg.Error as e:
@@ -393,6 +395,7 @@ class ExactlyOnceTask(Task):
                         raise
                     worker.reserve_begin = False
             if r is None:
+                note_round_trip()
                 with conn.pipeline():
                     conn.execute(sql.BEGIN)
                     cur = cursor_of(conn).execute(sql.RESERVE, params)
@@ -414,6 +417,7 @@ class ExactlyOnceTask(Task):
     def _roll_back(conn):
         if not (conn.broken or conn.closed) and \
                 conn.info.transaction_status != TransactionStatus.IDLE:
+            note_round_trip()
             try:
                 conn.execute(sql.ROLLBACK)
             except psycopg.Error:

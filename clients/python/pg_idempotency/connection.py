@@ -27,6 +27,7 @@ from psycopg.pq import Format, TransactionStatus
 from . import statements as sql
 from .errors import (KeyUntranslatable, TransactionAborted, UntranslatableCharacter,
                      lost_connection, translate)
+from .observe import note_round_trip
 
 TESTED_PSYCOPG = ("3.1.7",)
 
@@ -152,6 +153,7 @@ def execute(conn: psycopg.Connection, query: str, params=()):
     """Runs one statement; psycopg errors come out as the typed exceptions of errors.py
     (ConnectionLost for a connection that broke)."""
     check_usable(conn)
+    note_round_trip()
     try:
         return cursor_of(conn).execute(query, params)
     except psycopg.Error as e:
@@ -198,7 +200,7 @@ def one_statement(conn):
         yield
         return
     if not reserve_begin_usable(conn):
-        with conn.transaction():
+        with transaction(conn):
             yield
         return
     conn.autocommit = True
@@ -235,6 +237,22 @@ def check_work_left_usable(conn):
             hint="let the work's database error propagate, or roll back to a savepoint of its own")
 
 
+@contextlib.contextmanager
+def transaction(conn):
+    """conn.transaction(), its statements counted as round trips of the helper observed:
+    BEGIN (or SAVEPOINT), then COMMIT (or RELEASE), or ROLLBACK (or ROLLBACK TO and RELEASE:
+    two)."""
+    outer = transaction_idle(conn)
+    note_round_trip()
+    with conn.transaction():
+        try:
+            yield
+        except BaseException:
+            note_round_trip(1 if outer else 2)
+            raise
+        note_round_trip()
+
+
 # ---- two statements of a transaction in one round trip ----
 
 def begin_with(conn, first_sql: str, params) -> Optional[bool]:
@@ -252,6 +270,7 @@ def pipelined(conn, statements):
     """Runs statements ([(sql, params)]) in one round trip, their values bound: psycopg's
     pipeline mode sends them with one Sync, and the server skips those after a failed one (a
     transaction is left failed, for the caller to roll back). Returns the last one's cursor."""
+    note_round_trip()
     with conn.pipeline():
         for query, params in statements:
             cur = conn.execute(query, params)
@@ -260,6 +279,7 @@ def pipelined(conn, statements):
 
 async def pipelined_async(conn, statements):
     """pipelined on an AsyncConnection."""
+    note_round_trip()
     async with conn.pipeline():
         for query, params in statements:
             cur = await conn.execute(query, params)
@@ -275,7 +295,7 @@ def transaction_with(conn, first_sql: str, params, then: Callable):
     a broken connection as ConnectionLost."""
     check_usable(conn)
     if not (conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE):
-        with guard(conn), conn.transaction():
+        with guard(conn), transaction(conn):
             out = then(execute(conn, first_sql, params).fetchone()[0])
             check_work_left_usable(conn)
             return out
@@ -284,6 +304,7 @@ def transaction_with(conn, first_sql: str, params, then: Callable):
             try:
                 value = begin_with(conn, first_sql, params)
                 if value is None:  # psycopg's path, the values bound: two round trips
+                    note_round_trip(2)
                     conn.execute(sql.BEGIN)
                     value = conn.execute(first_sql, params).fetchone()[0]
             except psycopg.Error as e:
@@ -293,10 +314,12 @@ def transaction_with(conn, first_sql: str, params, then: Callable):
         except BaseException:
             if not (conn.broken or conn.closed) and \
                     conn.info.transaction_status != TransactionStatus.IDLE:
+                note_round_trip()
                 with contextlib.suppress(psycopg.Error):
                     conn.execute(sql.ROLLBACK)
             raise
         try:
+            note_round_trip()
             conn.commit()  # psycopg's command path: no cursor
         except psycopg.Error as e:
             raise (lost_connection(conn, e) or translate(e)) from e

@@ -35,7 +35,7 @@ from psycopg.types.json import Jsonb
 from .spec import DEFAULT_RETENTION, DEFAULT_WAIT
 from . import statements as sql
 from . import streams
-from .connection import check_encodable, execute, transaction_with
+from .connection import check_encodable, execute, transaction, transaction_with
 from .errors import (ConnectionLost, KeyInProgress, KeyTooOld, PoisonMessage, check_names,
                      lost_connection)
 from .keys import interval, names, reserve
@@ -215,7 +215,7 @@ def _record_failure(conn, scope, key, exc, max_attempts, retention, wait, where=
     savepoint): returns (reservation outcome, attempt, error document or None). when_dead runs
     in the same transaction once the attempt reaches max_attempts."""
     try:
-        with conn.transaction():
+        with transaction(conn):
             r = reserve(conn, scope, key, lock_ttl="1 minute", retention=retention, wait=wait)
             if r.outcome != "new":
                 return r.outcome, r.attempt, None

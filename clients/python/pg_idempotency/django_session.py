@@ -13,6 +13,7 @@ from . import statements
 from .connection import check_encodable
 from .keys import Reservation
 from .libpq_bound import execute_row
+from .observe import note_round_trip
 from .sessions import going_away
 
 
@@ -21,6 +22,14 @@ class _Rollback(Exception):
 
 
 _IDLE = 0                                 # psycopg2's TRANSACTION_STATUS_IDLE
+
+
+def _transaction_status(raw) -> int:
+    """The transaction status of Django's driver connection (psycopg2's or psycopg's)."""
+    if hasattr(raw, "get_transaction_status"):
+        return raw.get_transaction_status()
+    return raw.info.transaction_status
+
 
 # Django's PostgreSQL backend sets client_encoding to UTF8 on every connection it makes.
 _UTF8_SESSION = types.SimpleNamespace(info=types.SimpleNamespace(encoding="utf-8"))
@@ -92,6 +101,8 @@ class DjangoSession:
         return False                      # Django's transaction: atomic opens it
 
     def begin(self):
+        if self.db.in_atomic_block:      # inside the request's own atomic: a SAVEPOINT
+            note_round_trip()
         atomic = transaction.atomic(using=self.alias)
         yield (atomic.__enter__,)
         self.atomic = atomic
@@ -116,14 +127,19 @@ class DjangoSession:
         yield (self.db.ensure_connection,)
         raw = self.db.connection
         if not hasattr(raw, "pgconn_ptr"):      # psycopg 3 (Django 4.2+): its own binding
+            # psycopg sends its BEGIN apart, before the first statement of a transaction
+            note_round_trip(2 if raw.info.transaction_status == _IDLE and not raw.autocommit
+                            else 1)
             cursor = yield (self.db.cursor,)
             with cursor:
                 yield (cursor.execute, sql, params)
                 return (yield (cursor.fetchone,))
         if raw.get_transaction_status() == _IDLE and not self.db.get_autocommit():
+            note_round_trip(2)                # psycopg2's BEGIN, then the statement
             cursor = yield (self.db.cursor,)
             with cursor:
                 yield (cursor.execute, statements.NOTHING)
+        note_round_trip()
         return (yield (self._bound, sql, params))
 
     def _bound(self, sql, params):
@@ -134,6 +150,9 @@ class DjangoSession:
     def rollback(self, error=None):
         atomic, self.atomic = self.atomic, None
         if atomic is not None:
+            raw = self.db.connection
+            if raw is not None and not raw.closed and _transaction_status(raw) != _IDLE:
+                note_round_trip()             # ROLLBACK (or ROLLBACK TO SAVEPOINT)
             error = error if error is not None else _Rollback()
             yield (atomic.__exit__, type(error), error, error.__traceback__)
 
@@ -141,4 +160,5 @@ class DjangoSession:
         scope, key, status, stored, attempt = params
         yield from self._execute(statements.COMPLETE, (scope, key, status, json.dumps(stored), attempt))
         atomic, self.atomic = self.atomic, None
-        yield (atomic.__exit__, None, None, None)  # COMMIT
+        note_round_trip()
+        yield (atomic.__exit__, None, None, None)  # COMMIT (or RELEASE SAVEPOINT)

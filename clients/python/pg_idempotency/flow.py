@@ -38,7 +38,7 @@ from .answers import (DATABASE_UNAVAILABLE, NOT_STORED, answer_for, outcome_answ
                       stored_answer, stored_response)
 from .errors import KeyMalformed
 from .keys import execute_once_params, reserve_begin_refused, reserve_params
-from .observe import observing, tell
+from .observe import counting_round_trips, observing, tell
 from .sessions import StaleConnection
 from .statement_form import answer_statement
 from .web import Context, RequestInfo, options_from
@@ -131,16 +131,18 @@ class Flow:
         if not observing():
             return (yield from self._handle(req, session, run_app, None))
         seen = _Seen()
-        start = time.perf_counter()
-        try:
-            answer = yield from self._handle(req, session, run_app, seen)
-        except BaseException as e:
+        with counting_round_trips():
+            start = time.perf_counter()
+            try:
+                answer = yield from self._handle(req, session, run_app, seen)
+            except BaseException as e:
+                if seen.scope is not None:
+                    tell("middleware", seen.scope, seen.key, seen.outcome, seen.attempt, start,
+                         e)
+                raise
             if seen.scope is not None:
-                tell("middleware", seen.scope, seen.key, seen.outcome, seen.attempt, start, e)
-            raise
-        if seen.scope is not None:
-            tell("middleware", seen.scope, seen.key, seen.outcome, seen.attempt, start, None,
-                 answer.status)
+                tell("middleware", seen.scope, seen.key, seen.outcome, seen.attempt, start,
+                     None, answer.status)
         return answer
 
     def _handle(self, req, session, run_app, seen):

@@ -10,7 +10,8 @@ from psycopg.types.json import Jsonb
 
 from . import statements
 from .connection import (autocommit_to_restore, begin_needed, check_encodable, cursor_of,
-                         pipelined, pipelined_async, reserve_begin_usable)
+                         pipelined, pipelined_async, reserve_begin_usable, transaction_idle)
+from .observe import note_round_trip
 from .errors import translate
 from .flow import Flow
 from .keys import reservation_of
@@ -139,6 +140,7 @@ class PsycopgSession:
 
     def begin(self):
         if begin_needed(self.conn):
+            note_round_trip()
             yield (self.conn.execute, statements.BEGIN)
 
     def reserve(self, params):
@@ -153,14 +155,18 @@ class PsycopgSession:
             return (yield from self._fetch(statements.EXECUTE_ONCE, params))
         yield from self.begin()
         reservation = yield from self._fetch(statements.EXECUTE_ONCE, params)
+        note_round_trip()
         yield (self.conn.commit,)
         return reservation
 
     def _fetch(self, sql, params):
+        note_round_trip()
         cur = yield (cursor_of(self.conn).execute, sql, params)
         return reservation_of((yield (cur.fetchone,)), cur)
 
     def rollback(self, error=None):
+        if not transaction_idle(self.conn):  # psycopg sends nothing with none open
+            note_round_trip()
         try:
             yield (self.conn.rollback,)
         except Exception:  # the connection is broken: the server has rolled back already

@@ -9,11 +9,12 @@ import time
 from typing import Any, Callable, Optional
 
 from .spec import DEFAULT_LOCK_TTL, DEFAULT_RETENTION, DEFAULT_WAIT
-from .connection import (check_usable, guard, one_statement, transaction_failed,
-                         transaction_idle)
+from .connection import (check_usable, guard, one_statement, transaction,
+                         transaction_failed, transaction_idle)
 from .errors import TransactionOpen
 from .keys import checkpoint, complete, execute_once, fail, raise_for, request_hash, reserve
-from .observe import observed, observing, tell, tell_error
+from .observe import (counting_round_trips, note_round_trip, observed, observing, tell,
+                      tell_error)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,14 +69,15 @@ def claim(conn, scope, key, request=None, *, exclude=(), lock_ttl=DEFAULT_LOCK_T
         with _claimed(conn, scope, key, request, **options) as c:
             yield c
         return
-    start = time.perf_counter()
-    try:
-        with _claimed(conn, scope, key, request, **options) as c:
-            yield c
-    except BaseException as e:
-        tell_error("claim", scope, key, start, e)
-        raise
-    tell("claim", scope, key, c.reservation.outcome, c.attempt, start, None)
+    with counting_round_trips():
+        start = time.perf_counter()
+        try:
+            with _claimed(conn, scope, key, request, **options) as c:
+                yield c
+        except BaseException as e:
+            tell_error("claim", scope, key, start, e)
+            raise
+        tell("claim", scope, key, c.reservation.outcome, c.attempt, start, None)
 
 
 @contextlib.contextmanager
@@ -84,7 +86,7 @@ def _claimed(conn, scope, key, request=None, *, exclude=(), lock_ttl=DEFAULT_LOC
     """claim(), not observed (run_once's work form observes itself)."""
     check_usable(conn)
     rh = request_hash(request, exclude)
-    with guard(conn), conn.transaction():
+    with guard(conn), transaction(conn):
         r = reserve(conn, scope, key, rh, lock_ttl=lock_ttl, retention=retention, wait=wait)
         raise_for(scope, key, r)
         c = Claim(conn, scope, key, r)
@@ -175,7 +177,7 @@ class Attempt:
 
     def checkpoint(self, recovery_point: str):
         """Records progress in its own transaction (IK001 if another holder took over)."""
-        with self.conn.transaction():
+        with transaction(self.conn):
             checkpoint(self.conn, self.scope, self.key, recovery_point, self.attempt)
         self.recovery_point = recovery_point
 
@@ -205,7 +207,7 @@ def _run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=No
             "run_external needs a connection with no transaction open",
             hint="commit or roll back first: the claim must be committed before the external call")
     rh = request_hash(request, exclude)
-    with conn.transaction():
+    with transaction(conn):
         r = reserve(conn, scope, key, rh, lock_ttl=lock_ttl, retention=retention, wait=wait)
     if r.outcome == "replay":
         return Result(r.status_code, r.response, True, r.attempt)
@@ -214,13 +216,14 @@ def _run_external(conn, scope, key, work: Callable[[Attempt], tuple], request=No
         status_code, response = work(Attempt(conn, scope, key, r))
     except BaseException as e:
         if transaction_failed(conn):
+            note_round_trip()
             conn.rollback()
         with contextlib.suppress(Exception):
-            with conn.transaction():
+            with transaction(conn):
                 fail(conn, scope, key, {"error": type(e).__name__, "message": str(e)[:1000]},
                      r.attempt)
         raise
-    with conn.transaction():
+    with transaction(conn):
         if finish is not None:
             finish(conn, status_code, response)
         complete(conn, scope, key, status_code, response, r.attempt)

@@ -12,6 +12,7 @@ import psycopg
 
 from . import statements
 from .errors import IdempotencyError
+from .observe import note_round_trip
 
 CLIENT_VERSION = "0.4.0"
 # The oldest and the newest extension version this client is tested against. Before 0.3.0 the
@@ -170,12 +171,15 @@ def edition(conn, *, refresh: bool = False) -> Edition:
         return found
     if hasattr(conn, "connection") and not hasattr(conn, "execute"):  # a pool
         with conn.connection() as c:
+            note_round_trip()
             row = c.execute(statements.EDITION).fetchone()
     elif conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        note_round_trip()
         row = conn.execute(statements.EDITION).fetchone()
     else:  # its own statement, opening no transaction that the caller did not open
         conn.autocommit = True
         try:
+            note_round_trip()
             row = conn.execute(statements.EDITION).fetchone()
         finally:
             conn.autocommit = False
@@ -189,12 +193,15 @@ async def edition_async(conn, *, refresh: bool = False) -> Edition:
         return found
     if hasattr(conn, "connection") and not hasattr(conn, "execute"):  # a pool
         async with conn.connection() as c:
+            note_round_trip()
             row = await (await c.execute(statements.EDITION)).fetchone()
     elif conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        note_round_trip()
         row = await (await conn.execute(statements.EDITION)).fetchone()
     else:  # its own statement, opening no transaction that the caller did not open
         await conn.set_autocommit(True)
         try:
+            note_round_trip()
             row = await (await conn.execute(statements.EDITION)).fetchone()
         finally:
             await conn.set_autocommit(False)

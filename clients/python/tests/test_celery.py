@@ -222,6 +222,7 @@ def test_a_new_task_takes_three_round_trips_its_values_bound(app, conn, dsn):
     server's edition (one query per connection)."""
     from test_wire import MARK, Traced, assert_bound_only, marked, round_trips
 
+    from pg_idempotency import observe
     from pg_idempotency.versions import edition
     traced = Traced(dsn, autocommit=False)
     replay_round_trips = 1 if edition(traced.conn).offers("reserve_begin") else 2
@@ -235,6 +236,8 @@ def test_a_new_task_takes_three_round_trips_its_values_bound(app, conn, dsn):
         self.db.execute("INSERT INTO charges VALUES (%s, 1)", (order_id,))
         return {"charged": marked()}
 
+    events = []
+    observe.add_claim_listener(events.append)
     try:
         key = marked()
         traced.messages()
@@ -248,8 +251,12 @@ def test_a_new_task_takes_three_round_trips_its_values_bound(app, conn, dsn):
         assert round_trips(messages) == replay_round_trips, messages
         assert charges(conn) == 1
     finally:
+        observe.remove_claim_listener(events.append)
         charge._connection().drop()
         traced.close()
+    # the runs' own round trips: the body's insert is not one of them
+    assert [(e.outcome, e.round_trips) for e in events] == [
+        ("new", 2), ("replay", replay_round_trips)]
 
 
 @pytest.mark.parametrize("pipelined", [True, False])

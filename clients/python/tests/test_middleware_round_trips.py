@@ -16,6 +16,7 @@ import pytest
 from psycopg.pq import Trace
 
 from conftest import MANAGED, REASON_REPEATABLE_READ, REASON_RESERVE_BEGIN
+from pg_idempotency import observe
 from pg_idempotency.statements import EDITION as EDITION_SQL
 from pg_idempotency.statements import RESERVE
 
@@ -160,10 +161,26 @@ def client_of():
 @pytest.mark.extension_only(REASON_RESERVE_BEGIN)
 @pytest.mark.parametrize("framework", CLIENTS)
 def test_new_key_and_replay_round_trips(framework, rt_table, client_of):
-    wire, seen = Wire(), []
+    wire, seen, events = Wire(), [], []
     post = client_of(framework, rt_table, wire, seen)
     key = str(uuid.uuid4())
 
+    observe.add_claim_listener(events.append)
+    try:
+        status, body, _ = post(key)
+        first_round_trips = wire.last()[1]
+        post(key)
+    finally:
+        observe.remove_claim_listener(events.append)
+    # the events count the middleware's own round trips (not the handler's INSERT), the
+    # server's edition asked on the first request included
+    assert [(e.outcome, e.round_trips) for e in events] == [
+        ("new", first_round_trips - 1 + 1), ("replay", wire.last()[1])]
+    assert [e.round_trips for e in events] == [3, 1]
+
+    wire, seen = Wire(), []
+    post = client_of(framework, rt_table, wire, seen)
+    key = str(uuid.uuid4())
     status, body, _ = post(key)
     assert status == 201
     statements, round_trips = wire.last()

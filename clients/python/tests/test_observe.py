@@ -5,6 +5,7 @@ import logging
 import uuid
 
 import prometheus_client
+import psycopg
 import pytest
 
 import pg_idempotency as pi
@@ -125,3 +126,63 @@ def test_the_consumers_and_claim(conn, conn2, events):
     assert events[2].error is in_progress.value and in_progress.value.http_status == 409
     assert events[3].error is poisoned.value and events[3].attempt == 1
     assert events[5].scope == "observe_stream" and events[7].attempt == 1
+
+
+def test_round_trips_are_the_helpers_own_as_on_the_wire(dsn, events):
+    """Each event's round_trips is what the wire shows (libpq's trace: a Sync or simple Query
+    per round trip) less the work's own statements (one each here)."""
+    from test_wire import Traced, round_trips
+
+    from pg_idempotency.versions import edition
+    traced = Traced(dsn, autocommit=True)
+    conn = traced.conn
+    try:
+        edition(conn)  # asked once per connection: not in the calls below
+        calls = []
+
+        def call(fn, work_trips=0):
+            traced.messages()
+            events.clear()
+            fn()
+            [event] = events
+            calls.append((event.helper, event.outcome, event.round_trips,
+                          round_trips(traced.messages()) - work_trips))
+
+        def work():
+            conn.execute("SELECT 1")
+            return 201, {"ok": True}
+
+        key, stmt_key, ext_key, msg, held = (str(uuid.uuid4()) for _ in range(5))
+        call(lambda: pi.run_once(conn, SCOPE, stmt_key, statement=STATEMENT, params=["x"]))
+        call(lambda: pi.run_once(conn, SCOPE, stmt_key, statement=STATEMENT, params=["x"]))
+        call(lambda: pi.run_once(conn, SCOPE, key, work), work_trips=1)
+        call(lambda: pi.run_once(conn, SCOPE, key, work))
+        call(lambda: pi.run_external(conn, SCOPE, ext_key, lambda a: work()), work_trips=1)
+        call(lambda: pi.consume_once(conn, SCOPE, msg, lambda c: work()), work_trips=1)
+        call(lambda: pi.consume_once(conn, SCOPE, msg, lambda c: work()))
+
+        def claimed_once():
+            with conn.transaction():
+                pi.claim_once(conn, SCOPE, str(uuid.uuid4()))
+        call(claimed_once, work_trips=2)  # the caller's BEGIN and COMMIT
+        call(lambda: pi.apply_once(conn, "observe_stream", "p1", 9, lambda c: work()),
+             work_trips=1)
+
+        def claimed():
+            with pi.claim(conn, SCOPE, str(uuid.uuid4())) as c:
+                c.complete(201, {"ok": True})
+        call(claimed)
+        with psycopg.connect(dsn) as holder, holder.transaction():
+            pi.reserve(holder, SCOPE, held)
+            call(lambda: pytest.raises(pi.KeyInProgress, pi.run_once, conn, SCOPE, held, work,
+                                       wait="0 seconds"))
+    finally:
+        traced.close()
+    assert [(helper, outcome) for helper, outcome, _, _ in calls] == [
+        ("run_once", "new"), ("run_once", "replay"), ("run_once", "new"), ("run_once", "replay"),
+        ("run_external", "new"), ("consume_once", "new"), ("consume_once", "replay"),
+        ("claim_once", "new"), ("apply_once", "new"), ("claim", "new"),
+        ("run_once", "in_progress")]
+    assert [observed for _, _, observed, _ in calls] == [wire for _, _, _, wire in calls]
+    # the statement form: one round trip for a new key and for a replay
+    assert [observed for _, _, observed, _ in calls[:2]] == [1, 1]

@@ -12,6 +12,8 @@ import pytest
 from test_middleware import django_harness, django_setup, orders_table  # noqa: F401
 from test_wire import MARK, marked
 
+from pg_idempotency import observe
+
 pytest.importorskip("django")
 
 
@@ -64,15 +66,28 @@ def test_django_middleware_binds_every_value(traced_django):
     from django.db import connections
     harness = django_harness()
     key, account = marked(), marked()
-    first = harness.post(key=key, account=account, body={"item": "widget"})
-    assert first.status == 201, first.body
-    again = harness.post(key=key, account=account, body={"item": "widget"})
-    assert again.status == 201 and again.headers.get("idempotent-replayed") == "true"
-    reused = harness.post(key=key, account=account, body={"item": "other"})
-    assert reused.status == 422
+    events = []
+    observe.add_claim_listener(events.append)
+    try:
+        first = harness.post(key=key, account=account, body={"item": "widget"})
+        assert first.status == 201, first.body
+        again = harness.post(key=key, account=account, body={"item": "widget"})
+        assert again.status == 201 and again.headers.get("idempotent-replayed") == "true"
+        reused = harness.post(key=key, account=account, body={"item": "other"})
+        assert reused.status == 422
+    finally:
+        observe.remove_claim_listener(events.append)
     connections.close_all()
     messages = [m for t in traced_django for m in t.messages()]
     assert messages, "nothing traced"
+    # the events' round trips are the wire's (a Sync or simple Query each: psycopg2's BEGIN,
+    # the statement that makes psycopg2 open the transaction, reserve, complete, COMMIT or
+    # ROLLBACK) but the view's INSERT
+    own = [line for kind, line in messages if kind in ("Sync", "Query") and
+           "INSERT INTO orders" not in line]
+    assert [(e.outcome, e.round_trips) for e in events] == [
+        ("new", 5), ("replay", 4), ("mismatch", 4)]
+    assert sum(e.round_trips for e in events) == len(own)
     # the client's statements are those that call the extension (the view's INSERT is the
     # application's own, sent by psycopg2 as it sends it)
     texts = [line for kind, line in messages

@@ -56,6 +56,7 @@ final class Connections {
     try {
       if (c.isClosed()) return;
       if (!c.getAutoCommit()) {
+        if (transactionOpen(c)) RoundTrips.note();
         c.rollback(); // pgjdbc sends nothing when no transaction is open
       } else if (transactionOpen(c)) {
         execute(c, Statements.ROLLBACK);
@@ -116,6 +117,7 @@ final class Connections {
   static Object one(Connection c, String sql, Object... args) {
     try (PreparedStatement ps = c.prepareStatement(sql)) {
       bind(ps, args);
+      RoundTrips.note();
       try (ResultSet rs = ps.executeQuery()) {
         rs.next();
         return rs.getObject(1);
@@ -129,6 +131,7 @@ final class Connections {
   static <T> T row(Connection c, String sql, RowReader<T> read, Object... args) {
     try (PreparedStatement ps = c.prepareStatement(sql)) {
       bind(ps, args);
+      RoundTrips.note();
       try (ResultSet rs = ps.executeQuery()) {
         return rs.next() ? read.read(rs) : null;
       }
@@ -151,12 +154,17 @@ final class Connections {
   static void thenCommit(Connection c, String sql, Object... args) throws SQLException {
     if (pgjdbc(c) == null) {
       one(c, sql, args);
-      if (c.getAutoCommit()) execute(c, Statements.COMMIT);
-      else c.commit();
+      if (c.getAutoCommit()) {
+        execute(c, Statements.COMMIT);
+      } else {
+        RoundTrips.note();
+        c.commit();
+      }
       return;
     }
     try (PreparedStatement ps = c.prepareStatement(Statements.thenCommit(sql))) {
       bind(ps, args);
+      RoundTrips.note();
       ps.execute();
     }
   }
@@ -164,6 +172,7 @@ final class Connections {
   /** Runs a statement with no parameter. */
   static void execute(Connection c, String sql) throws SQLException {
     try (Statement s = c.createStatement()) {
+      RoundTrips.note();
       s.execute(sql);
     }
   }

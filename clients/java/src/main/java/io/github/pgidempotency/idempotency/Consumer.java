@@ -33,6 +33,7 @@ final class Consumer {
     try {
       c.setAutoCommit(false);
       if (!gate.open(c)) {
+        if (Connections.transactionOpen(c)) RoundTrips.note();
         c.rollback();
         return false;
       }
@@ -42,6 +43,7 @@ final class Consumer {
         Connections.rollback(c);
         throw Connections.translate(e);
       }
+      if (Connections.transactionOpen(c)) RoundTrips.note();
       c.commit();
       return true;
     } catch (SQLException e) {

@@ -36,11 +36,14 @@ public final class IdempotencyClient {
    * and what it threw (null for new and replay; KeyInProgress is the 409, KeyMismatch the 422).
    * The IdempotencyFilter's listener gets one per request once its key was read, helper
    * "filter", with status the HTTP status it answered (its own 409 or 422 is an answer there,
-   * not an error); status is 0 for the other helpers.
+   * not an error); status is 0 for the other helpers. roundTrips is the number of statements
+   * (or statements sent together in one round trip) the helper itself sent to the server: the
+   * server's edition, asked once per data source, included; the work's or the handler's own
+   * statements not (Node's span attribute idempotency.round_trips).
    */
   public record ClaimEvent(
       String helper, String scope, String key, String outcome, int attempt, long nanos,
-      Throwable error, int status) {}
+      Throwable error, int status, int roundTrips) {}
 
   /** Gets a ClaimEvent after each helper call, on the caller's thread; keep it quick. */
   @FunctionalInterface
@@ -61,22 +64,23 @@ public final class IdempotencyClient {
     ClaimListener l = listener;
     if (l == null) return call.get();
     long start = System.nanoTime();
+    int[] outer = RoundTrips.start();
     Result result;
     try {
       result = call.get();
     } catch (RuntimeException | Error e) {
-      tell(l, helper, req, null, e, start);
+      tell(l, helper, req, null, e, start, RoundTrips.end(outer));
       throw e;
     }
-    tell(l, helper, req, result, null, start);
+    tell(l, helper, req, result, null, start, RoundTrips.end(outer));
     return result;
   }
 
   private void tell(ClaimListener l, String helper, Request req, Result result, Throwable error,
-      long start) {
+      long start, int roundTrips) {
     String outcome = result != null ? (result.replayed() ? "replay" : "new") : outcomeOf(error);
     tell(l, new ClaimEvent(helper, req.scope(), listenerSeesKeys ? req.key() : null, outcome,
-        result != null ? result.attempt() : 0, System.nanoTime() - start, error, 0));
+        result != null ? result.attempt() : 0, System.nanoTime() - start, error, 0, roundTrips));
   }
 
   private static String outcomeOf(Throwable error) {
@@ -101,16 +105,17 @@ public final class IdempotencyClient {
     if (l == null) return call.getAsBoolean();
     long start = System.nanoTime();
     String seenKey = listenerSeesKeys ? key.get() : null;
+    int[] outer = RoundTrips.start();
     boolean applied;
     try {
       applied = call.getAsBoolean();
     } catch (RuntimeException | Error e) {
-      tell(l, new ClaimEvent(
-          helper, scope, seenKey, outcomeOf(e), 0, System.nanoTime() - start, e, 0));
+      tell(l, new ClaimEvent(helper, scope, seenKey, outcomeOf(e), 0, System.nanoTime() - start,
+          e, 0, RoundTrips.end(outer)));
       throw e;
     }
     tell(l, new ClaimEvent(helper, scope, seenKey, applied ? "new" : "replay", 0,
-        System.nanoTime() - start, null, 0));
+        System.nanoTime() - start, null, 0, RoundTrips.end(outer)));
     return applied;
   }
 

@@ -409,13 +409,14 @@ public final class IdempotencyFilter implements Filter {
       return;
     }
     long start = System.nanoTime();
+    int[] outer = RoundTrips.start();
     try {
       claimed(bodyRequest, res, chain, sc, k, hash, body);
     } catch (IOException | ServletException | RuntimeException | Error e) {
-      tellListener(bodyRequest, sc, k, start, e, 0);
+      tellListener(bodyRequest, sc, k, start, e, 0, RoundTrips.end(outer));
       throw e;
     }
-    tellListener(bodyRequest, sc, k, start, null, res.getStatus());
+    tellListener(bodyRequest, sc, k, start, null, res.getStatus(), RoundTrips.end(outer));
   }
 
   private void claimed(
@@ -439,11 +440,12 @@ public final class IdempotencyFilter implements Filter {
   }
 
   private void tellListener(
-      HttpServletRequest req, String sc, String k, long start, Throwable error, int status) {
+      HttpServletRequest req, String sc, String k, long start, Throwable error, int status,
+      int roundTrips) {
     Reservation r = (Reservation) req.getAttribute(SEEN_ATTRIBUTE);
     IdempotencyClient.tell(listener, new IdempotencyClient.ClaimEvent("filter", sc,
         listenerSeesKeys ? k : null, r == null ? null : r.outcome().wire(),
-        r == null ? 0 : r.attempt(), System.nanoTime() - start, error, status));
+        r == null ? 0 : r.attempt(), System.nanoTime() - start, error, status, roundTrips));
   }
 
   /** The statement option: execute_once on a connection of the pool, then its answer. */
@@ -553,6 +555,7 @@ public final class IdempotencyFilter implements Filter {
 
       @Override
       void discard() throws SQLException {
+        if (Connections.transactionOpen(c)) RoundTrips.note();
         c.rollback();
       }
 
@@ -577,6 +580,7 @@ public final class IdempotencyFilter implements Filter {
     Savepoint sp;
     try {
       conn = join.apply(req);
+      RoundTrips.note();
       sp = conn.setSavepoint();
     } catch (Exception e) {
       if (!answers.answerFor(e, res)) answers.unavailable(res);
@@ -592,6 +596,7 @@ public final class IdempotencyFilter implements Filter {
       void store(String sc, String k, int status, String stored, int attempt)
           throws SQLException {
         Idempotency.complete(c, sc, k, status, stored, attempt);
+        RoundTrips.note();
         c.releaseSavepoint(sp);
       }
 
@@ -603,7 +608,9 @@ public final class IdempotencyFilter implements Filter {
       @Override
       void undo() {
         try {
+          RoundTrips.note();
           c.rollback(sp);
+          RoundTrips.note();
           c.releaseSavepoint(sp);
         } catch (SQLException ignored) {
           // the connection is gone: the server rolled the transaction back

@@ -231,6 +231,7 @@ final class Transactions {
       ps.setString(7, o.lockTtlText());
       ps.setString(8, o.retentionText());
       ps.setString(9, o.waitText());
+      RoundTrips.note();
       try (ResultSet rs = ps.executeQuery()) {
         rs.next();
         return Keys.reservation(rs);

@@ -59,6 +59,7 @@ public final class Versions {
    * one is open).
    */
   public static Edition detect(Connection c) {
+    RoundTrips.note();
     try (Statement s = c.createStatement();
         ResultSet rs = s.executeQuery(Statements.EDITION)) {
       rs.next();

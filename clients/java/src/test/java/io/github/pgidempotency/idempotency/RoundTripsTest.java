@@ -10,6 +10,8 @@ import java.net.http.HttpResponse;
 import java.sql.Connection;
 import java.sql.Statement;
 import java.util.List;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.LinkedBlockingQueue;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
 
@@ -178,5 +180,60 @@ class RoundTripsTest {
             + " interval, interval) RENAME TO reserve_begin");
       }
     }
+  }
+
+  /**
+   * Each ClaimEvent's roundTrips is what the wire shows less the work's or the handler's own
+   * INSERT: runOnce, runOnceStatement, consumeOnce, applyOnce and the filter, new and replay.
+   */
+  @Test
+  void theClaimEventsCountTheRoundTripsOnTheWire() throws Exception {
+    BlockingQueue<IdempotencyClient.ClaimEvent> events = new LinkedBlockingQueue<>();
+    IdempotencyClient client = countingClient();
+    client.setClaimListener(events::add, false);
+    String scope = TestDb.unique("trips");
+    Request req = Request.of(scope, "k", "{}");
+    IdempotencyClient.OneStatement st = IdempotencyClient.OneStatement.of("SELECT 1");
+    IdempotencyClient.Apply consume = tx -> TestDb.insertOrder(tx, scope, "m", "book");
+    IdempotencyClient.Apply apply = tx -> TestDb.insertOrder(tx, scope, "p0@7", "book");
+    List<String> calls = new java.util.ArrayList<>();
+    Runnable[] steps = {
+      () -> client.runOnce(req, insert(scope, "k")),
+      () -> client.runOnce(req, insert(scope, "k")),
+      () -> client.runOnceStatement(Request.of(scope, "s", "{}"), st),
+      () -> client.runOnceStatement(Request.of(scope, "s", "{}"), st),
+      () -> client.consumeOnce(scope, "m", consume),
+      () -> client.consumeOnce(scope, "m", consume),
+      () -> client.applyOnce(scope, "p0", 7, apply),
+      () -> client.applyOnce(scope, "p0", 7, apply),
+    };
+    for (Runnable step : steps) {
+      step.run();
+      calls.add(observedAndSent(events.take(), CountingSocketFactory.trips()));
+    }
+    IdempotencyFilter filter = IdempotencyFilter.builder()
+        .dataSource(countingDataSource())
+        .scope(r -> r.getHeader("X-Account"))
+        .claimListener(events::add, false)
+        .build();
+    try (Server server = new Server(new FilterTest.Orders(), filter)) {
+      String key = TestDb.unique("trips");
+      for (int i = 0; i < 2; i++) {
+        assertEquals(201, server.post("/orders", key, "{\"item\": \"book\"}").statusCode());
+        calls.add(observedAndSent(events.take(), CountingSocketFactory.trips()));
+      }
+    }
+    assertEquals(List.of(
+        "runOnce new 2 2", "runOnce replay 1 1",
+        "runOnceStatement new 1 1", "runOnceStatement replay 1 1",
+        "consumeOnce new 2 2", "consumeOnce replay 2 2",
+        "applyOnce new 2 2", "applyOnce replay 2 2",
+        "filter new 2 2", "filter replay 1 1"), calls);
+  }
+
+  /** "helper outcome observed sent": the event's round trips, then the wire's less INSERTs. */
+  static String observedAndSent(IdempotencyClient.ClaimEvent e, List<String> trips) {
+    long own = trips.stream().filter(t -> !t.contains("INSERT INTO orders")).count();
+    return e.helper() + " " + e.outcome() + " " + e.roundTrips() + " " + own;
   }
 }
