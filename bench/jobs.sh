@@ -4,6 +4,7 @@
 # (bench/jobs/run.py says how). Writes bench/jobs.md.
 #   bash bench/jobs.sh             full run (BENCH_ROUNDS=4 rounds of BENCH_COUNT=1000)
 #   bash bench/jobs.sh --smoke     one round of 30; its report goes under bench/out/ only
+#   BENCH_FRAMEWORKS=bullmq        one framework only (default "celery bullmq")
 # BENCH_PORT: PostgreSQL, default 54460 + IDEM_PORT_OFFSET (--smoke: 54461 + ...);
 # the brokers on 20190 + IDEM_PORT_OFFSET and up (--smoke: 20200 + ...).
 set -euo pipefail

@@ -4,7 +4,8 @@ own bare insert in a transaction, on the same workers and brokers (the jobs suit
 and workers, test/jobs). A round produces COUNT tasks per mode, then starts the workers; the
 rate is taken from the effects' own commit times (the first to the last), so worker start-up
 is not in it. Modes rotate each round; ratios are per round, the median reported.
-    run.py ROUNDS COUNT REPORT       (PG*, JOBS_PORT, JOBS_DIR from the environment)"""
+    run.py ROUNDS COUNT REPORT       (PG*, JOBS_PORT, JOBS_DIR from the environment;
+                                      BENCH_FRAMEWORKS: "celery bullmq" unless it names fewer)"""
 import os
 import statistics
 import sys
@@ -14,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../test/jobs"))
 import jobs_test as jt  # noqa: E402
 
 ROUNDS, COUNT, REPORT = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+FRAMEWORKS = os.environ.get("BENCH_FRAMEWORKS", "celery bullmq").split()
 
 
 def rate(run):
@@ -56,15 +58,18 @@ def main():
     os.environ["WORK_MS"] = jt.ENV["WORK_MS"] = "0"
     jt.DIR.mkdir(parents=True, exist_ok=True)
     jt.reset_database()
-    servers = [jt.RABBIT, jt.REDIS]
+    runs = {f: fn for f, fn in (("celery", celery), ("bullmq", bullmq)) if f in FRAMEWORKS}
+    if not runs:
+        raise SystemExit(f"BENCH_FRAMEWORKS names neither celery nor bullmq: {FRAMEWORKS}")
+    servers = [s for f, s in (("celery", jt.RABBIT), ("bullmq", jt.REDIS)) if f in runs]
     load = [os.getloadavg()[0]]
-    results = {f: {"bare": [], "ext": []} for f in ("celery", "bullmq")}
+    results = {f: {"bare": [], "ext": []} for f in runs}
     try:
         for s in servers:
             s.start()
         for rnd in range(ROUNDS):
             order = ["bare", "ext"] if rnd % 2 == 0 else ["ext", "bare"]
-            for framework, fn in (("celery", celery), ("bullmq", bullmq)):
+            for framework, fn in runs.items():
                 for mode in order:
                     results[framework][mode].append(fn(mode, rnd))
                     print(f"# round {rnd} {framework} {mode}: "

@@ -433,6 +433,10 @@ export interface ExactlyOnceProcessorOptions<J extends ExactlyOnceJob> {
   lockTtl?: Interval;
   /** How long a completed key is kept (default '24 hours'): reruns within it replay. */
   retention?: Interval;
+  /** false: reserve_begin and complete unprepared (default true: prepared once per connection;
+   * a server connection that lacks them, behind a transaction-mode pooler, switches to
+   * unprepared by itself). */
+  prepare?: boolean;
 }
 /** A BullMQ processor: work(job, client, token) runs in the claim's transaction, its return
  * value (JSON) is stored with the key and is what a rerun resolves to without running work.

@@ -26,17 +26,29 @@
 // lapsed), then the processor throws InvalidTransactionTerminationError, not counted towards
 // maxAttempts (BullMQ's retry replays the stored value).
 //
+// Round trips to PostgreSQL: a new job's claim opens the transaction in one
+// (idempotency.reserve_begin, prepared; BEGIN + reserve where the server does not offer it),
+// then work's own statements, then complete + COMMIT in one; a rerun of a committed job is
+// the claim alone. options.prepare false sends reserve_begin and complete unprepared (a
+// prepared statement the server connection does not have as ours, behind a transaction-mode
+// pooler, switches to that by itself).
+//
 // options.maxAttempts bounds a job that fails every time (a poison job) on the database side:
 // each failure is recorded on the key; the maxAttempts-th records the key dead
 // (idempotency.failed_keys) and throws a PoisonMessageError named 'UnrecoverableError', which
 // BullMQ fails at once, without the attempts left. Give the job at least as many attempts
 // (job options attempts) as maxAttempts.
-import { isConnectionLost, transactionStatus } from './connection.js';
+import {
+  isConnectionLost, query, transactionStatus, translate, watchConnection,
+} from './connection.js';
 import { checkMaxAttempts, counted, recordFailure } from './consumer.js';
 import { InvalidTransactionTerminationError, PoisonMessageError } from './errors.js';
-import { lookup } from './keys.js';
-import { runOnce } from './transactions.js';
+import { completeThen, lookup, preparedStatementUnusable } from './keys.js';
+import { OpeningClaim } from './opening_claim.js';
 import { DEFAULT_JOB_WAIT, DEFAULT_LOCK_TTL, DEFAULT_RETENTION } from './spec.js';
+import { COMMIT, ROLLBACK } from './statements.js';
+import { observed, observing } from './telemetry.js';
+import { raiseFor, rollbackQuietly } from './transactions.js';
 
 const STATUS = 200;
 
@@ -102,59 +114,103 @@ export function exactlyOnceProcessor(pool, work, options = {}) {
   if (typeof work !== 'function') throw new TypeError('exactlyOnceProcessor needs a work function');
   const {
     scope, key, maxAttempts = null, wait = DEFAULT_JOB_WAIT, lockTtl = DEFAULT_LOCK_TTL,
-    retention = DEFAULT_RETENTION,
+    retention = DEFAULT_RETENTION, prepare = true,
   } = options;
   checkMaxAttempts(maxAttempts);
+  // shared by the processor's runs: what the server offers, and whether prepared statements
+  // are usable on the pool's connections
+  const claims = new OpeningClaim({ lockTtl, retention, wait, prepare });
+
+  // One run of a job on client: the claim opening the transaction (one round trip), work, and
+  // complete + COMMIT (one round trip); a replay is the claim alone. run gets the claim's
+  // outcome and attempt (for telemetry.js), whether work ran and whether a statement of its own
+  // ended the transaction. An error rolls back whatever is open and comes out typed.
+  async function runJob(client, job, token, s, k, run) {
+    let claimed = false;
+    try {
+      const [r, prepared] = await claims.reserve(client, s, k);
+      claimed = true;
+      run.outcome = r.outcome;
+      run.attempt = r.attempt;
+      if (r.outcome !== 'new') {
+        // reserve_begin left no transaction open; BEGIN + reserve did
+        if (transactionStatus(client) !== 'I') await query(client, ROLLBACK);
+        raiseFor(s, k, r);
+        return r.response?.result ?? null;
+      }
+      run.ran = true;
+      const value = await work(job, guarded(client), token);
+      run.ended = transactionStatus(client) === 'I';
+      try {
+        await completeThen(client, COMMIT, s, k, STATUS,
+          { result: value === undefined ? null : value }, r.attempt,
+          { prepare: prepared && claims.opts.prepare });
+      } catch (err) {
+        if (preparedStatementUnusable(err)) claims.opts.prepare = false; // the next runs' too
+        throw err;
+      }
+      if (run.ended) throw endedError(true);
+      return value === undefined ? null : value;
+    } catch (err) {
+      // a failed claim: pg may not have read the ReadyForQuery after the error of BEGIN +
+      // reserve yet (its status still says idle), so ROLLBACK in any case
+      if (!claimed || transactionStatus(client) !== 'I') await rollbackQuietly(client);
+      throw translate(err, client);
+    }
+  }
+
+  // runJob with what its failure means for BullMQ: a lost connection is thrown as it is (an
+  // attempt, retried by backoff), a failure of work counted towards maxAttempts.
+  async function processJob(job, token, s, k, run) {
+    const client = await pool.connect();
+    const unwatch = watchConnection(client);
+    let broken = null;
+    try {
+      return await runJob(client, job, token, s, k, run);
+    } catch (err) {
+      if (isConnectionLost(err, client)) {
+        broken = err;
+        throw err;
+      }
+      if (run.ended) {
+        throw err instanceof InvalidTransactionTerminationError ? err : endedError(false, err);
+      }
+      // not the job's failure: a prepared statement of ours its server connection lost (the
+      // next runs send them unprepared)
+      if (!run.ran || maxAttempts === null || !counted(client, err) ||
+        preparedStatementUnusable(err)) throw err;
+      let failure;
+      try {
+        failure = await recordFailure(client, s, k, err, { maxAttempts, retention, wait });
+      } catch (recordErr) {
+        if (isConnectionLost(recordErr, client)) broken = recordErr;
+        throw err;
+      }
+      if (failure.outcome === 'replay') {
+        return (await storedResult(client, s, k)) ?? null; // a competing run applied it
+      }
+      if (failure.doc?.dead) {
+        const poison = new PoisonMessageError(s, k, failure.attempt, failure.doc, { cause: err });
+        poison.name = 'UnrecoverableError'; // BullMQ fails it without the attempts left
+        throw poison;
+      }
+      throw err;
+    } finally {
+      const lost = unwatch(broken); // an 'error' of the connection while the run held it
+      client.release(broken ?? lost ?? undefined);
+    }
+  }
+
   return async function processor(job, token) {
     const s = String(pick(scope, job) ?? job.queueName);
     const k = key === undefined ? job.id : pick(key, job);
     if (k === undefined || k === null) {
       throw new TypeError(`job ${job.id}: options.key gave no key`);
     }
-    const client = await pool.connect();
-    let broken = null;
-    let ran = false;
-    let ended = false;
-    try {
-      const r = await runOnce(client, { scope: s, key: String(k), wait, lockTtl, retention },
-        async (c) => {
-          ran = true;
-          const value = await work(job, guarded(c), token);
-          ended = transactionStatus(c) === 'I'; // a statement of its own ended the transaction
-          return { statusCode: STATUS, response: { result: value === undefined ? null : value } };
-        });
-      if (ended) throw endedError(true);
-      return r.response?.result ?? null;
-    } catch (err) {
-      if (isConnectionLost(err, client)) {
-        broken = err;
-        throw err;
-      }
-      if (ended) {
-        throw err instanceof InvalidTransactionTerminationError ? err : endedError(false, err);
-      }
-      if (!ran || maxAttempts === null || !counted(client, err)) throw err;
-      let failure;
-      try {
-        failure = await recordFailure(client, s, String(k), err,
-          { maxAttempts, retention, wait });
-      } catch (recordErr) {
-        if (isConnectionLost(recordErr, client)) broken = recordErr;
-        throw err;
-      }
-      if (failure.outcome === 'replay') {
-        return (await storedResult(client, s, String(k))) ?? null; // a competing run applied it
-      }
-      if (failure.doc?.dead) {
-        const poison = new PoisonMessageError(s, String(k), failure.attempt, failure.doc,
-          { cause: err });
-        poison.name = 'UnrecoverableError'; // BullMQ fails it without the attempts left
-        throw poison;
-      }
-      throw err;
-    } finally {
-      client.release(broken ?? undefined);
-    }
+    const run = { outcome: undefined, attempt: undefined, ran: false, ended: false };
+    if (!observing()) return processJob(job, token, s, String(k), run);
+    return observed('bullmq', s, String(k), () => processJob(job, token, s, String(k), run),
+      () => run);
   };
 }
 

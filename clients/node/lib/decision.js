@@ -12,14 +12,12 @@ import {
 } from './answers.js';
 import { databaseUnreachable } from './database.js';
 import { ConnectionLostError } from './errors.js';
-import {
-  completeThen, preparedStatementUnusable, reserveAfter, reserveBegin, reserveBeginRefused,
-} from './keys.js';
+import { completeThen, preparedStatementUnusable } from './keys.js';
+import { OpeningClaim } from './opening_claim.js';
 import { requestIdentity } from './requests.js';
 import { StatementForm } from './statement_form.js';
-import { BEGIN, COMMIT, ROLLBACK } from './statements.js';
+import { COMMIT, ROLLBACK } from './statements.js';
 import { observed, observing } from './telemetry.js';
-import { serverEdition } from './versions.js';
 
 export class DecisionFlow {
   // options: idempotencyMiddleware's (see middleware.js), without those of the adapter.
@@ -44,11 +42,8 @@ export class DecisionFlow {
     this.keepHeaders = options.keepHeaders ?? [];
     this.answerOptions = { documentation: options.documentation, legacyAnswers: options.legacyAnswers };
     const { lockTtl, retention, wait } = options;
-    // reserve_begin, prepared, until the server refuses it (see reserveBegin): then unprepared,
-    // or BEGIN + reserve in one round trip. null: not known yet (the server's edition, asked
-    // once)
-    this.useReserveBegin = null;
     this.opts = { lockTtl, retention, wait, prepare: options.prepare ?? true };
+    this.claims = new OpeningClaim(this.opts);
     this.statementForm = options.statement === undefined ? null
       : new StatementForm(pool, options, () => this.opts.prepare);
   }
@@ -106,26 +101,6 @@ export class DecisionFlow {
       this.replayHeaders);
   }
 
-  // The claim, and whether it was reserve_begin's prepared statement (then complete's is
-  // prepared on the same server connection: see reserveBegin).
-  async #reserve(client, scope, key, hash) {
-    const { opts } = this;
-    this.useReserveBegin ??= (await serverEdition(client)).offers('reserve_begin');
-    while (this.useReserveBegin) {
-      try {
-        const { prepare } = opts;
-        return [await reserveBegin(client, scope, key, hash, opts), prepare];
-      } catch (err) {
-        // other requests' statements, sent before the first such error came back, meet it
-        // too: each of them retries unprepared
-        if (preparedStatementUnusable(err)) opts.prepare = false;
-        else if (reserveBeginRefused(err)) this.useReserveBegin = false;
-        else throw err;
-      }
-    }
-    return [await reserveAfter(client, BEGIN, scope, key, hash, opts), false];
-  }
-
   async #claimAndRun({ scope, key, hash }, run, respond, claim) {
     const { pool, opts } = this;
     let client;
@@ -165,7 +140,7 @@ export class DecisionFlow {
       try {
         unwatch = watchConnection(client);
         // one round trip: a transaction open after the outcome 'new' only
-        [reservation, prepared] = await this.#reserve(client, scope, key, hash);
+        [reservation, prepared] = await this.claims.reserve(client, scope, key, hash);
         break;
       } catch (err) {
         if (isConnectionLost(err, client)) {

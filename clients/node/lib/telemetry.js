@@ -4,7 +4,7 @@
 // is measured and the helpers run as they would without this module.
 //
 // A span "idempotency <helper>" (runOnce, runExternal, middleware, claimOnce, consumeOnce,
-// applyOnce, the outbox consumer's included), a child of the active span, with the attributes
+// applyOnce, the outbox consumer's included, bullmq: a BullMQ processor's run), a child of the active span, with the attributes
 //   idempotency.helper, idempotency.scope, idempotency.key (only with recordKeys: keys may
 //   carry customer data), idempotency.outcome (new, replay, in_progress, mismatch, too_old;
 //   absent when the call failed before the server answered the claim), idempotency.replayed,

@@ -18,7 +18,8 @@ import {
 import { BEGIN, COMMIT, HELPER_SAVEPOINT, ROLLBACK } from './statements.js';
 import { observed, observing } from './telemetry.js';
 
-function raiseFor(scope, key, r) {
+// Throws the typed error of an outcome that runs nothing but a replay.
+export function raiseFor(scope, key, r) {
   switch (r.outcome) {
     case 'in_progress':
       throw new KeyInProgressError(scope, key, r, `idempotency key "${key}" is in progress`);
@@ -42,7 +43,7 @@ function resultOf(out, what) {
 
 // A broken connection gets no statement: the server rolls back on its own, and a write to
 // a dead socket only adds an EPIPE.
-async function rollbackQuietly(client, sql = ROLLBACK) {
+export async function rollbackQuietly(client, sql = ROLLBACK) {
   if (isConnectionLost(null, client)) return;
   const unwatch = watchConnection(client);
   try {

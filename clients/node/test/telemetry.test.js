@@ -18,12 +18,14 @@ import {
   BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import {
-  applyOnce, claimOnce, configureTelemetry, consumeOnce, idempotencyMiddleware,
+  applyOnce, claimOnce, configureTelemetry, consumeOnce, exactlyOnceProcessor,
+  idempotencyMiddleware,
   KeyInProgressError, KeyMismatchError, PoisonMessageError, positionKey, reserve, runExternal,
   runOnce, telemetryAvailable,
 } from '../index.js';
 import { FAST_PATH } from '../lib/connection.js';
 import { connect, databases, serve } from './db.js';
+import { MANAGED } from './edition.js';
 
 // consumeOnce's BEGIN and claim: one write on pg's fast path, two round trips on its public API.
 const BEGIN_AND_CLAIM = FAST_PATH ? 1 : 2;
@@ -167,6 +169,48 @@ test('the middleware: a span per request with the outcome and the status it answ
     assert.ok(!('idempotency.key' in attrs(s)));
   }
 });
+
+test('the BullMQ processor: a span per job, "idempotency bullmq", with its own round trips',
+  async () => {
+    configureTelemetry({ tracerProvider, meterProvider });
+    spans.reset();
+    const pool = new pg.Pool({ database: db, max: 1 });
+    const processor = exactlyOnceProcessor(pool, async (job, c) => {
+      await c.query('SELECT 1'); // the work's: not counted
+      return { done: job.id };
+    }, { scope: 'telemetry_jobs', wait: '0 seconds' });
+    const job = { id: randomUUID(), queueName: 'q', data: {} };
+    try {
+      assert.deepEqual(await processor(job), { done: job.id });                  // new
+      assert.deepEqual(await processor(job), { done: job.id });                  // rerun
+      const held = { id: randomUUID(), queueName: 'q', data: {} };
+      await holder.query('BEGIN');
+      await reserve(holder, 'telemetry_jobs', held.id);
+      await assert.rejects(processor(held), KeyInProgressError);                 // 409
+      await holder.query('ROLLBACK');
+    } finally {
+      await pool.end();
+    }
+    const got = finished();
+    assert.deepEqual(got.map((s) => [s.name, attrs(s)['idempotency.outcome'],
+      attrs(s)['idempotency.replayed']]), [
+      ['idempotency bullmq', 'new', false], ['idempotency bullmq', 'replay', true],
+      ['idempotency bullmq', 'in_progress', false],
+    ]);
+    for (const s of got) assert.equal(attrs(s)['idempotency.scope'], 'telemetry_jobs');
+    const [created, replay] = got;
+    assert.equal(attrs(created)['idempotency.attempt'], 1);
+    if (FAST_PATH && !MANAGED) {
+      // reserve_begin; complete + COMMIT. A rerun: reserve_begin alone.
+      assert.equal(attrs(created)['idempotency.round_trips'], 2);
+      assert.equal(attrs(replay)['idempotency.round_trips'], 1);
+    } else {
+      // BEGIN and reserve (one write on the fast path), complete and COMMIT; a rerun's
+      // ROLLBACK (no reserve_begin on the managed edition)
+      assert.ok(attrs(created)['idempotency.round_trips'] >= 2);
+      assert.ok(attrs(replay)['idempotency.round_trips'] >= 1);
+    }
+  });
 
 test('the consumers: claimOnce, consumeOnce, applyOnce; a redelivery, a 409, a poison message',
   async () => {

@@ -22,7 +22,7 @@ export async function jobs(): Promise<void> {
     await c.query('INSERT INTO charges (order_id, amount) VALUES ($1, $2)',
       [job.data.orderId, job.data.amount]);
     return { charged: job.data.amount };
-  }, { key: (job) => job.data.orderId, maxAttempts: 5, wait: 30 });
+  }, { key: (job) => job.data.orderId, maxAttempts: 5, wait: 30, prepare: false });
   const charged: { charged: number } | null = await processor(
     { id: '1', queueName: 'payments', data: { orderId: 'o-1', amount: 5 } });
   void charged;
