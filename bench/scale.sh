@@ -368,7 +368,7 @@ timeline() {
   # Per call: end time (epoch s) and latency (ms); calls that overlapped maintain() are those
   # that ended after it started and began before it ended.
   cat "$OUT/logs/$tag".[0-9]* | awk -v a="$started" -v b="$ended" -v out="$OUT/timeline.tsv" \
-    -v dropped_rows="$DROP_KEYS" -v dropped_bytes="$dropped_bytes" -v created="$(grep -c '^created' "$OUT/maintain.tsv")" '
+    -v size="$size" -v dropped_rows="$DROP_KEYS" -v dropped_bytes="$dropped_bytes" -v created="$(grep -c '^created' "$OUT/maintain.tsv")" '
     { t_end = $5 + $6 / 1e6; lat = $3 / 1000; t_start = t_end - lat / 1000
       n++; if (t_end >= a && t_start <= b) { over++; if (lat > omax) omax = lat; if (lat > 50) slow++ }
       else if (lat > rmax) rmax = lat
@@ -376,8 +376,8 @@ timeline() {
       if (t_end > last) last = t_end
       b10 = (t_end - a) * 10; bucket = (b10 < 0 && b10 != int(b10)) ? int(b10) - 1 : int(b10); if (!(bucket in bmax) || lat > bmax[bucket]) bmax[bucket] = lat; bn[bucket]++ }
     END {
-      printf "maintain_ms\t%.1f\ncalls\t%d\ncalls_during\t%d\nmax_ms_during\t%.2f\nover_50ms\t%d\nmax_ms_other\t%.2f\nrun_from_s\t%.1f\nrun_to_s\t%.1f\ndropped_rows\t%d\ndropped_bytes\t%.0f\ncreated\t%d\n",
-        (b - a) * 1000, n, over, omax, slow + 0, rmax, first - a, last - a, dropped_rows, dropped_bytes, created
+      printf "size\t%d\nmaintain_ms\t%.1f\ncalls\t%d\ncalls_during\t%d\nmax_ms_during\t%.2f\nover_50ms\t%d\nmax_ms_other\t%.2f\nrun_from_s\t%.1f\nrun_to_s\t%.1f\ndropped_rows\t%d\ndropped_bytes\t%.0f\ncreated\t%d\n",
+        size, (b - a) * 1000, n, over, omax, slow + 0, rmax, first - a, last - a, dropped_rows, dropped_bytes, created
       for (k in bmax) printf "bucket\t%.1f\t%d\t%.2f\n", k / 10, bn[k], bmax[k] > (out ".buckets")
     }' >"$OUT/timeline.tsv"
   sort -t$'\t' -k2,2n "$OUT/timeline.tsv.buckets" >"$OUT/timeline-buckets.tsv"
