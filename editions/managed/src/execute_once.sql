@@ -367,7 +367,6 @@ DECLARE
     types pg_catalog.oid[];
     given integer;
     expected integer;
-    run pg_catalog.text;
     result record;
     n bigint;
     stale boolean;
@@ -439,13 +438,14 @@ BEGIN
     -- (a new text, a new session, a DISCARD ALL) or stale (the statement deallocated or its
     -- result columns changed: the EXECUTE fails, below), the statement is looked up in
     -- pg_prepared_statements, prepared when absent, and cached again.
-    base := pg_catalog.md5(statement);
-    cache_name := pg_catalog.concat('idempotency_managed.eo_', base);
-    base := pg_catalog.concat('idempotency_eo_', base);
-    kept := NULLIF(pg_catalog.current_setting(cache_name, true), '')::pg_catalog.text[];
+    kept := NULLIF(pg_catalog.current_setting(
+        pg_catalog.concat('idempotency_managed.eo_', pg_catalog.md5(statement)), true), '')::pg_catalog.text[];
     LOOP
         tries := tries OPERATOR(pg_catalog.+) 1;
         IF kept IS NULL THEN
+            base := pg_catalog.md5(statement);
+            cache_name := pg_catalog.concat('idempotency_managed.eo_', base);
+            base := pg_catalog.concat('idempotency_eo_', base);
             stmt_name := NULL;
             SELECT ps.name, ps.parameter_types::pg_catalog.oid[] INTO stmt_name, types
               FROM pg_catalog.pg_prepared_statements ps
@@ -528,7 +528,8 @@ BEGIN
         END;
         PERFORM pg_catalog.set_config('idempotency_managed.running', coalesce(running_before, ''), true);
         EXIT WHEN NOT stale;
-        PERFORM pg_catalog.set_config(cache_name, '', false);
+        PERFORM pg_catalog.set_config(
+            pg_catalog.concat('idempotency_managed.eo_', pg_catalog.md5(statement)), '', false);
         kept := NULL;
         IF EXISTS (SELECT FROM pg_catalog.pg_prepared_statements ps
                     WHERE ps.name OPERATOR(pg_catalog.=) stmt_name) THEN
