@@ -60,6 +60,18 @@ SELECT outcome, response FROM idempotency.execute_once('meo', 'path-1', NULL,
        ARRAY['path', '7']);
 RESET search_path;
 DROP SCHEMA meo_evil CASCADE;
+-- A parameter whose type lives in another schema keeps it when the search_path changes
+-- between calls of the same text (the cached call names it with its schema).
+CREATE SCHEMA meo_types;
+CREATE DOMAIN meo_types.amount AS integer CHECK (VALUE > 0);
+CREATE TABLE meo_types.payments (amount meo_types.amount NOT NULL);
+SET search_path = meo_types, public;
+SELECT outcome, response FROM idempotency.execute_once('meo', 'typed-1', NULL,
+       'INSERT INTO meo_types.payments (amount) VALUES ($1) RETURNING amount', ARRAY['5']);
+RESET search_path;
+SELECT outcome, response FROM idempotency.execute_once('meo', 'typed-2', NULL,
+       'INSERT INTO meo_types.payments (amount) VALUES ($1) RETURNING amount', ARRAY['6']);
+DROP SCHEMA meo_types CASCADE;
 
 -- 3. A statement text is prepared once per session, under a name of its own; the edition
 -- keeps at most 64, and deallocates nothing of the application's.
