@@ -5,8 +5,8 @@
 CREATE TABLE meo_orders (id bigserial PRIMARY KEY, account text NOT NULL, amount integer NOT NULL);
 
 -- 1. It claims and completes through reserve, _complete_claim, lookup and complete: a role
--- needs EXECUTE on them too (the grant block of docs/managed.md has it). The statement runs as the caller: a
--- table it may not write is 42501, and nothing is claimed.
+-- needs EXECUTE on them too (the grant block of docs/managed.md has it). The statement runs
+-- as the caller: a table it may not write is 42501, and nothing is claimed.
 CREATE ROLE regress_idem_meo_app NOLOGIN;
 GRANT USAGE ON SCHEMA idempotency TO regress_idem_meo_app;
 GRANT EXECUTE ON FUNCTION
