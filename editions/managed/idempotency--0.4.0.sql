@@ -1052,19 +1052,21 @@ GRANT EXECUTE ON FUNCTION idempotency._canonical(jsonb, text[]),
 -- execute_once claims the key through reserve; on the outcome 'new' it runs `statement` (one
 -- SELECT, INSERT, UPDATE, DELETE or MERGE) with `params` bound to $1, $2, ... in the caller's
 -- transaction, as the caller, with the caller's search_path, then completes the key through
--- complete with `status_code` and the statement's result as the response: no row (or no
+-- _complete_claim (complete's usual call; lookup and complete when the claim is no longer
+-- the call's) with `status_code` and the statement's result as the response: no row (or no
 -- RETURNING) NULL, one row of one json / jsonb column that value, one row otherwise the row as
 -- a JSON object; more than one row is an error (21000). Any other outcome is reserve's and
 -- runs nothing. SECURITY INVOKER with no search_path of its own, so that the statement runs
 -- as the caller: every object these functions name is qualified, and the caller needs EXECUTE
--- on reserve, lookup and complete too (docs/managed.md).
+-- on reserve, lookup, complete and _complete_claim too (docs/managed.md).
 --
 -- A statement text is prepared once per session (PREPARE, named idempotency_eo_<md5 of the
 -- text>, or idempotency_eo_<md5>_n for a statement that returns no rows) and kept, at most 64
 -- of them, the oldest deallocated first. Its parameters are typed by the server from where
--- $1, $2, ... appear; one the server cannot type is text. A value never becomes SQL text: each
--- is handed over in a transaction-local setting (idempotency_managed.param_N) and read back
--- by the EXECUTE, cast to the catalog's type of its parameter.
+-- $1, $2, ... appear; one the server cannot type is text. A value never becomes SQL text: the
+-- values are handed over in a transaction-local setting (idempotency_managed.params, the
+-- array's text form) and read back by the EXECUTE, each cast to the catalog's type of its
+-- parameter.
 
 -- The number of statements `statement` holds, counted as the server's parser counts them
 -- (semicolons outside string constants, quoted identifiers, dollar quotes and comments end a
@@ -1352,8 +1354,41 @@ BEGIN
         OFFSET 63
     LOOP
         EXECUTE pg_catalog.format('DEALLOCATE %I', old);
+        -- and execute_once's cached call of it (idempotency_managed.eo_<md5>) with it
+        PERFORM pg_catalog.set_config(
+            pg_catalog.concat('idempotency_managed.eo_', pg_catalog.substr(old, 16, 32)), '', false);
     END LOOP;
     RETURN final;
+END
+$$;
+
+-- The claim execute_once made, completed with the statement's answer when it is still the
+-- call's (processing, at `attempt`, within its lease): the record's recovery_point,
+-- first_seen_at and expires_at, or all NULL when it is not (execute_once then reads the key
+-- and says why). What complete's usual call does, answered in the same step, so that
+-- execute_once needs no lookup around it. A role calling execute_once needs EXECUTE on it
+-- (docs/managed.md); called by itself, it completes only what that usual call would.
+CREATE FUNCTION idempotency._complete_claim(scope text, key text, attempt integer,
+    status_code integer, response jsonb,
+    OUT recovery_point text, OUT first_seen_at timestamptz, OUT expires_at timestamptz)
+RETURNS record
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
+AS $$
+DECLARE
+    now timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(idempotency.key_lock_id(scope, key));
+    now := clock_timestamp();
+    UPDATE idempotency.keys k
+       SET state = 'completed', status_code = _complete_claim.status_code,
+           response = _complete_claim.response, completed_at = now, locked_until = NULL
+     WHERE k.key = _complete_claim.key AND k.scope = _complete_claim.scope
+       AND k.expires_at > now AND k.state = 'processing' AND k.locked_until >= now
+       AND k.attempt = _complete_claim.attempt
+       AND coalesce(pg_column_size(_complete_claim.response) <= 10485760, true)
+    RETURNING k.recovery_point, k.first_seen_at, k.expires_at
+      INTO recovery_point, first_seen_at, expires_at;
 END
 $$;
 
@@ -1375,13 +1410,13 @@ DECLARE
     running pg_catalog.jsonb;
     running_before pg_catalog.text;
     base pg_catalog.text;
+    cache_name pg_catalog.text;
+    kept pg_catalog.text[];
+    path pg_catalog.text;
     stmt_name pg_catalog.text;
     types pg_catalog.oid[];
     given integer;
     expected integer;
-    low integer;
-    args pg_catalog.text[];
-    run pg_catalog.text;
     result record;
     n bigint;
     stale boolean;
@@ -1390,39 +1425,56 @@ DECLARE
     head pg_catalog.bytea;
     response pg_catalog.jsonb;
     claim record;
+    done record;
     expires pg_catalog.timestamptz;
 BEGIN
-    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
-        RAISE EXCEPTION 'cannot execute idempotency.execute_once() in a read-only transaction'
-            USING ERRCODE = '25006';
-    END IF;
-    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
-        RAISE EXCEPTION 'idempotency.execute_once() of the managed edition needs a READ COMMITTED transaction'
-            USING ERRCODE = '0A000',
-            DETAIL = 'It cannot read the key past this transaction''s snapshot.',
-            HINT = 'Call it in a READ COMMITTED transaction (the default), or use the extension.';
-    END IF;
-    PERFORM idempotency._check_name('scope', scope);
-    PERFORM idempotency._check_name('key', key);
-    IF statement IS NULL THEN
-        RAISE EXCEPTION 'statement must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF status_code IS NULL THEN
-        RAISE EXCEPTION 'status_code must not be null' USING ERRCODE = '22004';
-    ELSIF status_code OPERATOR(pg_catalog.<) 100 OR status_code OPERATOR(pg_catalog.>) 599 THEN
-        RAISE EXCEPTION 'status code % is out of range (100 to 599)', status_code
-            USING ERRCODE = '22023';
+    -- The usual call (read-write, READ COMMITTED, names of 1 to 255 bytes, a statement, a
+    -- status code in range) is told by one small expression; the full checks, in the
+    -- extension's order, only when it fails.
+    IF (pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'off'
+        AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed'
+        AND pg_catalog.octet_length(scope) OPERATOR(pg_catalog.<=) 255
+        AND pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 0
+        AND pg_catalog.octet_length(key) OPERATOR(pg_catalog.<=) 255
+        AND pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 0
+        AND statement IS NOT NULL
+        AND status_code OPERATOR(pg_catalog.>=) 100 AND status_code OPERATOR(pg_catalog.<=) 599) IS NOT TRUE THEN
+        IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+            RAISE EXCEPTION 'cannot execute idempotency.execute_once() in a read-only transaction'
+                USING ERRCODE = '25006';
+        END IF;
+        IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+            RAISE EXCEPTION 'idempotency.execute_once() of the managed edition needs a READ COMMITTED transaction'
+                USING ERRCODE = '0A000',
+                DETAIL = 'It cannot read the key past this transaction''s snapshot.',
+                HINT = 'Call it in a READ COMMITTED transaction (the default), or use the extension.';
+        END IF;
+        PERFORM idempotency._check_name('scope', scope);
+        PERFORM idempotency._check_name('key', key);
+        IF statement IS NULL THEN
+            RAISE EXCEPTION 'statement must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF status_code IS NULL THEN
+            RAISE EXCEPTION 'status_code must not be null' USING ERRCODE = '22004';
+        ELSIF status_code OPERATOR(pg_catalog.<) 100 OR status_code OPERATOR(pg_catalog.>) 599 THEN
+            RAISE EXCEPTION 'status code % is out of range (100 to 599)', status_code
+                USING ERRCODE = '22023';
+        END IF;
     END IF;
     -- The keys whose statement runs in this session, with their statements' names: a
     -- statement that calls execute_once for its own key is refused (its answer is not known
     -- yet). Kept in a transaction-local setting, undone with a rolled-back subtransaction.
     running_before := pg_catalog.current_setting('idempotency_managed.running', true);
-    running := coalesce(NULLIF(running_before, ''), '[]')::pg_catalog.jsonb;
-    IF running OPERATOR(pg_catalog.@>) pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object('scope', scope, 'key', key)) THEN
-        RAISE EXCEPTION 'idempotency.execute_once was called for a key by its own statement'
-            USING ERRCODE = '55006',
-            DETAIL = 'The key''s statement is running: its answer is not known yet.',
-            HINT = 'Call execute_once for another key, or do the work in the statement.';
+    IF running_before OPERATOR(pg_catalog.<>) '' THEN
+        running := running_before::pg_catalog.jsonb;
+        IF running OPERATOR(pg_catalog.@>) pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object('scope', scope, 'key', key)) THEN
+            RAISE EXCEPTION 'idempotency.execute_once was called for a key by its own statement'
+                USING ERRCODE = '55006',
+                DETAIL = 'The key''s statement is running: its answer is not known yet.',
+                HINT = 'Call execute_once for another key, or do the work in the statement.';
+        END IF;
+    ELSE
+        running := '[]';
     END IF;
 
     res := idempotency.reserve(scope, key, request_hash, lock_ttl, retention, wait);
@@ -1430,60 +1482,76 @@ BEGIN
         RETURN res;
     END IF;
 
-    base := pg_catalog.concat('idempotency_eo_', pg_catalog.md5(statement));
+    -- The statement's kept call, as this session prepared it: its name, its parameter count
+    -- and the EXECUTE that runs it, cached in a session setting named after the text's md5
+    -- (idempotency_managed.eo_<md5>), so that the usual call searches no catalog. Missing
+    -- (a new text, a new session, a DISCARD ALL) or stale (the statement deallocated or its
+    -- result columns changed: the EXECUTE fails, below), the statement is looked up in
+    -- pg_prepared_statements, prepared when absent, and cached again.
+    kept := NULLIF(pg_catalog.current_setting(
+        pg_catalog.concat('idempotency_managed.eo_', pg_catalog.md5(statement)), true), '')::pg_catalog.text[];
     LOOP
         tries := tries OPERATOR(pg_catalog.+) 1;
-        stmt_name := NULL;
-        SELECT ps.name, ps.parameter_types::pg_catalog.oid[] INTO stmt_name, types
-          FROM pg_catalog.pg_prepared_statements ps
-         WHERE (ps.name OPERATOR(pg_catalog.=) base
-                OR ps.name OPERATOR(pg_catalog.=) pg_catalog.concat(base, '_n'))
-           AND pg_catalog.right(ps.statement, pg_catalog.length(execute_once.statement) OPERATOR(pg_catalog.+) 4)
-               OPERATOR(pg_catalog.=) pg_catalog.concat(' AS ', execute_once.statement);
-        IF stmt_name IS NULL THEN
-            FOR stmt_name IN
-                SELECT ps.name FROM pg_catalog.pg_prepared_statements ps
-                 WHERE ps.name OPERATOR(pg_catalog.=) base
-                    OR ps.name OPERATOR(pg_catalog.=) pg_catalog.concat(base, '_n')
-            LOOP
-                EXECUTE pg_catalog.format('DEALLOCATE %I', stmt_name);
-            END LOOP;
-            stmt_name := idempotency._statement_prepare(statement, base,
-                ARRAY(SELECT e OPERATOR(pg_catalog.->>) 'name' FROM pg_catalog.jsonb_array_elements(running) e));
-            SELECT ps.parameter_types::pg_catalog.oid[] INTO types
-              FROM pg_catalog.pg_prepared_statements ps WHERE ps.name OPERATOR(pg_catalog.=) stmt_name;
+        IF kept IS NULL THEN
+            base := pg_catalog.md5(statement);
+            cache_name := pg_catalog.concat('idempotency_managed.eo_', base);
+            base := pg_catalog.concat('idempotency_eo_', base);
+            stmt_name := NULL;
+            SELECT ps.name, ps.parameter_types::pg_catalog.oid[] INTO stmt_name, types
+              FROM pg_catalog.pg_prepared_statements ps
+             WHERE (ps.name OPERATOR(pg_catalog.=) base
+                    OR ps.name OPERATOR(pg_catalog.=) pg_catalog.concat(base, '_n'))
+               AND pg_catalog.right(ps.statement, pg_catalog.length(execute_once.statement) OPERATOR(pg_catalog.+) 4)
+                   OPERATOR(pg_catalog.=) pg_catalog.concat(' AS ', execute_once.statement);
+            IF stmt_name IS NULL THEN
+                FOR stmt_name IN
+                    SELECT ps.name FROM pg_catalog.pg_prepared_statements ps
+                     WHERE ps.name OPERATOR(pg_catalog.=) base
+                        OR ps.name OPERATOR(pg_catalog.=) pg_catalog.concat(base, '_n')
+                LOOP
+                    EXECUTE pg_catalog.format('DEALLOCATE %I', stmt_name);
+                END LOOP;
+                stmt_name := idempotency._statement_prepare(statement, base,
+                    ARRAY(SELECT e OPERATOR(pg_catalog.->>) 'name' FROM pg_catalog.jsonb_array_elements(running) e));
+                SELECT ps.parameter_types::pg_catalog.oid[] INTO types
+                  FROM pg_catalog.pg_prepared_statements ps WHERE ps.name OPERATOR(pg_catalog.=) stmt_name;
+            END IF;
+            -- Each parameter read back from the setting and cast to its parameter's type,
+            -- named as under a search_path of pg_catalog alone (another schema's type with
+            -- its schema), so that the cached call reads the same under any later path.
+            path := pg_catalog.current_setting('search_path');
+            PERFORM pg_catalog.set_config('search_path', 'pg_catalog', true);
+            kept := ARRAY[coalesce(pg_catalog.cardinality(types), 0)::pg_catalog.text, stmt_name,
+                pg_catalog.concat('EXECUTE ', pg_catalog.quote_ident(stmt_name),
+                    (SELECT pg_catalog.concat('(', pg_catalog.string_agg(pg_catalog.format(
+                                '(pg_catalog.current_setting(%L)::pg_catalog.text[])[%s]::%s',
+                                'idempotency_managed.params', t.n, pg_catalog.format_type(t.oid, NULL)),
+                                ', ' ORDER BY t.n), ')')
+                       FROM pg_catalog.unnest(types) WITH ORDINALITY AS t(oid, n)
+                      HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0))];
+            PERFORM pg_catalog.set_config('search_path', path, true);
+            PERFORM pg_catalog.set_config(cache_name, kept::pg_catalog.text, false);
         END IF;
-
-        -- The parameters: a one-dimensional array (NULL: none), as many values as the
-        -- statement has parameters, each cast from text to its parameter's type; NULL is NULL.
-        IF params IS NOT NULL AND pg_catalog.array_ndims(params) OPERATOR(pg_catalog.>) 1 THEN
-            RAISE EXCEPTION 'params must be a one-dimensional array' USING ERRCODE = '2202E';
+        stmt_name := kept[2];
+        expected := kept[1]::integer;
+        -- The parameters: a one-dimensional array (NULL: none), as many values as the statement
+        -- has parameters, each cast from text to its parameter's type; NULL is NULL. They reach
+        -- the statement in one transaction-local setting, the array's text form, read back by
+        -- the EXECUTE (the statement's kept call below).
+        IF params IS NOT NULL AND (pg_catalog.array_ndims(params) OPERATOR(pg_catalog.>) 1
+                                   OR pg_catalog.array_lower(params, 1) OPERATOR(pg_catalog.<>) 1) THEN
+            IF pg_catalog.array_ndims(params) OPERATOR(pg_catalog.>) 1 THEN
+                RAISE EXCEPTION 'params must be a one-dimensional array' USING ERRCODE = '2202E';
+            END IF;
+            params := ARRAY(SELECT p FROM pg_catalog.unnest(params) WITH ORDINALITY AS u(p, i) ORDER BY i);
         END IF;
         given := coalesce(pg_catalog.cardinality(params), 0);
-        expected := pg_catalog.cardinality(types);
+        PERFORM pg_catalog.set_config('idempotency_managed.params', coalesce(params::pg_catalog.text, '{}'), true);
         IF given OPERATOR(pg_catalog.<>) expected THEN
             RAISE EXCEPTION 'the statement takes % parameter%, % given', expected,
                 CASE WHEN expected OPERATOR(pg_catalog.=) 1 THEN '' ELSE 's' END, given
                 USING ERRCODE = '22023';
         END IF;
-        low := coalesce(pg_catalog.array_lower(params, 1), 1);
-        args := '{}';
-        FOR i IN 1 .. expected LOOP
-            IF params[low OPERATOR(pg_catalog.+) i OPERATOR(pg_catalog.-) 1] IS NULL THEN
-                args := pg_catalog.array_append(args,
-                    pg_catalog.format('NULL::%s', pg_catalog.format_type(types[i], NULL)));
-            ELSE
-                PERFORM pg_catalog.set_config(pg_catalog.concat('idempotency_managed.param_', i),
-                                              params[low OPERATOR(pg_catalog.+) i OPERATOR(pg_catalog.-) 1], true);
-                args := pg_catalog.array_append(args,
-                    pg_catalog.format('pg_catalog.current_setting(%L)::%s',
-                                      pg_catalog.concat('idempotency_managed.param_', i),
-                                      pg_catalog.format_type(types[i], NULL)));
-            END IF;
-        END LOOP;
-        run := pg_catalog.format('EXECUTE %I%s', stmt_name,
-            CASE WHEN expected OPERATOR(pg_catalog.=) 0 THEN ''
-                 ELSE pg_catalog.format('(%s)', pg_catalog.array_to_string(args, ', ')) END);
 
         PERFORM pg_catalog.set_config('idempotency_managed.running',
             (running OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_array(
@@ -1492,16 +1560,17 @@ BEGIN
         n := 0;
         stale := false;
         -- A kept statement whose result columns changed with DDL fails before it runs
-        -- ("cached plan must not change result type", 0A000): prepared again, it runs once
-        -- more, and a second 0A000 is the statement's own.
+        -- ("cached plan must not change result type", 0A000), and one the application
+        -- deallocated (26000) too: prepared again, it runs once more, and a second failure is
+        -- the statement's own.
         BEGIN
             IF pg_catalog.right(stmt_name, 2) OPERATOR(pg_catalog.=) '_n' THEN
-                EXECUTE run;
+                EXECUTE kept[3];
             ELSE
-                EXECUTE run INTO result;
+                EXECUTE kept[3] INTO result;
                 GET DIAGNOSTICS n = ROW_COUNT;
             END IF;
-        EXCEPTION WHEN feature_not_supported THEN
+        EXCEPTION WHEN feature_not_supported OR invalid_sql_statement_name THEN
             IF tries OPERATOR(pg_catalog.>) 1 THEN
                 RAISE;
             END IF;
@@ -1509,13 +1578,19 @@ BEGIN
         END;
         PERFORM pg_catalog.set_config('idempotency_managed.running', coalesce(running_before, ''), true);
         EXIT WHEN NOT stale;
-        EXECUTE pg_catalog.format('DEALLOCATE %I', stmt_name);
+        PERFORM pg_catalog.set_config(
+            pg_catalog.concat('idempotency_managed.eo_', pg_catalog.md5(statement)), '', false);
+        kept := NULL;
+        IF EXISTS (SELECT FROM pg_catalog.pg_prepared_statements ps
+                    WHERE ps.name OPERATOR(pg_catalog.=) stmt_name) THEN
+            EXECUTE pg_catalog.format('DEALLOCATE %I', stmt_name);
+        END IF;
     END LOOP;
 
     -- The response (the extension's rules): no row NULL; more than one refused; one row of
     -- one json or jsonb column that value (NULL stays NULL); one row otherwise the row as an
-    -- object. The column count and the first column's type are read from the row's binary
-    -- form (record_send: column count, then each column's type oid and length).
+    -- object. A row of one key is read from its binary form (record_send: column count, then
+    -- each column's type oid and length) for its column count and the column's type.
     IF n OPERATOR(pg_catalog.>) 1 THEN
         RAISE EXCEPTION 'the statement of idempotency.execute_once returned more than one row'
             USING ERRCODE = '21000',
@@ -1525,7 +1600,9 @@ BEGIN
         j := pg_catalog.to_jsonb(result);
         IF j OPERATOR(pg_catalog.=) '{}'::pg_catalog.jsonb THEN
             response := NULL;
-        ELSIF (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(j)) OPERATOR(pg_catalog.>) 1 THEN
+        ELSIF (j OPERATOR(pg_catalog.-) (pg_catalog.jsonb_path_query_first(j, '$.keyvalue()')
+                                          OPERATOR(pg_catalog.->>) 'key'))
+              OPERATOR(pg_catalog.<>) '{}'::pg_catalog.jsonb THEN
             response := j;
         ELSE
             head := pg_catalog.substr(pg_catalog.record_send(result), 1, 8);
@@ -1538,7 +1615,7 @@ BEGIN
                 IF result IS NULL THEN
                     response := NULL;
                 ELSE
-                    SELECT e.value INTO response FROM pg_catalog.jsonb_each(j) e;
+                    response := pg_catalog.jsonb_path_query_first(j, '$.*');
                 END IF;
             ELSE
                 response := j;
@@ -1552,8 +1629,15 @@ BEGIN
         END IF;
     END IF;
 
-    -- The claim must be this call's still: the statement must not have completed, failed or
-    -- forgotten its own key.
+    -- Completed in one step when the claim is still this call's (the usual case).
+    done := idempotency._complete_claim(scope, key, res.attempt, status_code, response);
+    IF done.expires_at IS NOT NULL THEN
+        RETURN ROW('new', status_code, response, res.attempt, done.recovery_point,
+                   done.first_seen_at, NULL, done.expires_at)::idempotency.reservation;
+    END IF;
+    -- Otherwise the claim must be this call's still: the statement must not have completed,
+    -- failed or forgotten its own key; a claim whose lease lapsed meanwhile is completed
+    -- late, as complete does.
     SELECT l.attempt, l.state, l.recovery_point, l.first_seen_at, l.locked_until, l.expires_at
       INTO claim FROM idempotency.lookup(scope, key) l;
     IF claim.state IS NULL OR claim.state OPERATOR(pg_catalog.<>) 'processing'
@@ -1577,7 +1661,8 @@ $$;
 -- Like reserve: only roles granted EXECUTE (docs/operations.md, "Roles and privileges"); the
 -- statement's preparation runs as the caller and touches nothing of the edition's.
 REVOKE ALL ON FUNCTION
-    idempotency.execute_once(text, text, bytea, text, text[], integer, interval, interval, interval)
+    idempotency.execute_once(text, text, bytea, text, text[], integer, interval, interval, interval),
+    idempotency._complete_claim(text, text, integer, integer, jsonb)
 FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idempotency._statement_prepare(text, text, text[]),
     idempotency._statement_count(text), idempotency._one_statement(text) TO PUBLIC;

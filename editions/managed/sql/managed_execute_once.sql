@@ -4,9 +4,9 @@
 \i sql/include/try.sql
 CREATE TABLE meo_orders (id bigserial PRIMARY KEY, account text NOT NULL, amount integer NOT NULL);
 
--- 1. It claims and completes through reserve, lookup and complete: a role needs EXECUTE on
--- them too (the roles of docs/operations.md have it). The statement runs as the caller: a
--- table it may not write is 42501, and nothing is claimed.
+-- 1. It claims and completes through reserve, _complete_claim, lookup and complete: a role
+-- needs EXECUTE on them too (the grant block of docs/managed.md has it). The statement runs
+-- as the caller: a table it may not write is 42501, and nothing is claimed.
 CREATE ROLE regress_idem_meo_app NOLOGIN;
 GRANT USAGE ON SCHEMA idempotency TO regress_idem_meo_app;
 GRANT EXECUTE ON FUNCTION
@@ -20,6 +20,11 @@ GRANT EXECUTE ON FUNCTION
     idempotency.reserve(text, text, bytea, interval, interval, interval),
     idempotency.complete(text, text, integer, jsonb, integer),
     idempotency.lookup(text, text)
+TO regress_idem_meo_app;
+SET ROLE regress_idem_meo_app;
+SELECT pg_temp.try($$SELECT idempotency.execute_once('meo', 'no-complete-claim', NULL, 'SELECT 1')$$);
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION idempotency._complete_claim(text, text, integer, integer, jsonb)
 TO regress_idem_meo_app;
 SET ROLE regress_idem_meo_app;
 SELECT pg_temp.try($$SELECT idempotency.execute_once('meo', 'priv-1', NULL,
@@ -36,7 +41,8 @@ REVOKE ALL ON FUNCTION
     idempotency.execute_once(text, text, bytea, text, text[], integer, interval, interval, interval),
     idempotency.reserve(text, text, bytea, interval, interval, interval),
     idempotency.complete(text, text, integer, jsonb, integer),
-    idempotency.lookup(text, text)
+    idempotency.lookup(text, text),
+    idempotency._complete_claim(text, text, integer, integer, jsonb)
 FROM regress_idem_meo_app;
 DROP ROLE regress_idem_meo_app;
 
@@ -54,6 +60,18 @@ SELECT outcome, response FROM idempotency.execute_once('meo', 'path-1', NULL,
        ARRAY['path', '7']);
 RESET search_path;
 DROP SCHEMA meo_evil CASCADE;
+-- A parameter whose type lives in another schema keeps it when the search_path changes
+-- between calls of the same text (the cached call names it with its schema).
+CREATE SCHEMA meo_types;
+CREATE DOMAIN meo_types.amount AS integer CHECK (VALUE > 0);
+CREATE TABLE meo_types.payments (amount meo_types.amount NOT NULL);
+SET search_path = meo_types, public;
+SELECT outcome, response FROM idempotency.execute_once('meo', 'typed-1', NULL,
+       'INSERT INTO meo_types.payments (amount) VALUES ($1) RETURNING amount', ARRAY['5']);
+RESET search_path;
+SELECT outcome, response FROM idempotency.execute_once('meo', 'typed-2', NULL,
+       'INSERT INTO meo_types.payments (amount) VALUES ($1) RETURNING amount', ARRAY['6']);
+DROP SCHEMA meo_types CASCADE;
 
 -- 3. A statement text is prepared once per session, under a name of its own; the edition
 -- keeps at most 64, and deallocates nothing of the application's.
@@ -74,14 +92,21 @@ SELECT outcome, response FROM idempotency.execute_once('meo', 'no-rows', NULL,
        'INSERT INTO meo_orders (account, amount) VALUES ($1, 2)', ARRAY['none']);
 SELECT name ~ '^idempotency_eo_[0-9a-f]{32}_n$' AS named_no_rows, parameter_types
   FROM pg_prepared_statements WHERE statement LIKE '%VALUES ($1, 2)';
--- DEALLOCATE ALL by the application (or a pooler's DISCARD ALL): prepared again.
+-- The call of a kept statement is cached for the session (the usual call searches no
+-- catalog). DEALLOCATE ALL by the application (or a pooler's DISCARD ALL, which also clears
+-- the cache): prepared again, the cached call too.
+SELECT outcome, response FROM idempotency.execute_once('meo', 'before-deallocate', NULL,
+       'SELECT $1::int * 2 AS n', ARRAY['20']);
+SELECT current_setting('idempotency_managed.eo_' || md5('SELECT $1::int * 2 AS n'), true) ~ '^[{]1,idempotency_eo_'
+       AS call_cached;
 DEALLOCATE ALL;
 SELECT outcome, response FROM idempotency.execute_once('meo', 'after-deallocate', NULL,
        'SELECT $1::int * 2 AS n', ARRAY['21']);
--- The values were handed over in transaction-local settings: none is left after the
+SELECT count(*) AS prepared_again FROM pg_prepared_statements WHERE statement LIKE '%AS SELECT $1::int * 2 AS n';
+-- The values were handed over in a transaction-local setting: nothing is left after the
 -- transaction.
-SELECT current_setting('idempotency_managed.param_1', true) IS NOT DISTINCT FROM ''
-       OR current_setting('idempotency_managed.param_1', true) IS NULL AS no_value_left;
+SELECT current_setting('idempotency_managed.params', true) IS NOT DISTINCT FROM ''
+       OR current_setting('idempotency_managed.params', true) IS NULL AS no_value_left;
 
 -- 4. Several statements are refused before any runs; the statement's writes and the claim
 -- roll back together with its error.
