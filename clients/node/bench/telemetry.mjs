@@ -1,5 +1,5 @@
 // The cost of the telemetry (lib/telemetry.js) on the statement form's throughput: runOnce with
-// a statement, a new key per call, one connection, for SECONDS, in one of three modes:
+// a statement, a new key per call, one connection, for SECONDS, in one of these modes:
 //   absent  @opentelemetry/api cannot be imported (run with bench/hide-otel.mjs, see below)
 //   api     the API is installed, no SDK registered (its no-op tracer and meter)
 //   sdk     an SDK registered as NodeSDK would: the AsyncLocalStorage context manager, a
@@ -14,13 +14,24 @@
 //           manager's AsyncLocalStorage has run once, which on Node 20 turns its promise hooks
 //           on for the rest of the process; sdk against sdk-entered is what the
 //           instrumentation adds once those hooks are on anyway
-// Prints "MODE calls/s CPU-microseconds/call". bench/telemetry.sh runs the modes in rotated rounds.
+//   sdk-app-span  sdk-off, and the application makes one span of its own per call
+//           (tracer.startActiveSpan around runOnce, ended when it settles): the SDK's own cost
+//           of one active span per call, which any instrumented library pays, without the
+//           client's instrumentation
+// A warm-up of WARMUP seconds (default 2) runs first: V8 compiles the SDK's code on helper
+// threads during the first seconds, CPU that process.cpuUsage counts and a steady process
+// does not pay. Prints "MODE calls/s CPU-microseconds/call main-thread-CPU-microseconds/call"
+// (the main thread's from /proc/thread-self/stat, 10 ms ticks). bench/telemetry.sh runs the
+// modes in rotated rounds.
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import pg from 'pg';
 
 const mode = process.argv[2];
 const seconds = Number(process.argv[3] ?? 3);
-if (mode === 'sdk' || mode === 'sdk-off' || mode === 'sdk-entered') {
+const warmup = Number(process.env.WARMUP ?? 2);
+const withSdk = ['sdk', 'sdk-off', 'sdk-entered', 'sdk-app-span'].includes(mode);
+if (withSdk) {
   const api = await import('@opentelemetry/api');
   const { AsyncLocalStorageContextManager } = await import('@opentelemetry/context-async-hooks');
   const { BasicTracerProvider, BatchSpanProcessor } = await import('@opentelemetry/sdk-trace-base');
@@ -36,7 +47,7 @@ if (mode === 'sdk' || mode === 'sdk-off' || mode === 'sdk-entered') {
   api.metrics.setGlobalMeterProvider(new MeterProvider({ readers: [new Reader()] }));
 }
 const { configureTelemetry, runOnce, telemetryAvailable } = await import('../index.js');
-if (mode === 'sdk-off' || mode === 'sdk-entered') configureTelemetry({ enabled: false });
+if (withSdk && mode !== 'sdk') configureTelemetry({ enabled: false });
 if (mode === 'sdk-entered') {
   const api = await import('@opentelemetry/api');
   api.context.with(api.context.active().setValue(Symbol('entered'), true), () => {});
@@ -45,16 +56,33 @@ if (telemetryAvailable() !== (mode !== 'absent')) throw new Error(`mode ${mode}:
 const client = new pg.Client();
 await client.connect();
 const options = { scope: 'bench_telemetry', statement: 'SELECT $1::text AS item', params: ['x'] };
-for (let i = 0; i < 200; i++) await runOnce(client, { ...options, key: randomUUID() }); // warm-up
+let call = () => runOnce(client, { ...options, key: randomUUID() });
+if (mode === 'sdk-app-span') {
+  const api = await import('@opentelemetry/api');
+  const tracer = api.trace.getTracer('bench');
+  const plain = call;
+  call = () => tracer.startActiveSpan('app call', (span) => plain().finally(() => span.end()));
+}
+// the main thread's user + system CPU, microseconds (Linux: clock ticks of 10 ms)
+const mainCpu = () => {
+  const fields = readFileSync('/proc/thread-self/stat', 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10000;
+};
+const warmEnd = performance.now() + warmup * 1000;
+while (performance.now() < warmEnd) await call();
 let calls = 0;
 const cpu = process.cpuUsage();
+const main = mainCpu();
 const end = performance.now() + seconds * 1000;
 while (performance.now() < end) {
-  await runOnce(client, { ...options, key: randomUUID() });
+  await call();
   calls += 1;
 }
 const used = process.cpuUsage(cpu);
+const usedMain = mainCpu() - main;
 await client.end();
-// calls per second, and the client process's CPU microseconds per call (user + system): the
-// instrumentation's own cost, less exposed to the machine's noise than the throughput
-console.log(`${mode} ${(calls / seconds).toFixed(0)} ${((used.user + used.system) / calls).toFixed(1)}`);
+// calls per second, and the client process's and its main thread's CPU microseconds per call
+// (user + system): the instrumentation's own cost, less exposed to the machine's noise than
+// the throughput
+console.log(`${mode} ${(calls / seconds).toFixed(0)} ${((used.user + used.system) / calls).toFixed(1)} ` +
+  `${(usedMain / calls).toFixed(1)}`);

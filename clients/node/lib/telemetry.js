@@ -92,8 +92,9 @@ function makeInstruments() {
 // OpenTelemetry context (the context manager the application registered carries it, no
 // second AsyncLocalStorage per call), or, with no context manager registered (the API's
 // default keeps no context) but a span that records, in roundTrips. A span that does not
-// record (no SDK) counts none: on Node 20 the first AsyncLocalStorage.run turns on promise
-// hooks for the whole process, a cost of tens of microseconds per request for nothing.
+// record (no SDK, or sampled out) counts none: on Node 20 the first AsyncLocalStorage.run
+// turns on promise hooks for the whole process, a cost of tens of microseconds per request
+// for nothing.
 const ROUND_TRIPS = api?.createContextKey('idempotency round trips');
 
 // Counts one round trip of the helper being observed (connection.js calls it per statement or
@@ -104,8 +105,8 @@ export function noteRoundTrip() {
   if (count !== undefined) count.n += 1;
 }
 
-function runCounted(context, span, count, run) {
-  if (api.context.active() === context || !span.isRecording()) return run();
+function runCounted(context, count, run) {
+  if (api.context.active() === context) return run();
   return roundTrips.run(count, run);
 }
 
@@ -125,10 +126,15 @@ export async function observed(helper, scope, key, run, outcomeOf) {
   const parent = api.context.active();
   const span = instruments.tracer.startSpan(spanName(helper), { attributes }, parent);
   const count = { n: 0 };
-  const context = api.trace.setSpan(parent, span).setValue(ROUND_TRIPS, count);
   let result;
   try {
-    result = await api.context.with(context, runCounted, undefined, context, span, count, run);
+    // A span the sampler dropped records nothing: the call runs in the caller's context (no
+    // context entered, no round trips counted), and only the metrics see it.
+    if (!span.isRecording()) result = await run();
+    else {
+      const context = api.trace.setSpan(parent, span).setValue(ROUND_TRIPS, count);
+      result = await api.context.with(context, runCounted, undefined, context, count, run);
+    }
   } catch (err) {
     finish(span, helper, err?.constructor?.outcome, err?.reservation?.attempt ?? err?.attempt,
       count.n, started, err);

@@ -15,7 +15,7 @@ import {
   InMemoryMetricExporter, AggregationTemporality, MeterProvider, PeriodicExportingMetricReader,
 } from '@opentelemetry/sdk-metrics';
 import {
-  BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor,
+  AlwaysOffSampler, BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import {
   applyOnce, claimOnce, configureTelemetry, consumeOnce, exactlyOnceProcessor,
@@ -275,6 +275,41 @@ test('round trips are counted without a context manager too', async () => {
   }
   assert.deepEqual(finished().map((s) => attrs(s)['idempotency.round_trips']),
     [1, BEGIN_AND_CLAIM + 1]);
+});
+
+test('a call the sampler drops: counted by the metrics, run in the caller\'s context', async () => {
+  const sampledOut = new BasicTracerProvider({ sampler: new AlwaysOffSampler(),
+    spanProcessors: [new SimpleSpanProcessor(spans)] });
+  const exported = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+  const ownMeters = new MeterProvider({
+    readers: [new PeriodicExportingMetricReader({ exporter: exported, exportIntervalMillis: 3_600_000 })],
+  });
+  configureTelemetry({ tracerProvider: sampledOut, meterProvider: ownMeters });
+  spans.reset();
+  const caller = tracerProvider.getTracer('test').startSpan('POST /orders');
+  let active;
+  await context.with(trace.setSpan(context.active(), caller), () => runOnce(client,
+    { scope: 'telemetry', key: randomUUID(), request: {} }, async () => {
+      active = trace.getSpan(context.active());
+      return { statusCode: 201, response: null };
+    }));
+  caller.end();
+  assert.equal(active, caller, 'the work runs in the caller\'s context');
+  assert.equal(finished().length, 0);
+  await ownMeters.forceFlush();
+  const metric = (name) => exported.getMetrics().at(-1).scopeMetrics.flatMap((s) => s.metrics)
+    .find((m) => m.descriptor.name === name);
+  const created = (points) => points.find((p) => p.attributes['idempotency.helper'] === 'runOnce'
+    && p.attributes['idempotency.outcome'] === 'new');
+  // the claims counter counts since the process started; the histogram since this provider
+  const claimsBefore = created(metric('idempotency.client.claims').dataPoints).value;
+  assert.equal(created(metric('idempotency.client.duration').dataPoints).value.count, 1);
+  await runOnce(client, { scope: 'telemetry', key: randomUUID(), statement: STATEMENT, params: ['x'] });
+  await ownMeters.forceFlush();
+  assert.equal(created(metric('idempotency.client.claims').dataPoints).value, claimsBefore + 1);
+  assert.equal(created(metric('idempotency.client.duration').dataPoints).value.count, 2);
+  assert.equal(finished().length, 0);
+  await ownMeters.shutdown();
 });
 
 test('the key only when asked; nothing when disabled', async () => {
