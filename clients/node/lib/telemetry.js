@@ -110,9 +110,23 @@ function runCounted(context, count, run) {
   return roundTrips.run(count, run);
 }
 
+// The API's own no-ops, which its global providers hand out until an SDK registers real ones.
+// A provider that is not one of them records: only then is a helper call observed, so an
+// application that has the API (a dependency of a dependency, say) and no SDK pays nothing per
+// call. Were these no longer the API's singletons, every call would be observed, as before.
+const NOOP_TRACER_PROVIDER = api && new api.ProxyTracerProvider().getDelegate();
+const NOOP_METER = api?.createNoopMeter();
+
+function providersRecord() {
+  const traces = settings.tracerProvider ?? api.trace.getTracerProvider();
+  if ((traces.getDelegate?.() ?? traces) !== NOOP_TRACER_PROVIDER) return true;
+  const metrics = settings.meterProvider ?? api.metrics.getMeterProvider();
+  return metrics.getMeter(NAME, CLIENT_VERSION) !== NOOP_METER;
+}
+
 // Whether helper calls are observed now: the helpers call their bare function when not (no
 // wrapper, no closure, nothing allocated), and observed() when they are.
-export const observing = () => enabled;
+export const observing = () => enabled && providersRecord();
 
 // observed(helper, scope, key, run, outcomeOf): run()'s promise inside a span (call it only when
 // observing()). key: the key or a function giving it (computed only with recordKeys).

@@ -324,6 +324,30 @@ test('the key only when asked; nothing when disabled', async () => {
   assert.equal(finished().length, 0);
 });
 
+test('with the API and no SDK registered, calls are not observed; a registered provider is', () => {
+  // A child process: the providers registered here are global and stay for the process.
+  const script = `
+    import { metrics, trace } from '@opentelemetry/api';
+    import { MeterProvider } from '@opentelemetry/sdk-metrics';
+    import { BasicTracerProvider } from '@opentelemetry/sdk-trace-base';
+    import { configureTelemetry } from './index.js';
+    import { observing } from './lib/telemetry.js';
+    const seen = [observing()];
+    configureTelemetry({ meterProvider: new MeterProvider() });
+    seen.push(observing());
+    configureTelemetry();
+    metrics.setGlobalMeterProvider(new MeterProvider());
+    seen.push(observing());
+    metrics.disable();
+    seen.push(observing());
+    trace.setGlobalTracerProvider(new BasicTracerProvider());
+    seen.push(observing());
+    console.log(JSON.stringify(seen));`;
+  const out = execFileSync(process.execPath, ['--input-type=module', '-e', script],
+    { cwd: new URL('..', import.meta.url), encoding: 'utf8' });
+  assert.deepEqual(JSON.parse(out.trim().split('\n').pop()), [false, true, true, false, true]);
+});
+
 test('without @opentelemetry/api the helpers run and measure nothing', () => {
   // A child process whose module resolution refuses @opentelemetry/api, as when the
   // application never installed it.
